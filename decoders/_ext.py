@@ -1,0 +1,121 @@
+"""Build and load the compiled extension (`torch.ops.beamdec.*`).
+
+One extension holds both decoders: a CPU reference op per decoder (always built) and, when torch sees a
+CUDA device, the CUDA ops. Sources are picked by file name in `decoders/csrc/`:
+
+  bindings.cpp             the single TORCH_LIBRARY registration file (schemas + per-backend impls)
+  <component>_cpu.cpp      CPU reference implementation (torch tensors in, torch tensors out)
+  <component>_cuda.cpp     torch-facing CUDA op: validates, allocates, takes the current stream
+  <component>_launch.cu    torch-free launchers over raw pointers (kernels in include/<component>_*.cuh)
+  common_*.cpp|.cu         shared by every component
+
+The build is compiled on first use (JIT, `torch.utils.cpp_extension.load`), cached under
+`$BEAMDEC_CACHE_DIR` (default `~/.cache/beamdec`) by a hash of the sources, flags, torch version and GPU
+architecture, and guarded by torch's own file lock so concurrent processes build once. For development,
+`BEAMDEC_COMPONENTS=ctc` (comma-separated) builds a subset; each component's registrations in
+bindings.cpp are guarded by `BEAMDEC_WITH_<COMPONENT>`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+INCLUDE = Path(__file__).resolve().parent / "include"
+ALL_COMPONENTS = ("ctc", "wfst")
+
+_lock = threading.Lock()
+_loaded: dict[tuple, object] = {}
+
+
+def _components() -> tuple[str, ...]:
+    env = os.environ.get("BEAMDEC_COMPONENTS")
+    if not env:
+        return ALL_COMPONENTS
+    names = tuple(c.strip() for c in env.split(",") if c.strip())
+    bad = [c for c in names if c not in ALL_COMPONENTS]
+    if bad:
+        raise ValueError(f"BEAMDEC_COMPONENTS: unknown component(s) {bad}; valid: {list(ALL_COMPONENTS)}")
+    return names
+
+
+def _cuda_arch() -> str | None:
+    if os.environ.get("BEAMDEC_FORCE_CPU") == "1" or not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}.{minor}"
+
+
+def _sources(components: tuple[str, ...], with_cuda: bool) -> list[Path]:
+    picked = [CSRC / "bindings.cpp"]
+    prefixes = ("common",) + components
+    for path in sorted(CSRC.iterdir()):
+        if path.name == "bindings.cpp" or not path.name.startswith(prefixes):
+            continue
+        if path.suffix == ".cpp" and (with_cuda or not path.stem.endswith("_cuda")):
+            picked.append(path)
+        elif path.suffix == ".cu" and with_cuda:
+            picked.append(path)
+    return picked
+
+
+def _digest(paths: list[Path], flags: list[str]) -> str:
+    h = hashlib.sha256()
+    for p in sorted(paths) + sorted(INCLUDE.glob("*")) + sorted(CSRC.glob("*.h")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    h.update(" ".join(flags).encode())
+    h.update(torch.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+def load_extension(verbose: bool | None = None):
+    """Build (once) and load the extension; returns the loaded module. Ops live in `torch.ops.beamdec`."""
+    from torch.utils import cpp_extension
+
+    components = _components()
+    arch = _cuda_arch()
+    key = (components, arch)
+    with _lock:
+        if key in _loaded:
+            return _loaded[key]
+        with_cuda = arch is not None
+        defines = [f"-DBEAMDEC_WITH_{c.upper()}" for c in components]
+        if with_cuda:
+            defines.append("-DBEAMDEC_WITH_CUDA")
+        cflags = ["-O3", "-std=c++17", *defines]
+        cuda_flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", *defines]
+        sources = _sources(components, with_cuda)
+        if with_cuda:
+            # sm_XY machine code for the device we run on, plus PTX for newer chips.
+            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{arch}+PTX"
+        tag = "cuda" + arch.replace(".", "") if with_cuda else "cpu"
+        digest = _digest(sources, cflags + cuda_flags + [tag])
+        name = f"beamdec_{tag}_{'_'.join(components)}_{digest}"
+        cache = Path(os.environ.get("BEAMDEC_CACHE_DIR", Path.home() / ".cache" / "beamdec")) / name
+        cache.mkdir(parents=True, exist_ok=True)
+        if verbose is None:
+            verbose = os.environ.get("BEAMDEC_VERBOSE_BUILD") == "1"
+        module = cpp_extension.load(
+            name=name,
+            sources=[str(s) for s in sources],
+            extra_include_paths=[str(INCLUDE), str(CSRC)],
+            extra_cflags=cflags,
+            extra_cuda_cflags=cuda_flags,
+            build_directory=str(cache),
+            with_cuda=with_cuda,
+            is_python_module=False,
+            verbose=verbose,
+        )
+        _loaded[key] = module
+        return module
+
+
+def ops():
+    """The `torch.ops.beamdec` namespace, building the extension on first use."""
+    load_extension()
+    return torch.ops.beamdec

@@ -1,0 +1,1 @@
+"""Evaluation harness: acoustic sources, decoder adapters, metrics, run directories, regression gate."""

@@ -1,0 +1,1 @@
+"""Artefact builders: synthetic workload, token sets, lexicons, LMs, decoding graphs, data manifests."""
