@@ -1,0 +1,208 @@
+"""Staged graph build for one token set: lang (L, G, LG) once, then TLG/HLG per topology, every format.
+
+Layout (`out_dir` = data/graphs/<scale>/<tokenkind>_blank<first|last>):
+  lang/        words.txt tokens.txt lexicon.txt lexicon_disambig.txt L_disambig.fst G.fst LG.fst
+               LG_epsfree.fst LG_epsfree.json (compound word labels)
+  <topology>/  TLG.fst TLG.bin HLG.bin HLG.pt HLG.k2.txt words.txt tokens.txt tokens_k2.txt lexicon.txt
+               graph_info.json (written last: its presence marks the stage as done)
+A stage whose outputs exist is skipped (force=True rebuilds).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import kaldifst
+import numpy as np
+
+from recipes.graphs.compile import compile_G, compile_HLG, compile_L, compile_LG, compile_TLG, prepare_LG_for_HLG
+from recipes.graphs.convert import hlg_to_graph, tlg_to_graph
+from recipes.graphs.fstutil import fst_size
+from recipes.graphs.info import word_label_positions
+from recipes.graphs.symbols import TokenTable, WordTable, read_arpa_words
+from recipes.graphs.topologies import TOPOLOGIES
+from recipes.lexicon import LexiconReport, add_disambig_symbols, build_lexicon, write_lexicon
+from recipes.tokens import TokenSet
+
+log = logging.getLogger(__name__)
+
+GRAPH_FILES = ("TLG.fst", "TLG.bin", "HLG.bin", "HLG.pt", "HLG.k2.txt", "words.txt", "tokens.txt",
+               "tokens_k2.txt", "lexicon.txt", "graph_info.json")
+
+
+def _sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def token_set_dir_name(tokens: TokenSet) -> str:
+    pos = "first" if tokens.blank_id == 0 else "last" if tokens.blank_id == tokens.vocab_size - 1 else f"{tokens.blank_id}"
+    return f"{tokens.kind}_blank{pos}"
+
+
+@dataclass
+class LangArtifacts:
+    lang_dir: Path
+    table: TokenTable
+    words: WordTable
+    LG: object
+    LG_epsfree: object
+    compounds: list
+    sizes: dict = field(default_factory=dict)
+    lexicon_report: dict = field(default_factory=dict)
+    build_s: float = 0.0
+
+
+def build_lang(
+    lang_dir: Path,
+    tokens: TokenSet,
+    word_list: Sequence[str],
+    arpa_path: Path,
+    *,
+    force: bool = False,
+    max_order: int = -1,
+) -> LangArtifacts:
+    """Stage 1: lexicon, L, G, LG and the epsilon-free LG' (shared by every topology)."""
+    lang_dir = Path(lang_dir)
+    lang_dir.mkdir(parents=True, exist_ok=True)
+    done = lang_dir / "lang_info.json"
+    t0 = time.perf_counter()
+    if done.exists() and not force:
+        meta = json.loads(done.read_text())
+        log.info("lang stage: %s exists, skipping", lang_dir)
+        LG = kaldifst.StdVectorFst.read(str(lang_dir / "LG.fst"))
+        LGp = kaldifst.StdVectorFst.read(str(lang_dir / "LG_epsfree.fst"))
+        words = WordTable(meta["words"])
+        table = TokenTable(tokens, meta["num_disambig"])
+        return LangArtifacts(lang_dir, table, words, LG, LGp, [tuple(c) for c in meta["compounds"]],
+                             meta["sizes"], meta["lexicon_report"], meta["build_s"])
+    arpa_words = read_arpa_words(arpa_path)
+    all_words = list(dict.fromkeys(list(word_list) + arpa_words))
+    report = LexiconReport()
+    lexicon = build_lexicon(all_words, tokens, report=report)
+    words = WordTable.from_words(lexicon.keys())
+    # keep word order of the table in the lexicon files (deterministic)
+    lexicon = {w: lexicon[w] for w in words.words}
+    entries, max_disambig = add_disambig_symbols(lexicon)
+    table = TokenTable(tokens, num_disambig=max_disambig + 1)  # #0 .. #max
+    write_lexicon(lexicon, lang_dir / "lexicon.txt")
+    with open(lang_dir / "lexicon_disambig.txt", "w", encoding="utf-8") as f:
+        for w, s in entries:
+            f.write(w + " " + " ".join("<space>" if t == " " else t for t in s) + "\n")
+    words.write(lang_dir / "words.txt")
+    table.write(lang_dir / "tokens.txt")
+    sizes = {}
+    G = compile_G(arpa_path, lang_dir / "words.txt", max_order=max_order)
+    sizes["G"] = fst_size(G)
+    G.write(str(lang_dir / "G.fst"))
+    optional_space = tokens.kind == "char" and " " in tokens.tokens
+    L = compile_L(entries, table, words, optional_space=optional_space)
+    sizes["L_disambig"] = fst_size(L)
+    L.write(str(lang_dir / "L_disambig.fst"))
+    LG = compile_LG(L, G)
+    sizes["LG"] = fst_size(LG)
+    LG.write(str(lang_dir / "LG.fst"))
+    LGp, compounds = prepare_LG_for_HLG(LG, table, words)
+    sizes["LG_epsfree"] = fst_size(LGp)
+    LGp.write(str(lang_dir / "LG_epsfree.fst"))
+    rep = {"num_words": report.num_words, "num_oov": len(report.oov_words), "oov_words": report.oov_words[:50],
+           "max_disambig": max_disambig, "optional_space": optional_space}
+    build_s = time.perf_counter() - t0
+    done.write_text(json.dumps({"words": words.words, "num_disambig": table.num_disambig, "sizes": sizes,
+                                "compounds": [list(c) for c in compounds], "lexicon_report": rep,
+                                "build_s": build_s}, indent=1))
+    return LangArtifacts(lang_dir, table, words, LG, LGp, compounds, sizes, rep, build_s)
+
+
+def build_topology_graphs(
+    out_dir: Path,
+    lang: LangArtifacts,
+    tokens: TokenSet,
+    topology: str,
+    *,
+    sources: dict,
+    force: bool = False,
+) -> dict:
+    """Stage 2 (per topology): TLG and HLG in every format + graph_info.json. Returns graph_info."""
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
+    out_dir = Path(out_dir)
+    info_path = out_dir / "graph_info.json"
+    if info_path.exists() and not force and all((out_dir / f).exists() for f in GRAPH_FILES):
+        log.info("%s: graph_info.json exists, skipping", out_dir)
+        return json.loads(info_path.read_text())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    table, words = lang.table, lang.words
+    symbols = words.symbols()
+    base_info = {"topology": topology, "token_kind": tokens.kind, "blank_id": tokens.blank_id,
+                 "vocab_size": tokens.vocab_size}
+    TLG = compile_TLG(lang.LG, topology, table)
+    TLG.write(str(out_dir / "TLG.fst"))
+    t_tlg = time.perf_counter() - t0
+    tlg = tlg_to_graph(TLG, table, symbols, info={**base_info, "kind": "TLG"})
+    tlg.save(out_dir / "TLG.bin")
+    t1 = time.perf_counter()
+    HLG = compile_HLG(lang.LG_epsfree, topology, table)
+    hlg = hlg_to_graph(HLG, table, symbols, lang.compounds, info={**base_info, "kind": "HLG"})
+    t_hlg = time.perf_counter() - t1
+    hlg.save(out_dir / "HLG.bin")
+    hlg.save_k2(out_dir / "HLG.pt")
+    hlg.write_k2_text(out_dir / "HLG.k2.txt")  # multi-word arcs: compound ids in HLG.k2.txt.aux.json
+    for name in ("words.txt", "tokens.txt", "lexicon.txt"):
+        shutil.copyfile(lang.lang_dir / name, out_dir / name)
+    tokens.write_tokens_txt(out_dir / "tokens_k2.txt")
+
+    def sizes(g):
+        return {"states": g.num_states, "arcs": g.num_arcs, "epsilon_arcs": g.num_epsilon_arcs,
+                "final_arcs": g.num_final_arcs, "multiword_arcs": g.num_multiword_arcs}
+
+    info = {
+        **base_info,
+        "num_words": words.num_real_words,
+        "num_disambig": table.num_disambig,
+        "numbering": {"TLG.fst": "Kaldi: <eps>=0, token id = column + 1, then #k (tokens.txt)",
+                      "HLG.*": "k2: label = column, -1 = final (tokens_k2.txt)"},
+        "TLG": {**sizes(tlg), "openfst": fst_size(TLG), "build_s": round(t_tlg, 3)},
+        "HLG": {**sizes(hlg), "build_s": round(t_hlg, 3),
+                },
+        "word_label_position_LG": word_label_positions(lang.LG, table, symbols, lang.lang_dir / "lexicon.txt"),
+        "lang": {"sizes": lang.sizes, "lexicon": lang.lexicon_report, "build_s": round(lang.build_s, 3)},
+        "build_s": round(time.perf_counter() - t0, 3),
+        "sources": sources,
+    }
+    info_path.write_text(json.dumps(info, indent=1))
+    log.info("%s: TLG %s | HLG %s", out_dir, sizes(tlg), sizes(hlg))
+    return info
+
+
+def build_token_set_graphs(
+    out_dir: Path,
+    tokens: TokenSet,
+    word_list: Sequence[str],
+    arpa_path: Path,
+    *,
+    topologies: Sequence[str] = TOPOLOGIES,
+    force: bool = False,
+    max_order: int = -1,
+) -> dict[str, dict]:
+    """All stages for one token set; returns {topology: graph_info}."""
+    out_dir = Path(out_dir)
+    sources = {"arpa": str(arpa_path), "arpa_sha256": _sha256(arpa_path), "tokens": tokens.tokens[:0] or None,
+               "tokens_sha256": hashlib.sha256("\n".join(tokens.tokens).encode()).hexdigest()[:16],
+               "words_sha256": hashlib.sha256("\n".join(word_list).encode()).hexdigest()[:16]}
+    sources.pop("tokens")
+    if tokens.sp_model_path:
+        sources["sp_model"] = str(tokens.sp_model_path)
+        sources["sp_model_sha256"] = _sha256(tokens.sp_model_path)
+    lang = build_lang(out_dir / "lang", tokens, word_list, arpa_path, force=force, max_order=max_order)
+    return {t: build_topology_graphs(out_dir / t, lang, tokens, t, sources=sources, force=force) for t in topologies}
