@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Sequence, Union
 
 import numpy as np
-
-from eval.acoustic.base import Utterance
 
 
 def _read_soundfile(path: str) -> tuple[np.ndarray, int]:
@@ -85,25 +83,6 @@ def audio_duration_s(path: Union[str, Path]) -> float:
         return info.frames / float(info.samplerate)
     except ImportError:
         return len(load_audio(path, sample_rate=16000)) / 16000.0
-
-
-def manifest_utterances(manifest_path: Union[str, Path], max_utterances: Optional[int] = None) -> list[Utterance]:
-    """NeMo manifest (JSONL: audio_filepath, duration, text) -> Utterances; ids are audio file stems
-    (LibriSpeech: "1089-134686-0000") unless the entry has an explicit "id"/"utt_id"."""
-    from recipes.librispeech import read_manifest
-
-    entries = read_manifest(manifest_path)
-    if max_utterances is not None:
-        entries = entries[:max_utterances]
-    utts: list[Utterance] = []
-    seen: set[str] = set()
-    for e in entries:
-        uid = str(e.get("id") or e.get("utt_id") or Path(e["audio_filepath"]).stem)
-        if uid in seen:
-            raise ValueError(f"{manifest_path}: duplicate utterance id {uid!r} (give entries an explicit 'id')")
-        seen.add(uid)
-        utts.append(Utterance(id=uid, text=e["text"], duration=float(e["duration"]), audio_filepath=e["audio_filepath"]))
-    return utts
 
 
 def pad_waveforms(waves: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

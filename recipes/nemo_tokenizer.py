@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -197,7 +198,16 @@ def _token_list(obj: Any, what: str) -> list[str]:
     if isinstance(obj, TokenSet):
         return list(obj.tokens)
     if isinstance(obj, (str, Path)):
-        return read_tokens_txt(obj)
+        p = Path(obj)
+        if p.is_dir():  # a graph directory (recipes.graphs.build layout)
+            if (p / "tokens_k2.txt").is_file():  # column order (tokens.txt there is Kaldi-numbered)
+                return read_tokens_txt(p / "tokens_k2.txt")
+            if (p / "graph_info.json").is_file():
+                import json
+
+                return _token_list(json.loads((p / "graph_info.json").read_text()), what)
+            raise ValueError(f"{what}: graph directory {p} has neither tokens_k2.txt nor graph_info.json")
+        return read_tokens_txt(p)
     if isinstance(obj, dict):
         for key in ("tokens", "token_list", "vocabulary"):
             if key in obj and obj[key] is not None:
@@ -205,11 +215,18 @@ def _token_list(obj: Any, what: str) -> list[str]:
         for key in ("tokens_txt", "tokens_path"):
             if key in obj and obj[key]:
                 return read_tokens_txt(obj[key])
-        raise ValueError(f"{what}: graph info has no 'tokens' (or tokens_txt) entry; keys: {sorted(obj)}")
+        sha = obj.get("tokens_sha256") or (obj.get("sources") or {}).get("tokens_sha256")
+        size = obj.get("vocab_size", obj.get("num_tokens"))
+        if size is not None:  # graph_info.json (hash under "sources") or a WfstGraph's info (size only)
+            return _Digest(int(size), str(sha) if sha else None)
+        raise ValueError(f"{what}: graph info has no 'tokens' (or tokens_sha256 + vocab_size); keys: {sorted(obj)}")
     if hasattr(obj, "tokens") and not isinstance(obj, (list, tuple)):
         return _token_list(obj.tokens, what)
-    if hasattr(obj, "info") and isinstance(getattr(obj, "info"), dict):
-        return _token_list(obj.info, what)
+    if hasattr(obj, "info") and isinstance(getattr(obj, "info"), dict):  # WfstGraph
+        info = dict(obj.info)
+        if hasattr(obj, "num_tokens"):
+            info.setdefault("num_tokens", obj.num_tokens)
+        return _token_list(info, what)
     if isinstance(obj, (list, tuple)):
         return [str(t) for t in obj]
     raise ValueError(f"{what}: cannot read a token list from {type(obj).__name__}")
@@ -234,6 +251,19 @@ def read_tokens_txt(path: Union[str, Path]) -> list[str]:
     return [by_id[i] for i in range(len(by_id))]
 
 
+@dataclass(frozen=True)
+class _Digest:
+    """What a graph_info.json records about its token set when it does not list the tokens."""
+
+    vocab_size: int
+    tokens_sha256: Optional[str]  # None: only the size is known (the check is weaker)
+
+
+def _tokens_sha256(tokens: list[str]) -> str:
+    # same digest as recipes.graphs.build and `describe` below
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()[:16]
+
+
 _BLANK_ALIASES = {BLANK_SYMBOL, "<blank>", "<blk>", "<b>", "<eps>"}
 
 
@@ -247,6 +277,18 @@ def check_vocab_matches(graph_tokens: Any, model_tokens: Any) -> None:
     """
     g = _token_list(graph_tokens, "graph_tokens")
     m = _token_list(model_tokens, "model_tokens")
+    if isinstance(m, _Digest):
+        g, m = m, g
+    if isinstance(g, _Digest):
+        if isinstance(m, _Digest):
+            raise ValueError("check_vocab_matches: at least one side must list its tokens")
+        if g.vocab_size != len(m) or (g.tokens_sha256 is not None and g.tokens_sha256 != _tokens_sha256(m)):
+            raise ValueError(
+                f"vocabulary mismatch: the graph was built for {g.vocab_size} columns (tokens sha256 "
+                f"{g.tokens_sha256}) but the model outputs {len(m)} (sha256 {_tokens_sha256(m)}); rebuild the graph "
+                "from this model's tokenizer (recipes.nemo_tokenizer.token_set_from_nemo)"
+            )
+        return
     norm = lambda t: BLANK_SYMBOL if t in _BLANK_ALIASES else t  # noqa: E731
     if len(g) != len(m):
         raise ValueError(
@@ -269,6 +311,6 @@ def describe(tokens: TokenSet) -> dict:
         "vocab_size": tokens.vocab_size,
         "blank_id": tokens.blank_id,
         "sp_model_path": tokens.sp_model_path,
-        "tokens_sha256": hashlib.sha256("\n".join(tokens.tokens).encode("utf-8")).hexdigest()[:16],
+        "tokens_sha256": _tokens_sha256(list(tokens.tokens)),
     }
 
