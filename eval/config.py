@@ -1,0 +1,255 @@
+"""Typed schemas of the evaluation app, registered with Hydra's ConfigStore.
+
+The YAML groups under `conf/` (data/, model/, graph/, decoder/, experiment/) fill these dataclasses;
+OmegaConf checks every value against the field's type when the config is composed, so a typo such as
+`model.token_kind=bep` fails at load with the list of allowed values (Enums), not deep inside a run.
+
+Decoder configs are per decoder: each adapter module may define `CONFIG_SCHEMA` (a dataclass with a
+`name` field); `resolve_decoder_config` merges the YAML and overrides onto it. Decoders without a schema
+keep a free-form dict (their adapter validates it).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field, is_dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO_ROOT / "conf"
+
+
+class AcousticSourceKind(str, Enum):
+    simulator = "simulator"  # CTC posterior simulator over the synthetic workload
+    cache = "cache"  # log-probs cached on disk by an earlier run
+    nemo = "nemo"  # a NeMo CTC model run on audio
+
+
+class TokenKind(str, Enum):
+    char = "char"
+    bpe = "bpe"
+
+
+class BlankPosition(str, Enum):
+    first = "first"  # torchaudio / k2 recipes
+    last = "last"  # NeMo
+
+
+class Topology(str, Enum):
+    normal = "normal"
+    compact = "compact"
+    minimal = "minimal"
+
+
+class BoostMode(str, Enum):
+    none = "none"
+    words = "words"  # the same {word: value} for every utterance (words + words_file)
+    test_set_words = "test_set_words"  # every word of the dataset's references ("accurate" scenario)
+    per_utterance_file = "per_utterance_file"  # JSONL {"id": ..., "boosts": {word: value}}
+
+
+@dataclass
+class DataConfig:
+    """Which utterances to decode."""
+
+    scale: str = "tiny"  # workload scale (checked against recipes.workload's scales at run time)
+    sets: list[str] = field(default_factory=lambda: ["clean", "other"])
+    max_utterances: Optional[int] = None  # per set; None = all
+    workload_root: Optional[str] = None  # where the synthetic workload is generated/cached
+    # set name -> NeMo manifest path; when non-empty these replace the workload's sets (e.g. LibriSpeech)
+    manifests: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ModelConfig:
+    """The acoustic source: what turns utterances into (B, T, V) log-probs, and its token set."""
+
+    source: AcousticSourceKind = AcousticSourceKind.simulator
+    token_kind: TokenKind = TokenKind.bpe
+    blank: BlankPosition = BlankPosition.last
+    cache_dir: Optional[str] = None  # for source=cache
+    nemo_model: Optional[str] = None  # for source=nemo: pretrained name or .nemo path
+    params: dict[str, Any] = field(default_factory=dict)  # source-specific extras
+
+
+@dataclass
+class GraphConfig:
+    """Which decoding graph WFST decoders use; built by `recipes.build_graphs` when missing."""
+
+    topology: Topology = Topology.compact
+    root: str = "data/graphs"
+    graph_dir: Optional[str] = None  # explicit directory; default <root>/<scale>/<kind>_blank<pos>/<topology>
+    build_if_missing: bool = True
+
+
+@dataclass
+class BoostConfig:
+    """Per-utterance word boosting (log-domain, positive favours the word) and boost sweeps."""
+
+    mode: BoostMode = BoostMode.none
+    words: list[str] = field(default_factory=list)
+    words_file: Optional[str] = None  # one word per line (first column)
+    value: float = 0.0
+    sweep: list[float] = field(default_factory=list)  # non-empty: decode once per boost value
+    per_utterance_file: Optional[str] = None
+
+
+@dataclass
+class ExperimentConfig:
+    """How to run: which decoders, batch size, devices, where results go."""
+
+    name: str = "default"
+    run: Optional[str] = None  # run directory name; None = timestamp
+    output_dir: str = "runs"
+    # decoder labels "name" or "name@device" (e.g. "wfst@cuda"); empty = just the `decoder` group choice
+    decoders: list[str] = field(default_factory=list)
+    decoder_overrides: dict[str, Any] = field(default_factory=dict)  # {name: {param: value}}
+    batch_size: int = 16
+    warmup_batches: int = 1
+    device: str = "cpu"  # default decoder device; "auto" = cuda when available
+    skip_unavailable: bool = False  # True: a decoder that cannot be built here is listed with the reason
+    progress: bool = True
+    gate_baseline: Optional[str] = None  # baseline JSON to gate the results against
+    gate_metrics: list[str] = field(default_factory=lambda: ["wer"])
+
+
+@dataclass
+class EvalConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    decoder: Any = field(default_factory=lambda: {"name": "greedy"})
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    boost: BoostConfig = field(default_factory=BoostConfig)
+
+
+def register_configs() -> None:
+    """Store the schemas so `conf/config.yaml` can extend them (`defaults: [eval_schema, ...]`)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="eval_schema", node=EvalConfig)
+    cs.store(group="data", name="data_schema", node=DataConfig)
+    cs.store(group="model", name="model_schema", node=ModelConfig)
+    cs.store(group="graph", name="graph_schema", node=GraphConfig)
+    cs.store(group="experiment", name="experiment_schema", node=ExperimentConfig)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading and validation outside Hydra (tests, demo, notebooks)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def compose_config(overrides: Optional[list[str]] = None, config_name: str = "config") -> DictConfig:
+    """Compose `conf/<config_name>.yaml` with command-line style overrides, exactly as `eval.run` does."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from hydra.errors import HydraException
+
+    register_configs()
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return compose(config_name=config_name, overrides=list(overrides or []))
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            return compose(config_name=config_name, overrides=list(overrides or []))
+    except HydraException as e:
+        cause = f": {e.__cause__}" if e.__cause__ is not None else ""
+        raise ValueError(f"{e}{cause}") from None
+
+
+def validate_config(cfg: DictConfig) -> DictConfig:
+    """Merge onto the schema (type/enum checks) and check cross-field rules; returns the typed config."""
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(EvalConfig), _strip_hydra(cfg))
+    except OmegaConfBaseException as e:
+        raise ValueError(f"invalid evaluation config: {e}") from None
+    if typed.experiment.batch_size <= 0:
+        raise ValueError(f"experiment.batch_size must be positive, got {typed.experiment.batch_size}")
+    if typed.experiment.warmup_batches < 0:
+        raise ValueError(f"experiment.warmup_batches must be >= 0, got {typed.experiment.warmup_batches}")
+    for label in decoder_labels(typed):
+        name, _ = split_decoder_label(label)
+        check_decoder_name(name)
+    if typed.boost.mode == BoostMode.words and not (typed.boost.words or typed.boost.words_file):
+        raise ValueError("boost.mode=words needs boost.words=[...] or boost.words_file=<path>")
+    if typed.boost.mode == BoostMode.per_utterance_file and not typed.boost.per_utterance_file:
+        raise ValueError("boost.mode=per_utterance_file needs boost.per_utterance_file=<path>")
+    for key in ("words_file", "per_utterance_file"):
+        p = typed.boost.get(key)
+        if p and not Path(p).is_file():
+            raise FileNotFoundError(f"boost.{key}: no such file {p!r}")
+    return typed
+
+
+def _strip_hydra(cfg: DictConfig) -> DictConfig:
+    c = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    if "hydra" in c:
+        del c["hydra"]
+    return c
+
+
+def decoder_labels(cfg: DictConfig) -> list[str]:
+    labels = list(cfg.experiment.decoders)
+    if not labels:
+        if "name" not in cfg.decoder:
+            raise ValueError("decoder config has no `name`; pick one with decoder=<name>")
+        labels = [str(cfg.decoder.name)]
+    return labels
+
+
+def split_decoder_label(label: str) -> tuple[str, Optional[str]]:
+    """"wfst@cuda" -> ("wfst", "cuda"); "greedy" -> ("greedy", None)."""
+    name, _, device = str(label).partition("@")
+    return name, (device or None)
+
+
+def check_decoder_name(name: str) -> None:
+    from eval.adapters.base import ADAPTER_MODULES
+
+    if name not in ADAPTER_MODULES:
+        raise ValueError(f"unknown decoder {name!r}; valid choices: {sorted(ADAPTER_MODULES)}")
+
+
+def decoder_yaml_path(name: str) -> Path:
+    return CONF_DIR / "decoder" / f"{name}.yaml"
+
+
+def resolve_decoder_config(name: str, cfg: DictConfig, import_schema: bool = True) -> DictConfig:
+    """Decoder `name`'s config: conf/decoder/<name>.yaml (or the `decoder` group when it names this
+    decoder), then experiment.decoder_overrides[name], merged onto the adapter's CONFIG_SCHEMA if any."""
+    check_decoder_name(name)
+    if "name" in cfg.decoder and cfg.decoder.name == name:
+        base = OmegaConf.create(OmegaConf.to_container(cfg.decoder, resolve=True))
+    else:
+        path = decoder_yaml_path(name)
+        base = OmegaConf.load(path) if path.is_file() else OmegaConf.create({"name": name})
+    overrides = cfg.experiment.decoder_overrides.get(name, {}) if cfg.experiment.decoder_overrides else {}
+    merged = OmegaConf.merge(base, overrides or {})
+    if merged.get("name", name) != name:
+        raise ValueError(f"decoder config for {name!r} has name {merged.get('name')!r}")
+    merged.name = name
+    if import_schema:
+        schema = decoder_schema(name)
+        if schema is not None:
+            try:
+                merged = OmegaConf.merge(OmegaConf.structured(schema), merged)
+            except OmegaConfBaseException as e:
+                raise ValueError(f"invalid config for decoder {name!r}: {e}") from None
+    return merged
+
+
+def decoder_schema(name: str) -> Optional[type]:
+    """The adapter's CONFIG_SCHEMA dataclass, or None (adapter missing or schema-less)."""
+    from eval.adapters.base import ADAPTER_MODULES
+
+    try:
+        module = importlib.import_module(ADAPTER_MODULES[name])
+    except ImportError:
+        return None
+    schema = getattr(module, "CONFIG_SCHEMA", None)
+    return schema if schema is not None and is_dataclass(schema) else None

@@ -1,0 +1,316 @@
+"""The ONE definition of each number the harness reports: WER, RTFx, memory.
+
+- WER: jiwer word alignment after one text normaliser (`normalize_text`), summed over utterances
+  (corpus WER = (S + D + I) / reference words), never an average of per-utterance WERs.
+- RTFx: audio seconds / wall seconds. Two kinds: decoder-only (time inside `decoder.decode`) and
+  end-to-end (acoustic source + decoder). Warm-up batches are excluded; on CUDA every timed region is
+  bracketed by explicit `torch.cuda.synchronize()` so asynchronous kernels are counted, and CUDA events
+  record device time next to the wall time.
+- Memory: host peak RSS while a region runs (sampled by a background thread, reported as the rise over
+  the RSS at entry and as the absolute peak) and the CUDA allocator's peak for the region.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Optional, Sequence
+
+import jiwer
+
+# ---------------------------------------------------------------------------------------------------------
+# WER
+# ---------------------------------------------------------------------------------------------------------
+
+# Keep letters, digits, apostrophes (LibriSpeech spells "don't"); every other character becomes a space.
+_NORMALIZE = jiwer.Compose(
+    [
+        jiwer.ToLowerCase(),
+        jiwer.SubstituteRegexes({r"[^\w\s']": " ", r"_": " "}),
+        jiwer.RemoveMultipleSpaces(),
+        jiwer.Strip(),
+    ]
+)
+_TO_WORDS = jiwer.Compose([_NORMALIZE, jiwer.ReduceToListOfListOfWords()])
+
+
+def normalize_text(text: str) -> str:
+    """The harness's text normaliser: lower case, punctuation (except apostrophes) removed, single spaces."""
+    return _NORMALIZE(text)
+
+
+@dataclass
+class WerStats:
+    """Word error counts over a set of utterances; `wer` is derived, so stats from shards can be added."""
+
+    substitutions: int = 0
+    deletions: int = 0
+    insertions: int = 0
+    hits: int = 0
+    utterances: int = 0
+    sentence_errors: int = 0  # utterances with at least one error
+
+    @property
+    def ref_words(self) -> int:
+        return self.hits + self.substitutions + self.deletions
+
+    @property
+    def errors(self) -> int:
+        return self.substitutions + self.deletions + self.insertions
+
+    @property
+    def wer(self) -> float:
+        """(S + D + I) / reference words; with no reference words the denominator is clamped to 1,
+        as jiwer does, so an all-empty reference set with insertions still scores > 0."""
+        return self.errors / max(self.ref_words, 1)
+
+    def __add__(self, other: "WerStats") -> "WerStats":
+        return WerStats(
+            substitutions=self.substitutions + other.substitutions,
+            deletions=self.deletions + other.deletions,
+            insertions=self.insertions + other.insertions,
+            hits=self.hits + other.hits,
+            utterances=self.utterances + other.utterances,
+            sentence_errors=self.sentence_errors + other.sentence_errors,
+        )
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(wer=self.wer, ref_words=self.ref_words, errors=self.errors)
+        return d
+
+
+def word_error_stats(references: Sequence[str], hypotheses: Sequence[str]) -> WerStats:
+    """Corpus-level WER parts for parallel lists of raw (un-normalised) reference/hypothesis strings."""
+    if len(references) != len(hypotheses):
+        raise ValueError(
+            f"references and hypotheses must have the same length, got {len(references)} and {len(hypotheses)}"
+        )
+    if len(references) == 0:
+        return WerStats()
+    out = jiwer.process_words(
+        list(references), list(hypotheses), reference_transform=_TO_WORDS, hypothesis_transform=_TO_WORDS
+    )
+    sentence_errors = sum(
+        1 for chunks in out.alignments if any(c.type != "equal" for c in chunks)
+    )
+    return WerStats(
+        substitutions=out.substitutions,
+        deletions=out.deletions,
+        insertions=out.insertions,
+        hits=out.hits,
+        utterances=len(references),
+        sentence_errors=sentence_errors,
+    )
+
+
+def word_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> float:
+    """Corpus WER as a fraction (0.05 = 5 %)."""
+    return word_error_stats(references, hypotheses).wer
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Timing (RTFx)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def rtfx(audio_seconds: float, wall_seconds: float) -> float:
+    """Inverse real-time factor: seconds of audio processed per wall-clock second (higher is faster)."""
+    if wall_seconds <= 0:
+        return float("inf") if audio_seconds > 0 else 0.0
+    return audio_seconds / wall_seconds
+
+
+def _is_cuda(device: str) -> bool:
+    return str(device).startswith("cuda")
+
+
+class Stopwatch:
+    """Accumulates wall time of repeated regions; on CUDA also device time from events.
+
+    Usage: `with sw: work()`. Entering syncs the device (so earlier queued work is not billed to this
+    region), exiting syncs again (so this region's kernels are finished when the clock stops).
+    """
+
+    def __init__(self, device: str = "cpu"):
+        self.device = str(device)
+        self.wall_seconds = 0.0
+        self.cuda_seconds: Optional[float] = 0.0 if _is_cuda(self.device) else None
+        self.regions = 0
+        self._t0 = 0.0
+        self._events = None
+
+    def __enter__(self) -> "Stopwatch":
+        if self.cuda_seconds is not None:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._events[0].record()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda_seconds is not None:
+            import torch
+
+            self._events[1].record()
+            torch.cuda.synchronize(self.device)
+            self.cuda_seconds += self._events[0].elapsed_time(self._events[1]) / 1000.0
+        self.wall_seconds += time.perf_counter() - self._t0
+        self.regions += 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------------------
+
+
+def current_rss_bytes() -> int:
+    import psutil
+
+    return int(psutil.Process(os.getpid()).memory_info().rss)
+
+
+@dataclass
+class MemoryStats:
+    peak_rss_bytes: int = 0  # absolute host RSS peak observed during the region(s)
+    rss_increase_bytes: int = 0  # peak RSS minus RSS at region entry (working memory of the region)
+    cuda_peak_bytes: Optional[int] = None  # torch allocator peak during the region(s); None off CUDA
+
+    def merge(self, other: "MemoryStats") -> "MemoryStats":
+        cuda = None
+        if self.cuda_peak_bytes is not None or other.cuda_peak_bytes is not None:
+            cuda = max(self.cuda_peak_bytes or 0, other.cuda_peak_bytes or 0)
+        return MemoryStats(
+            peak_rss_bytes=max(self.peak_rss_bytes, other.peak_rss_bytes),
+            rss_increase_bytes=max(self.rss_increase_bytes, other.rss_increase_bytes),
+            cuda_peak_bytes=cuda,
+        )
+
+
+class MemoryProbe:
+    """Host peak RSS (sampled every `interval_s` by a daemon thread) + CUDA peak for a `with` region.
+
+    RSS sampling can miss a spike shorter than the interval; the probe also samples at entry and exit.
+    The process-wide `ru_maxrss` is not used because it never resets, so it cannot attribute memory
+    to one decoder when several run in one process.
+    """
+
+    def __init__(self, device: str = "cpu", interval_s: float = 0.005):
+        self.device = str(device)
+        self.interval_s = interval_s
+        self.stats = MemoryStats(cuda_peak_bytes=0 if _is_cuda(self.device) else None)
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._start_rss = 0
+        self._peak = 0
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._peak = max(self._peak, current_rss_bytes())
+
+    def __enter__(self) -> "MemoryProbe":
+        if self.stats.cuda_peak_bytes is not None:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._start_rss = self._peak = current_rss_bytes()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._peak = max(self._peak, current_rss_bytes())
+        cuda_peak = None
+        if self.stats.cuda_peak_bytes is not None:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            cuda_peak = int(torch.cuda.max_memory_allocated(self.device))
+        self.stats = self.stats.merge(
+            MemoryStats(
+                peak_rss_bytes=self._peak,
+                rss_increase_bytes=self._peak - self._start_rss,
+                cuda_peak_bytes=cuda_peak,
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Environment (what the gate compares timings on)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _git_commit(cwd: Optional[str] = None) -> Optional[str]:
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=cwd, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=10, cwd=cwd,
+        ).stdout.strip()
+        return out + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment_info() -> dict:
+    """GPU name, torch/CUDA versions, CPU, git commit: recorded with every results row."""
+    import platform
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    gpu_name = torch.cuda.get_device_name(0) if cuda else None
+    return {
+        "gpu_name": gpu_name,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": torch.backends.cudnn.version() if cuda else None,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "git_commit": _git_commit(os.path.dirname(os.path.abspath(__file__))),
+    }
+
+
+def hardware_key(env: dict, device: str) -> str:
+    """What must match for two timings to be comparable: the GPU for CUDA decoders, the CPU otherwise."""
+    if _is_cuda(device):
+        return f"gpu:{env.get('gpu_name')}"
+    return f"cpu:{env.get('cpu_model')}x{env.get('cpu_count')}"
+
+
+def mib(n_bytes: Optional[float]) -> Optional[float]:
+    return None if n_bytes is None else n_bytes / 2**20
+
+
+def iter_chunks(items: Sequence, size: int) -> Iterable[Sequence]:
+    if size <= 0:
+        raise ValueError(f"batch size must be positive, got {size}")
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,111 @@
+"""The runner end to end on a tiny fake workload: run dir layout, results schema, WER recomputable from
+hyps.jsonl, unavailable decoders listed with a reason, word boosts reaching the decoder."""
+import json
+
+import pytest
+import torch
+
+from _eval_fakes import FakeWorkload, fake_log_probs, fake_source_factory
+from eval.adapters.base import ADAPTER_MODULES, DecodingContext, build_decoder
+from eval.config import compose_config
+from eval.metrics import word_error_stats
+from eval.runner import run_experiment
+
+
+def _run(tmp_path, *overrides, workload=None):
+    wl = workload or FakeWorkload(tmp_path / "wl")
+    cfg = compose_config(
+        [f"experiment.output_dir={tmp_path / 'runs'}", "experiment.run=r1", "experiment.batch_size=2",
+         "experiment.progress=false", *overrides]
+    )
+    return run_experiment(cfg, workload=wl, source_factory=fake_source_factory)
+
+
+def test_greedy_end_to_end_writes_a_self_describing_run_dir(tmp_path):
+    out = _run(tmp_path, "decoder=greedy")
+    assert out.run_dir == tmp_path / "runs" / "default" / "r1"
+    for name in ("config.yaml", "hyps.jsonl", "results.jsonl"):
+        assert (out.run_dir / name).is_file()
+    rows = [json.loads(line) for line in open(out.run_dir / "results.jsonl")]
+    assert [(r["decoder"], r["dataset"]) for r in rows] == [("greedy", "clean"), ("greedy", "other"), ("greedy", "all")]
+    for r in rows:
+        for key in ("utterances", "audio_seconds", "wer", "substitutions", "deletions", "insertions",
+                    "rtfx_decoder", "rtfx_end_to_end", "peak_rss_bytes", "cuda_peak_bytes", "overflow_count",
+                    "environment", "hardware_key"):
+            assert key in r
+        assert r["rtfx_decoder"] > 0 and r["rtfx_end_to_end"] <= r["rtfx_decoder"]
+        assert {"gpu_name", "torch_version", "cuda_version", "git_commit"} <= set(r["environment"])
+    clean, other, total = rows
+    assert clean["wer"] == 0.0 and clean["utterances"] == 5
+    assert other["wer"] > 0.0 and other["substitutions"] > 0
+    assert total["utterances"] == 10
+    assert total["ref_words"] == clean["ref_words"] + other["ref_words"]
+    # per-utterance hypotheses: the results' WER is recomputable from them
+    hyps = [json.loads(line) for line in open(out.run_dir / "hyps.jsonl")]
+    assert len(hyps) == 10 and set(hyps[0]) >= {"id", "ref", "hyp", "score", "tokens", "decoder", "dataset"}
+    other_h = [h for h in hyps if h["dataset"] == "other"]
+    assert word_error_stats([h["ref"] for h in other_h], [h["hyp"] for h in other_h]).wer == pytest.approx(other["wer"])
+    assert "config:" in (out.run_dir / "config.yaml").read_text()
+
+
+def test_unavailable_decoder_is_listed_with_reason(tmp_path, monkeypatch):
+    monkeypatch.setitem(ADAPTER_MODULES, "ghost", "eval.adapters.ghost_not_written")
+    out = _run(tmp_path, "experiment.decoders=[greedy,ghost]", "experiment.skip_unavailable=true")
+    assert "ghost" in out.unavailable and "not in this tree yet" in out.unavailable["ghost"]
+    rows = [json.loads(line) for line in open(out.run_dir / "results.jsonl")]
+    assert any(r["decoder"] == "ghost" and r["status"] == "unavailable" for r in rows)
+    assert any(r["decoder"] == "greedy" and r["status"] == "ok" for r in rows)
+
+
+def test_unavailable_decoder_raises_without_skip(tmp_path, monkeypatch):
+    monkeypatch.setitem(ADAPTER_MODULES, "ghost", "eval.adapters.ghost_not_written")
+    with pytest.raises(ModuleNotFoundError):
+        _run(tmp_path, "experiment.decoders=[greedy,ghost]")
+
+
+def test_missing_set_lists_valid_sets(tmp_path):
+    with pytest.raises(ValueError, match=r"not in the workload.*clean"):
+        _run(tmp_path, "data.sets=[test_clean]")
+
+
+def test_boost_sweep_labels_and_greedy_refuses_boosts(tmp_path):
+    out = _run(tmp_path, "experiment.decoders=[greedy,flashlight]", "experiment.skip_unavailable=true",
+               "boost.mode=test_set_words", "boost.sweep=[0.0,2.0]")
+    assert "greedy[boost=2]" in out.unavailable and "NotImplementedError" in out.unavailable["greedy[boost=2]"]
+    ok = {(r["decoder"], r["dataset"]) for r in out.rows if r["status"] == "ok"}
+    assert ("flashlight[boost=0]", "other") in ok and ("flashlight[boost=2]", "other") in ok
+
+
+def test_flashlight_repairs_greedy_errors_with_lexicon_and_lm(tmp_path):
+    out = _run(tmp_path, "experiment.decoders=[greedy,flashlight]")
+    wer = {(r["decoder"], r["dataset"]): r["wer"] for r in out.rows if r["status"] == "ok"}
+    assert wer[("greedy", "other")] > 0.1
+    assert wer[("flashlight", "other")] < wer[("greedy", "other")]
+    assert wer[("flashlight", "clean")] == 0.0
+
+
+def test_flashlight_word_boost_flips_an_ambiguous_word(tmp_path):
+    """Frames equally likely to spell 'cat' or 'hat': the boosted word wins."""
+    wl = FakeWorkload(tmp_path / "wl")
+    tokens = wl.token_set()
+    ctx = DecodingContext(tokens=tokens, arpa_path=wl.arpa_path, words_path=wl.words_path)
+    dec = build_decoder("flashlight", {"name": "flashlight", "lm_weight": 0.5, "word_score": 0.0}, ctx)
+    lp = fake_log_probs("cat", tokens, corrupt=False)
+    c, h = tokens.tokens.index("c"), tokens.tokens.index("h")
+    lp[1, c] = lp[1, h] = float(torch.log(torch.tensor(0.49)))
+    lp_t, lengths = torch.from_numpy(lp)[None], torch.tensor([lp.shape[0]])
+    assert dec.decode(lp_t, lengths, boosts=[{"hat": 3.0}])[0].words == ["hat"]
+    assert dec.decode(lp_t, lengths, boosts=[{"cat": 3.0}])[0].words == ["cat"]
+
+
+def test_greedy_decoder_collapses_repeats_and_blanks():
+    from eval.adapters.greedy import greedy_ctc
+
+    # blank = 0; frames: 1 1 0 1 2 2 0 (pad) -> tokens 1 1 2
+    seq = [1, 1, 0, 1, 2, 2, 0, 2]
+    lp = torch.full((1, len(seq), 3), -10.0)
+    for t, c in enumerate(seq):
+        lp[0, t, c] = 0.0
+    tokens, times, scores = greedy_ctc(lp, torch.tensor([7]), blank_id=0)
+    assert tokens == [[1, 1, 2]] and times == [[0, 3, 4]]
+    assert float(scores[0]) == pytest.approx(0.0)
