@@ -13,6 +13,17 @@
 TORCH_LIBRARY(beamdec, m) {
 #ifdef BEAMDEC_WITH_CTC
   // ---- CTC prefix beam search: schemas ----
+  // Layout of `state` and the status bits: decoders/include/ctc_common.cuh; semantics: ctc_cpu.cpp.
+  m.def(
+      "ctc_decode_offline(Tensor log_probs, Tensor lengths, int beam_size, int blank_id, "
+      "float blank_skip_threshold, int nbest, int max_seq_len) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "ctc_decode_chunk(Tensor(a!) state, Tensor log_probs, Tensor? speech_mask, int beam_size, int blank_id, "
+      "int max_seq_len) -> ()");
+  m.def(
+      "ctc_decode_chunk_batched(Tensor(a!)[] states, Tensor log_probs, Tensor? speech_mask, int beam_size, "
+      "int blank_id, int max_seq_len) -> ()");
+  m.def("ctc_finalize(Tensor state, int beam_size, int nbest, int max_seq_len) -> (Tensor, Tensor, Tensor, Tensor)");
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: schemas ----
@@ -22,6 +33,10 @@ TORCH_LIBRARY(beamdec, m) {
 TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
 #ifdef BEAMDEC_WITH_CTC
   // ---- CTC prefix beam search: CPU reference ----
+  m.impl("ctc_decode_offline", &beamdec::ctc_decode_offline_cpu);
+  m.impl("ctc_decode_chunk", &beamdec::ctc_decode_chunk_cpu);
+  m.impl("ctc_decode_chunk_batched", &beamdec::ctc_decode_chunk_batched_cpu);
+  m.impl("ctc_finalize", &beamdec::ctc_finalize_cpu);
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: CPU reference ----
@@ -32,6 +47,10 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
 TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
 #ifdef BEAMDEC_WITH_CTC
   // ---- CTC prefix beam search: CUDA ----
+  m.impl("ctc_decode_offline", &beamdec::ctc_decode_offline_cuda);
+  m.impl("ctc_decode_chunk", &beamdec::ctc_decode_chunk_cuda);
+  m.impl("ctc_decode_chunk_batched", &beamdec::ctc_decode_chunk_batched_cuda);
+  m.impl("ctc_finalize", &beamdec::ctc_finalize_cuda);
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: CUDA ----

@@ -1,0 +1,98 @@
+// Torch-free launchers for the CTC prefix beam search kernels (decoders/include/ctc_kernels.cuh).
+#include <cmath>
+
+#include "ctc_kernels.cuh"
+#include "ctc_launch.h"
+
+namespace beamdec {
+namespace ctc {
+
+namespace {
+size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
+
+template <int NT, typename T>
+cudaError_t launch_decode(const FrameArgs<T>& fa, int t0, int tile_len, int advance, cudaStream_t stream) {
+  const size_t smem = (size_t)fa.beam * (fa.C + 1) * sizeof(uint32_t);
+  auto kernel = ctc_decode_tile_kernel<NT, T>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<fa.rows, NT, smem, stream>>>(fa, t0, tile_len, advance);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
+  FrameArgs<T> fa;
+  fa.log_probs = static_cast<const T*>(d.log_probs);
+  fa.b_stride = d.b_stride;
+  fa.t_stride = d.t_stride;
+  fa.rows = d.rows;
+  fa.n_frames = d.T;
+  fa.V = d.V;
+  fa.blank = d.blank;
+  fa.beam = d.beam;
+  fa.C = candidate_count(d.beam, d.V);
+  fa.max_len = d.max_len;
+  fa.lengths = d.lengths;
+  fa.mask = d.mask;
+  fa.mask_b_stride = d.mask_b_stride;
+  fa.log_threshold = d.blank_skip_threshold >= 1.0f ? INFINITY : logf(d.blank_skip_threshold);
+  char* ws = static_cast<char*>(d.workspace);
+  const size_t cap = (size_t)kTile * d.rows * fa.C;
+  fa.pre_ids = reinterpret_cast<int32_t*>(ws);
+  fa.pre_lp = reinterpret_cast<float*>(ws + align_up(cap * 4));
+  fa.pre_cnt = reinterpret_cast<int32_t*>(ws + 2 * align_up(cap * 4));
+  fa.states.base = d.state;
+  fa.states.row_words = d.state_row_words;
+  fa.states.n_ptrs = 0;
+  if (d.stream_states) {
+    if (d.rows > kMaxStreamsPerLaunch) return cudaErrorInvalidValue;
+    fa.states.n_ptrs = d.rows;
+    for (int i = 0; i < d.rows; ++i) fa.states.ptrs[i] = d.stream_states[i];
+  }
+  const bool cached = d.V <= kPrepassCacheMaxV;
+  const size_t prepass_smem = cached ? (size_t)d.V * sizeof(uint32_t) : 0;
+  cudaError_t err = cudaFuncSetAttribute(ctc_prepass_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)prepass_smem);
+  if (err != cudaSuccess) return err;
+  if (d.T == 0) {  // nothing to decode; frame counters stay (T == 0 advances nothing)
+    return cudaSuccess;
+  }
+  for (int t0 = 0; t0 < d.T; t0 += kTile) {
+    const int tile_len = d.T - t0 < kTile ? d.T - t0 : kTile;
+    const int advance = t0 + tile_len >= d.T ? d.T : 0;
+    ctc_prepass_kernel<T><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    err = d.beam <= kFastMaxBeam ? launch_decode<256, T>(fa, t0, tile_len, advance, stream)
+                                 : launch_decode<512, T>(fa, t0, tile_len, advance, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+}  // namespace
+
+size_t ctc_prepass_workspace_bytes(int rows, int beam, int vocab) {
+  const size_t cap = (size_t)kTile * rows * candidate_count(beam, vocab);
+  return 2 * align_up(cap * 4) + align_up((size_t)kTile * rows * 4);
+}
+
+cudaError_t ctc_decode_frames(const DecodeLaunch& args, cudaStream_t stream) {
+  if (args.beam < 1 || args.beam > kMaxBeam || args.V < 2 || args.rows < 1) return cudaErrorInvalidValue;
+  return args.half ? decode_frames<__half>(args, stream) : decode_frames<float>(args, stream);
+}
+
+cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int nbest,
+                              int32_t* out_tokens, int32_t* out_len, float* out_scores, int32_t* out_status,
+                              cudaStream_t stream) {
+  if (rows < 1) return cudaSuccess;
+  StateRefs refs;
+  refs.base = state;
+  refs.row_words = state_row_words;
+  refs.n_ptrs = 0;
+  ctc_finalize_kernel<<<rows, kFinalizeThreads, 0, stream>>>(refs, beam, max_len, nbest, out_tokens, out_len,
+                                                              out_scores, out_status);
+  return cudaGetLastError();
+}
+
+}  // namespace ctc
+}  // namespace beamdec

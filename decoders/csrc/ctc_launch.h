@@ -1,0 +1,42 @@
+// Torch-free launchers of the CTC prefix beam search kernels (ctc_launch.cu). Raw pointers, sizes,
+// strides and a cudaStream_t; no allocation, no synchronisation. The caller provides the pre-pass
+// workspace (ctc_prepass_workspace_bytes) and the state rows (layout: decoders/include/ctc_common.cuh).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace beamdec {
+namespace ctc {
+
+struct DecodeLaunch {
+  const void* log_probs;  // (rows, T, V), V contiguous
+  bool half;              // float16 (else float32)
+  int64_t b_stride, t_stride;
+  int rows, T, V, blank, beam, max_len;
+  const int32_t* lengths;  // (rows,) or null: all T frames (streaming)
+  const bool* mask;        // (rows, T) or null
+  int64_t mask_b_stride;
+  float blank_skip_threshold;  // >= 1: no skipping (streaming passes 1)
+  // state rows: either `state` with `state_row_words` per row, or `stream_states[rows]` (<= 64 rows)
+  int32_t* state;
+  int64_t state_row_words;
+  int32_t* const* stream_states;
+  void* workspace;  // ctc_prepass_workspace_bytes(rows, beam, V)
+};
+
+size_t ctc_prepass_workspace_bytes(int rows, int beam, int vocab);
+
+// Decodes T frames of every row (tiles of kTile frames: pre-pass + decode launch each) and advances the
+// rows' frame counters by T. Returns cudaSuccess or the first launch error.
+cudaError_t ctc_decode_frames(const DecodeLaunch& args, cudaStream_t stream);
+
+// N-best of every row into out_tokens (rows, nbest, max_len) (untouched past each length),
+// out_len (rows, nbest), out_scores (rows, nbest), out_status (rows,).
+cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int nbest,
+                              int32_t* out_tokens, int32_t* out_len, float* out_scores, int32_t* out_status,
+                              cudaStream_t stream);
+
+}  // namespace ctc
+}  // namespace beamdec

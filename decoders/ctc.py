@@ -1,0 +1,317 @@
+"""CTC prefix beam search (no LM, no lexicon): N-best token sequences scored by their CTC posterior.
+
+Offline: `ctc_beam_search(log_probs, lengths, config)` runs the CUDA kernels when `log_probs` is on a GPU
+and the C++ CPU reference otherwise. Streaming: `CtcStreamingDecoder` advances caller-owned state tensors
+chunk by chunk (`decode_chunk`, or `decode_chunk_batch` for many independent streams in one launch pair)
+and `finalize` returns the N-best.
+
+Semantics (the CPU reference in decoders/csrc/ctc_cpu.cpp is the executable spec):
+- a beam is a collapsed prefix with log P(ends in blank) and log P(ends in non-blank); repeating the last
+  label needs a blank in between; prefixes that become equal are merged (log-add); the best `beam_size`
+  survive; on the first decoded frame one slot is reserved for the empty prefix (beam_size > 1);
+- offline blank skipping: frames with P(blank) > `blank_skip_threshold` are skipped (>= 1.0 disables);
+  a run of skipped frames acts as one certain blank: at the next decoded frame every beam collapses into
+  its blank-ending path. Streaming takes an optional per-frame `speech_mask` instead (False = skip);
+- `max_seq_len`: a prefix never grows past it. Offline `None` means T (nothing can be cut); streaming
+  `None` means `STREAMING_MAX_SEQ_LEN`. `CtcResult.hit_max_seq_len` flags rows where a hypothesis reached it;
+- a row with no decoded frame (length 0, or every frame skipped) returns the empty hypothesis, score 0;
+  N-best slots without a hypothesis have score -inf and no tokens.
+- ties: hypotheses with exactly equal scores may come out in a different order on CPU and CUDA (each
+  path breaks ties by its own candidate order); scores agree to float rounding.
+- CUDA detail: merge pairs are found by 64-bit prefix hashes (a strong mixer; a collision among the
+  < beam^2 pairs compared per frame has probability ~1e-17), not by comparing token lists.
+
+State tensors are plain int32 tensors (rows, words) the caller owns; their layout is
+decoders/include/ctc_common.cuh. They are device-specific (a CPU state is not a CUDA state).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from decoders.types import Hypothesis
+
+MAX_BEAM_SIZE = 128
+STREAMING_MAX_SEQ_LEN = 1000  # tokens per stream; state = 4 * (16 + 9*beam + beam*max_seq_len) bytes
+_HEADER_WORDS = 16  # mirrors kHeaderWords in ctc_common.cuh
+_STATUS_BAD_VALUE = 1
+_STATUS_CAP_HIT = 2
+
+
+@dataclass
+class CtcBeamSearchConfig:
+    """Configuration of the CTC prefix beam search.
+
+    beam_size: prefixes kept per frame, 1..128.
+    blank_id: blank column (0 or V-1 usually; NeMo puts it last, torchaudio first).
+    blank_skip_threshold: offline only; frames with P(blank) above it are skipped (>= 1.0 disables).
+    nbest: hypotheses returned per row, 1..beam_size.
+    max_seq_len: cap on tokens per hypothesis; None: T offline (never cuts), STREAMING_MAX_SEQ_LEN streaming.
+    paged: paged token storage (not implemented in this version; refused rather than silently ignored).
+    """
+
+    beam_size: int = 10
+    blank_id: int = 0
+    blank_skip_threshold: float = 0.98
+    nbest: int = 1
+    max_seq_len: Optional[int] = None
+    paged: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.beam_size, int) or not 1 <= self.beam_size <= MAX_BEAM_SIZE:
+            raise ValueError(f"beam_size must be an int in [1, {MAX_BEAM_SIZE}], got {self.beam_size!r}")
+        if not isinstance(self.blank_id, int) or self.blank_id < 0:
+            raise ValueError(f"blank_id must be a non-negative int, got {self.blank_id!r}")
+        if not isinstance(self.nbest, int) or not 1 <= self.nbest <= self.beam_size:
+            raise ValueError(f"nbest must be an int in [1, beam_size={self.beam_size}], got {self.nbest!r}")
+        thr = float(self.blank_skip_threshold)
+        if math.isnan(thr) or thr < 0.0:
+            raise ValueError(f"blank_skip_threshold must be a probability >= 0 (>= 1 disables), got {thr}")
+        if self.max_seq_len is not None and (not isinstance(self.max_seq_len, int) or self.max_seq_len < 1):
+            raise ValueError(f"max_seq_len must be None or a positive int, got {self.max_seq_len!r}")
+        if self.paged:
+            raise NotImplementedError("paged=True: paged token storage is not implemented yet; use paged=False")
+
+
+@dataclass
+class CtcResult:
+    """N-best per row. tokens[b][n]: token ids (blank-free, collapsed); scores (B, nbest) float32 log
+    posteriors (-inf where there is no n-th hypothesis); lengths (B, nbest) int32 token counts;
+    hit_max_seq_len (B,) bool: some hypothesis of the row reached max_seq_len."""
+
+    tokens: list[list[list[int]]]
+    scores: torch.Tensor
+    lengths: torch.Tensor
+    hit_max_seq_len: torch.Tensor
+
+    def hypotheses(self, row: int) -> list[Hypothesis]:
+        return [
+            Hypothesis(tokens=t, words=[], score=float(s))
+            for t, s in zip(self.tokens[row], self.scores[row].tolist())
+        ]
+
+
+def _ops():
+    from decoders._ext import ops
+
+    return ops()
+
+
+def _register_fakes() -> None:
+    """Fake (meta) kernels so the ops work under torch.compile / FakeTensor and pass `opcheck`."""
+    lib = "beamdec::"
+
+    def outputs(like: torch.Tensor, rows: int, nbest: int, max_seq_len: int):
+        return (
+            like.new_empty((rows, nbest, max_seq_len), dtype=torch.int32),
+            like.new_empty((rows, nbest), dtype=torch.int32),
+            like.new_empty((rows, nbest), dtype=torch.float32),
+            like.new_empty((rows,), dtype=torch.int32),
+        )
+
+    try:
+        @torch.library.register_fake(lib + "ctc_decode_offline")
+        def _offline(log_probs, lengths, beam_size, blank_id, blank_skip_threshold, nbest, max_seq_len):
+            return outputs(log_probs, log_probs.shape[0], nbest, max_seq_len)
+
+        @torch.library.register_fake(lib + "ctc_decode_chunk")
+        def _chunk(state, log_probs, speech_mask, beam_size, blank_id, max_seq_len):
+            return None
+
+        @torch.library.register_fake(lib + "ctc_decode_chunk_batched")
+        def _chunk_batched(states, log_probs, speech_mask, beam_size, blank_id, max_seq_len):
+            return None
+
+        @torch.library.register_fake(lib + "ctc_finalize")
+        def _finalize(state, beam_size, nbest, max_seq_len):
+            return outputs(state, state.shape[0], nbest, max_seq_len)
+    except RuntimeError as err:  # already registered (module reloaded)
+        if "already" not in str(err):
+            raise
+
+
+_fakes_registered = False
+
+
+def load_ops():
+    """Build/load the extension (CTC part) and register the fake kernels once; returns torch.ops.beamdec."""
+    global _fakes_registered
+    ops = _ops()
+    if not _fakes_registered:
+        _register_fakes()
+        _fakes_registered = True
+    return ops
+
+
+def _check_log_probs(log_probs: torch.Tensor, name: str = "log_probs") -> None:
+    if not isinstance(log_probs, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor (B, T, V), got {type(log_probs).__name__}")
+    if log_probs.dim() != 3:
+        raise ValueError(f"{name} must be 3-D (B, T, V), got shape {tuple(log_probs.shape)}")
+    if log_probs.dtype not in (torch.float32, torch.float16):
+        raise ValueError(f"{name} must be float32 or float16, got {log_probs.dtype}")
+    if log_probs.shape[2] < 2:
+        raise ValueError(f"{name}: vocabulary size V must be >= 2 (blank + one token), got {log_probs.shape[2]}")
+
+
+def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor) -> CtcResult:
+    # One device->host copy of everything the caller reads as Python lists.
+    tokens, lengths, scores, status = (x.cpu() for x in (tokens, lengths, scores, status))
+    bad = (status & _STATUS_BAD_VALUE) != 0
+    if bool(bad.any()):
+        rows = bad.nonzero().flatten().tolist()
+        raise ValueError(f"log_probs contains NaN or +inf (rows {rows[:8]}); log-probs must be finite or -inf")
+    B, nbest, _ = tokens.shape
+    lens = lengths.tolist()
+    tok = tokens.tolist()
+    out = [[tok[b][n][: lens[b][n]] for n in range(nbest)] for b in range(B)]
+    return CtcResult(tokens=out, scores=scores, lengths=lengths, hit_max_seq_len=(status & _STATUS_CAP_HIT) != 0)
+
+
+def ctc_beam_search(
+    log_probs: torch.Tensor,  # (B, T, V) natural-log posteriors, float32/float16
+    lengths: torch.Tensor,  # (B,) int, valid frames per row
+    config: Optional[CtcBeamSearchConfig] = None,
+) -> CtcResult:
+    """Offline batched CTC prefix beam search. CUDA kernels for GPU inputs, the CPU reference otherwise.
+
+    The CUDA path has no device->host synchronisation until the results are copied back for the lists.
+    """
+    config = config or CtcBeamSearchConfig()
+    _check_log_probs(log_probs)
+    B, T, V = log_probs.shape
+    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1 or lengths.shape[0] != B:
+        raise ValueError(f"lengths must be a 1-D tensor of B={B} ints, got {getattr(lengths, 'shape', lengths)}")
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be an integer tensor, got {lengths.dtype}")
+    if not config.blank_id < V:
+        raise ValueError(f"blank_id={config.blank_id} is outside the vocabulary [0, V={V})")
+    # lengths on the GPU cost one small device->host sync here (the decode itself has none)
+    if bool(((lengths < 0) | (lengths > T)).any()):
+        raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
+    if log_probs.is_cuda:
+        lengths = lengths.to(device=log_probs.device, dtype=torch.int32)
+    max_seq_len = config.max_seq_len if config.max_seq_len is not None else max(T, 1)
+    ops = load_ops()
+    outs = ops.ctc_decode_offline(
+        log_probs.contiguous(), lengths, config.beam_size, config.blank_id,
+        float(config.blank_skip_threshold), config.nbest, max_seq_len,
+    )
+    return _to_result(*outs)
+
+
+def state_bytes(beam_size: int, max_seq_len: int) -> int:
+    """Bytes of one stream's state (what create_state allocates per row)."""
+    return 4 * (_HEADER_WORDS + 9 * beam_size + beam_size * max_seq_len)
+
+
+class CtcStreamingDecoder:
+    """Stateful streaming CTC prefix beam search over caller-owned state tensors.
+
+        dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10))
+        state = dec.create_state(batch=1, vocab_size=V, device="cuda")
+        for chunk in chunks:                       # (1, chunk_T, V)
+            dec.decode_chunk(chunk, state=state)   # no device->host sync
+        result = dec.finalize(state)
+
+    Skipping in streaming is the caller's choice through `speech_mask` (B, chunk_T) bool; the config's
+    blank_skip_threshold is an offline setting and is ignored here.
+    """
+
+    def __init__(self, config: Optional[CtcBeamSearchConfig] = None):
+        self.config = config or CtcBeamSearchConfig()
+        self.max_seq_len = self.config.max_seq_len or STREAMING_MAX_SEQ_LEN
+
+    @property
+    def state_bytes_per_stream(self) -> int:
+        return state_bytes(self.config.beam_size, self.max_seq_len)
+
+    def create_state(self, batch: int, vocab_size: int, device: torch.device | str = "cpu") -> "CtcStreamState":
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        if vocab_size < 2 or not self.config.blank_id < vocab_size:
+            raise ValueError(f"vocab_size must be >= 2 and > blank_id={self.config.blank_id}, got {vocab_size}")
+        words = state_bytes(self.config.beam_size, self.max_seq_len) // 4
+        # Zeros = "nothing decoded yet"; the kernels initialise the beams on the first decoded frame.
+        tensor = torch.zeros((batch, words), dtype=torch.int32, device=device)
+        return CtcStreamState(tensor=tensor, vocab_size=vocab_size)
+
+    def reset_state(self, state: "CtcStreamState") -> None:
+        """Reuse a state's memory for a new utterance."""
+        state.tensor.zero_()
+
+    def _check_chunk(self, log_probs: torch.Tensor, vocab_size: int) -> None:
+        _check_log_probs(log_probs)
+        if log_probs.shape[2] != vocab_size:
+            raise ValueError(f"log_probs has V={log_probs.shape[2]} but the state was created for {vocab_size}")
+
+    def decode_chunk(
+        self,
+        log_probs: torch.Tensor,  # (B, chunk_T, V)
+        *,
+        state: "CtcStreamState",
+        speech_mask: Optional[torch.Tensor] = None,  # (B, chunk_T) bool, False = skip the frame
+    ) -> None:
+        self._check_chunk(log_probs, state.vocab_size)
+        if log_probs.device != state.tensor.device:
+            raise ValueError(f"log_probs is on {log_probs.device} but state is on {state.tensor.device}")
+        if speech_mask is not None:
+            speech_mask = speech_mask.to(device=log_probs.device, dtype=torch.bool)
+        c = self.config
+        load_ops().ctc_decode_chunk(
+            state.tensor, log_probs.contiguous(), speech_mask, c.beam_size, c.blank_id, self.max_seq_len
+        )
+
+    def decode_chunk_batch(
+        self,
+        chunks: Sequence[torch.Tensor] | torch.Tensor,  # N x (1, chunk_T, V) or (N, chunk_T, V)
+        states: Sequence["CtcStreamState"],
+        speech_mask: Optional[torch.Tensor] = None,  # (N, chunk_T)
+    ) -> None:
+        """Advance N independent single-row streams by one chunk each, in one launch pair per 64 streams."""
+        if not isinstance(chunks, torch.Tensor):
+            if len(chunks) == 0:
+                return
+            lengths = {int(x.shape[1]) for x in chunks}
+            if len(lengths) != 1:
+                raise ValueError(f"chunks must share one chunk length, got {sorted(lengths)}")
+            chunks = torch.cat([x if x.dim() == 3 else x.unsqueeze(0) for x in chunks], dim=0)
+        if len(states) != chunks.shape[0]:
+            raise ValueError(f"states: got {len(states)} states for {chunks.shape[0]} chunks")
+        _check_log_probs(chunks, "chunks")
+        V = chunks.shape[2]
+        for s in states:
+            if s.tensor.shape[0] != 1 or s.vocab_size != V:
+                raise ValueError(f"states: each must be a single-row state for V={V}, got rows={s.tensor.shape[0]}, "
+                                 f"V={s.vocab_size}")
+        if speech_mask is not None:
+            speech_mask = speech_mask.to(device=chunks.device, dtype=torch.bool)
+        c = self.config
+        load_ops().ctc_decode_chunk_batched(
+            [s.tensor for s in states], chunks.contiguous(), speech_mask, c.beam_size, c.blank_id, self.max_seq_len
+        )
+
+    def finalize(self, state: "CtcStreamState") -> CtcResult:
+        """N-best of everything decoded so far (the state stays valid; more chunks may follow)."""
+        c = self.config
+        outs = load_ops().ctc_finalize(state.tensor, c.beam_size, c.nbest, self.max_seq_len)
+        return _to_result(*outs)
+
+
+@dataclass
+class CtcStreamState:
+    """A caller-owned streaming state: `tensor` (rows, words) int32 on the decoding device."""
+
+    tensor: torch.Tensor
+    vocab_size: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.tensor.numel() * 4
+
+    @property
+    def bytes_per_stream(self) -> int:
+        return self.tensor.shape[1] * 4

@@ -1,0 +1,522 @@
+// CTC prefix beam search CUDA kernels (torch-free: raw pointers, sizes, strides).
+//
+// Per tile of kTile frames, two launches:
+//   1. ctc_prepass_kernel   grid (tile_len, rows): for every frame that is decoded (blank skipping /
+//      speech mask / row length decided here), the top-C non-blank chars by (lp desc, id asc), sorted,
+//      C = min(2*beam + 1, V - 1). Frame-parallel: it holds the whole vocabulary scan.
+//   2. ctc_decode_tile_kernel grid (rows): one block per row loops over the tile's frames in-kernel with the
+//      beam state in shared memory. Why the pre-pass list is enough: an ordinary extension of beam k by
+//      char c scores lp[c] + A_k (A_k = logaddexp(pb_k, pnb_k)), so within a beam ordinary chars rank as
+//      lp does. The only exceptions are the last char (scored from pb_k) and chars whose extension merges
+//      into another beam (m_k of them). A char at rank i >= beam + 1 + m_k in the frame's list is
+//      therefore beaten by >= beam ordinary extensions of the same beam and can never survive; since
+//      m_k <= beam - 1, the top 2*beam + 1 chars hold every possible survivor. Merged extensions are
+//      scored exactly from lp[c] (folded into the stay of the beam they equal).
+// Per frame (decode kernel): snapshot + collapse after skipped frames -> parent search by prefix hash ->
+// fold merged extensions -> score beam*(C+1) candidate slots -> radix select of the top `beam` keys ->
+// ordered gather (ties: lowest slot) -> state update with slot-based token storage (copy only on forks).
+// No device->host synchronisation anywhere; the streaming counters live in the state header.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+#include <cstdint>
+
+#include "ctc_common.cuh"
+
+namespace beamdec {
+namespace ctc {
+
+__device__ __forceinline__ float load_lp(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float load_lp(const __half* p) { return __half2float(p[0]); }
+
+// Where each row's state lives: rows of one (rows, words) tensor, or up to 64 separate 1-row tensors.
+struct StateRefs {
+  int32_t* base;
+  int64_t row_words;
+  int n_ptrs;  // 0: use base + row * row_words
+  int32_t* ptrs[kMaxStreamsPerLaunch];
+  __device__ __forceinline__ int32_t* row(int r) const { return n_ptrs > 0 ? ptrs[r] : base + (int64_t)r * row_words; }
+};
+
+template <typename T>
+struct FrameArgs {
+  const T* log_probs;  // (rows, T, V) with strides below; V contiguous
+  int64_t b_stride, t_stride;
+  int rows, n_frames, V, blank, beam, C, max_len;
+  const int32_t* lengths;  // (rows,) valid frames, or null (all n_frames)
+  const bool* mask;        // (rows, T) speech mask, or null
+  int64_t mask_b_stride;
+  float log_threshold;     // skip a frame when lp[blank] > log_threshold (+inf: never)
+  int32_t* pre_ids;        // (kTile, rows, C)
+  float* pre_lp;           // (kTile, rows, C)
+  int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
+  StateRefs states;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Block-wide radix select: the k-th largest key among n (keys via key_at(i)). Returns the key value `thr`
+// and k_eq = how many keys equal to thr belong to the top k. Needs n >= k.
+template <int NT, typename KeyAt>
+__device__ __forceinline__ void block_radix_select(KeyAt key_at, int n, int k, uint32_t* hist, int* sel,
+                                                   uint32_t& thr, int& k_eq) {
+  const int tid = threadIdx.x;
+  uint32_t prefix = 0;
+  int kk = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += NT) hist[i] = 0;
+    __syncthreads();
+    const uint32_t hmask = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
+    for (int i = tid; i < n; i += NT) {
+      const uint32_t key = key_at(i);
+      if ((key & hmask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid < 32) {
+      const int lane = tid;
+      int local[8];
+      int s = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        local[j] = (int)hist[lane * 8 + j];
+        s += local[j];
+      }
+      int incl = s;  // sum over lanes >= lane
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const int v = __shfl_down_sync(0xFFFFFFFFu, incl, off);
+        if (lane + off < 32) incl += v;
+      }
+      const int above = incl - s;
+      if (above < kk && kk <= incl) {
+        int acc = above;
+        for (int j = 7; j >= 0; --j) {
+          if (acc + local[j] >= kk) {
+            sel[0] = lane * 8 + j;
+            sel[1] = kk - acc;
+            break;
+          }
+          acc += local[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= (uint32_t)sel[0] << shift;
+    kk = sel[1];
+  }
+  thr = prefix;
+  k_eq = kk;
+}
+
+// Writes, in ascending index order, every i with key > thr and the first k_eq with key == thr (when
+// take_eq). Returns the count (same value in every thread). Deterministic.
+template <int NT, typename KeyAt>
+__device__ __forceinline__ int block_ordered_gather(KeyAt key_at, int n, uint32_t thr, int k_eq, bool take_eq,
+                                                    int* out, typename cub::BlockScan<unsigned long long, NT>::TempStorage& tmp) {
+  const int tid = threadIdx.x;
+  const int per = (n + NT - 1) / NT;
+  const int beg = min(n, tid * per), end = min(n, beg + per);
+  unsigned long long gt = 0, eq = 0;
+  for (int i = beg; i < end; ++i) {
+    const uint32_t key = key_at(i);
+    gt += key > thr;
+    eq += key == thr;
+  }
+  unsigned long long excl, total;
+  cub::BlockScan<unsigned long long, NT>(tmp).ExclusiveSum((eq << 32) | gt, excl, total);
+  int pos = (int)(excl & 0xFFFFFFFFull);
+  int eq_seen = (int)(excl >> 32);
+  if (take_eq) pos += min(eq_seen, k_eq);
+  for (int i = beg; i < end; ++i) {
+    const uint32_t key = key_at(i);
+    if (key > thr) {
+      out[pos++] = i;
+    } else if (take_eq && key == thr) {
+      if (eq_seen < k_eq) out[pos++] = i;
+      ++eq_seen;
+    }
+  }
+  const int gt_total = (int)(total & 0xFFFFFFFFull), eq_total = (int)(total >> 32);
+  __syncthreads();  // tmp reuse and `out` visibility
+  return gt_total + (take_eq ? min(eq_total, k_eq) : 0);
+}
+
+// ---------------------------------------------------------------------------------------------------
+constexpr int kPrepassThreads = 256;
+constexpr int kPrepassCacheMaxV = 12288;  // vocabularies up to this cache their keys in shared memory
+
+template <typename T>
+__global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<T> a, int t0) {
+  constexpr int NT = kPrepassThreads;
+  extern __shared__ uint32_t s_keys[];  // (V) when cached
+  __shared__ uint32_t s_hist[256];
+  __shared__ int s_sel[2];
+  __shared__ int s_list[2 * kMaxBeam + 1];
+  __shared__ uint32_t s_list_key[2 * kMaxBeam + 1];
+  __shared__ typename cub::BlockScan<unsigned long long, NT>::TempStorage s_scan;
+  __shared__ int s_bad;
+
+  const int pos = blockIdx.x, row = blockIdx.y, tid = threadIdx.x;
+  const int t = t0 + pos;
+  int32_t* cnt_out = a.pre_cnt + (int64_t)pos * a.rows + row;
+  const int len = a.lengths ? a.lengths[row] : a.n_frames;
+  if (t >= len) {
+    if (tid == 0) *cnt_out = -1;
+    return;
+  }
+  const T* lp = a.log_probs + (int64_t)row * a.b_stride + (int64_t)t * a.t_stride;
+  const float lp_blank = load_lp(lp + a.blank);
+  const bool selected = a.mask ? a.mask[(int64_t)row * a.mask_b_stride + t] : !(lp_blank > a.log_threshold);
+  if (!selected) {
+    if (tid == 0) {
+      *cnt_out = -1;
+      if (lp_blank == INFINITY) atomicOr(a.states.row(row) + kHdrStatus, kStatusBadValue);
+    }
+    return;
+  }
+  const bool cached = a.V <= kPrepassCacheMaxV;
+  if (tid == 0) s_bad = 0;
+  __syncthreads();
+  bool bad = false;
+  if (cached) {
+    for (int c = tid; c < a.V; c += NT) {
+      const float f = load_lp(lp + c);
+      bad |= (f != f) || f == INFINITY;
+      s_keys[c] = c == a.blank ? 0u : float_key(f);
+    }
+  } else {
+    for (int c = tid; c < a.V; c += NT) {
+      const float f = load_lp(lp + c);
+      bad |= (f != f) || f == INFINITY;
+    }
+  }
+  if (bad) s_bad = 1;
+  __syncthreads();
+  if (s_bad && tid == 0) atomicOr(a.states.row(row) + kHdrStatus, kStatusBadValue);
+  const int blank = a.blank;
+  auto key_at = [&](int c) -> uint32_t {
+    if (cached) return s_keys[c];
+    return c == blank ? 0u : float_key(load_lp(lp + c));
+  };
+  uint32_t thr;
+  int k_eq;
+  block_radix_select<NT>(key_at, a.V, a.C, s_hist, s_sel, thr, k_eq);
+  const int n = block_ordered_gather<NT>(key_at, a.V, thr, k_eq, true, s_list, s_scan);
+  for (int i = tid; i < n; i += NT) s_list_key[i] = key_at(s_list[i]);
+  __syncthreads();
+  // rank by (key desc, id asc); s_list is in ascending id order already
+  const int64_t out_base = ((int64_t)pos * a.rows + row) * a.C;
+  for (int i = tid; i < n; i += NT) {
+    const uint32_t ki = s_list_key[i];
+    int rank = 0;
+    for (int j = 0; j < n; ++j) {
+      const uint32_t kj = s_list_key[j];
+      rank += (kj > ki) || (kj == ki && j < i);
+    }
+    a.pre_ids[out_base + rank] = s_list[i];
+    a.pre_lp[out_base + rank] = load_lp(lp + s_list[i]);
+  }
+  if (tid == 0) *cnt_out = n;
+}
+
+// ---------------------------------------------------------------------------------------------------
+template <int NT>
+struct DecodeShared {
+  float pb[kMaxBeam], pnb[kMaxBeam], A[kMaxBeam], lp_last[kMaxBeam], fold[kMaxBeam];
+  int last[kMaxBeam], len[kMaxBeam], slot[kMaxBeam], parent[kMaxBeam], mcount[kMaxBeam], excl[kMaxBeam];
+  unsigned long long hash[kMaxBeam], phash[kMaxBeam];
+  float n_pb[kMaxBeam], n_pnb[kMaxBeam];
+  int n_last[kMaxBeam], n_len[kMaxBeam], n_slot[kMaxBeam], n_src[kMaxBeam], n_tok[kMaxBeam], n_copy[kMaxBeam];
+  unsigned long long n_hash[kMaxBeam], n_phash[kMaxBeam];
+  int uses[kMaxBeam], free_slots[kMaxBeam], win[kMaxBeam];
+  int ids[2 * kMaxBeam + 1];
+  float lps[2 * kMaxBeam + 1];
+  uint32_t hist[256];
+  int sel[2];
+  int nb, step, last_sel, status, frames_seen;
+  float lp_blank;
+  typename cub::BlockScan<unsigned long long, NT>::TempStorage scan;
+};
+
+template <int NT, typename T>
+__global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
+  extern __shared__ uint32_t s_cand_key[];  // (beam * (C + 1)): stays [0, beam), extensions beam + k*C + i
+  __shared__ DecodeShared<NT> s;
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const int beam = a.beam, C = a.C, max_len = a.max_len;
+  const int NS = beam * (C + 1);
+  const StateLayout L{beam, max_len};
+  int32_t* w = a.states.row(row);
+  int32_t* tokens = w + L.tokens();
+
+  if (tid == 0) {
+    s.step = w[kHdrStep];
+    s.last_sel = w[kHdrLastSel];
+    s.status = w[kHdrStatus];
+    s.nb = s.step == 0 ? 1 : w[kHdrActive];
+    s.frames_seen = w[kHdrFramesSeen];
+  }
+  __syncthreads();
+  if (s.step == 0) {  // nothing decoded yet: the empty prefix with probability 1
+    if (tid < beam) {
+      s.slot[tid] = tid;
+      s.pb[tid] = tid == 0 ? 0.0f : -INFINITY;
+      s.pnb[tid] = -INFINITY;
+      s.len[tid] = 0;
+      s.last[tid] = -1;
+      s.hash[tid] = kEmptyHash;
+      s.phash[tid] = 0;
+    }
+  } else if (tid < beam) {
+    s.slot[tid] = w[L.slot() + tid];
+    s.pb[tid] = __int_as_float(w[L.pb() + tid]);
+    s.pnb[tid] = __int_as_float(w[L.pnb() + tid]);
+    s.last[tid] = w[L.last() + tid];
+    s.len[tid] = w[L.len() + tid];
+    s.hash[tid] = (unsigned long long)(uint32_t)w[L.hash_lo() + tid] |
+                  ((unsigned long long)(uint32_t)w[L.hash_hi() + tid] << 32);
+    s.phash[tid] = (unsigned long long)(uint32_t)w[L.phash_lo() + tid] |
+                   ((unsigned long long)(uint32_t)w[L.phash_hi() + tid] << 32);
+  }
+  __syncthreads();
+
+  const T* lp_row = a.log_probs + (int64_t)row * a.b_stride;
+  for (int pos = 0; pos < tile_len; ++pos) {
+    const int cnt = a.pre_cnt[(int64_t)pos * a.rows + row];
+    if (cnt < 0) continue;  // block-uniform
+    const int64_t g = (int64_t)s.frames_seen + t0 + pos;
+    const T* lp = lp_row + (int64_t)(t0 + pos) * a.t_stride;
+    const int nb = s.nb;
+    const bool first = s.step == 0;
+    const bool gap = !first && g > (int64_t)s.last_sel + 1;
+
+    // phase 1: candidate list, snapshot (+ collapse after skipped frames)
+    const int64_t pre_base = ((int64_t)pos * a.rows + row) * C;
+    for (int i = tid; i < cnt; i += NT) {
+      s.ids[i] = a.pre_ids[pre_base + i];
+      s.lps[i] = a.pre_lp[pre_base + i];
+    }
+    if (tid < beam) s.uses[tid] = 0;
+    if (tid < nb) {
+      const int j = tid;
+      if (gap) {
+        s.pb[j] = log_add(s.pb[j], s.pnb[j]);
+        s.pnb[j] = -INFINITY;
+      }
+      s.A[j] = log_add(s.pb[j], s.pnb[j]);
+      s.lp_last[j] = s.len[j] > 0 ? load_lp(lp + s.last[j]) : -INFINITY;
+      s.mcount[j] = 0;
+      s.fold[j] = -INFINITY;
+      s.parent[j] = -1;
+      s.excl[j] = -1;
+    }
+    if (tid == 0) s.lp_blank = load_lp(lp + a.blank);
+    __syncthreads();
+
+    // phase 2: merge pairs. Beam j with prefix p + c equals the extension of beam k (prefix p) by c.
+    if (tid < nb && s.len[tid] > 0) {
+      const int j = tid;
+      int k = -1;
+      for (int q = 0; q < nb; ++q)
+        if (s.hash[q] == s.phash[j] && s.len[q] == s.len[j] - 1) k = q;
+      if (k >= 0) {
+        const int c = s.last[j];
+        s.fold[j] = s.lp_last[j] + (c == s.last[k] ? s.pb[k] : s.A[k]);
+        s.parent[j] = k;
+        atomicAdd(&s.mcount[k], 1);
+        for (int i = 0; i < cnt; ++i)
+          if (s.ids[i] == c) {
+            s.excl[j] = i;
+            break;
+          }
+      }
+    }
+    __syncthreads();
+
+    // phase 3: score every candidate slot
+    const float lp_blank = s.lp_blank;
+    for (int q = tid; q < NS; q += NT) {
+      float sc = -INFINITY;
+      if (q < beam) {
+        if (q < nb) {
+          const float snb = log_add(s.len[q] > 0 ? s.lp_last[q] + s.pnb[q] : -INFINITY, s.fold[q]);
+          sc = log_add(lp_blank + s.A[q], snb);
+        }
+      } else {
+        const int e = q - beam;
+        const int k = e / C, i = e - k * C;
+        if (k < nb && i < cnt && i < beam + 1 + s.mcount[k] && s.len[k] < max_len) {
+          const int c = s.ids[i];
+          sc = s.lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
+        }
+      }
+      uint32_t key = sc == -INFINITY ? 0u : float_key(sc);
+      if (first && beam > 1 && q == 0 && key != 0u) key = 0xFFFFFFFFu;  // reserved empty-prefix slot
+      s_cand_key[q] = key;
+    }
+    __syncthreads();
+    if (tid < nb && s.excl[tid] >= 0) s_cand_key[beam + s.parent[tid] * C + s.excl[tid]] = 0u;  // merged
+    __syncthreads();
+
+    // phase 4/5: top `beam` keys, gathered in slot order
+    uint32_t thr;
+    int k_eq;
+    auto key_at = [&](int q) -> uint32_t { return s_cand_key[q]; };
+    block_radix_select<NT>(key_at, NS, beam, s.hist, s.sel, thr, k_eq);
+    const int nw = block_ordered_gather<NT>(key_at, NS, thr, k_eq, thr != 0u, s.win, s.scan);
+
+    // phase 6: new beam state
+    if (tid < nw) {
+      const int q = s.win[tid];
+      if (q < beam) {
+        const int j = q;
+        s.n_src[tid] = j;
+        s.n_tok[tid] = -1;
+        s.n_pb[tid] = lp_blank + s.A[j];
+        s.n_pnb[tid] = log_add(s.len[j] > 0 ? s.lp_last[j] + s.pnb[j] : -INFINITY, s.fold[j]);
+        s.n_last[tid] = s.last[j];
+        s.n_len[tid] = s.len[j];
+        s.n_hash[tid] = s.hash[j];
+        s.n_phash[tid] = s.phash[j];
+        atomicAdd(&s.uses[j], 1);
+      } else {
+        const int e = q - beam;
+        const int k = e / C, i = e - k * C;
+        const int c = s.ids[i];
+        s.n_src[tid] = k;
+        s.n_tok[tid] = c;
+        s.n_pb[tid] = -INFINITY;
+        s.n_pnb[tid] = s.lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
+        s.n_last[tid] = c;
+        s.n_len[tid] = s.len[k] + 1;
+        s.n_hash[tid] = extend_hash(s.hash[k], c);
+        s.n_phash[tid] = s.hash[k];
+        if (s.len[k] + 1 >= max_len) atomicOr(&s.status, kStatusCapHit);
+        atomicAdd(&s.uses[k], 1);
+      }
+    }
+    __syncthreads();
+    if (tid == 0) {  // token slots: the first winner of a source keeps its slot, later ones get free slots
+      int nfree = 0;
+      for (int k = 0; k < beam; ++k)
+        if (s.uses[k] == 0) s.free_slots[nfree++] = s.slot[k];
+      for (int x = 0; x < nw; ++x) {
+        const int k = s.n_src[x];
+        if (s.uses[k] > 0) {
+          s.uses[k] = -1;
+          s.n_slot[x] = s.slot[k];
+          s.n_copy[x] = 0;
+        } else {
+          s.n_slot[x] = s.free_slots[--nfree];
+          s.n_copy[x] = 1;
+        }
+      }
+      for (int x = nw; x < beam; ++x) s.n_slot[x] = s.free_slots[--nfree];
+    }
+    __syncthreads();
+
+    // phase 7: token copies (forks) and appends; copies read [0, len) of the source slot while its
+    // keeper appends at len: disjoint.
+    {
+      const int warp = tid >> 5, lane = tid & 31;
+      for (int x = warp; x < nw; x += NT / 32) {
+        if (!s.n_copy[x]) continue;
+        const int k = s.n_src[x];
+        const int32_t* src = tokens + (int64_t)s.slot[k] * max_len;
+        int32_t* dst = tokens + (int64_t)s.n_slot[x] * max_len;
+        for (int p = lane; p < s.len[k]; p += 32) dst[p] = src[p];
+      }
+      if (tid < nw && s.n_tok[tid] >= 0)
+        tokens[(int64_t)s.n_slot[tid] * max_len + s.len[s.n_src[tid]]] = s.n_tok[tid];
+    }
+    __syncthreads();
+    if (tid < beam) {
+      s.slot[tid] = s.n_slot[tid];
+      if (tid < nw) {
+        s.pb[tid] = s.n_pb[tid];
+        s.pnb[tid] = s.n_pnb[tid];
+        s.last[tid] = s.n_last[tid];
+        s.len[tid] = s.n_len[tid];
+        s.hash[tid] = s.n_hash[tid];
+        s.phash[tid] = s.n_phash[tid];
+      }
+    }
+    if (tid == 0) {
+      s.nb = nw;
+      s.step += 1;
+      s.last_sel = (int)g;
+    }
+    __syncthreads();
+  }
+
+  // write the state back
+  if (tid < beam) {
+    w[L.slot() + tid] = s.slot[tid];
+    if (tid < s.nb) {
+      w[L.pb() + tid] = __float_as_int(s.pb[tid]);
+      w[L.pnb() + tid] = __float_as_int(s.pnb[tid]);
+      w[L.last() + tid] = s.last[tid];
+      w[L.len() + tid] = s.len[tid];
+      w[L.hash_lo() + tid] = (int32_t)(uint32_t)(s.hash[tid] & 0xFFFFFFFFull);
+      w[L.hash_hi() + tid] = (int32_t)(uint32_t)(s.hash[tid] >> 32);
+      w[L.phash_lo() + tid] = (int32_t)(uint32_t)(s.phash[tid] & 0xFFFFFFFFull);
+      w[L.phash_hi() + tid] = (int32_t)(uint32_t)(s.phash[tid] >> 32);
+    }
+  }
+  if (tid == 0) {
+    w[kHdrStep] = s.step;
+    w[kHdrLastSel] = s.last_sel;
+    w[kHdrActive] = s.nb;
+    // the pre-pass may have set the bad-value bit concurrently in an earlier launch: OR, don't overwrite
+    w[kHdrStatus] = s.status | w[kHdrStatus];
+    w[kHdrFramesSeen] = s.frames_seen + advance_frames;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// N-best of each row: rank beams by (score desc, beam index asc), copy their tokens out.
+constexpr int kFinalizeThreads = 128;
+
+__global__ void __launch_bounds__(kFinalizeThreads)
+ctc_finalize_kernel(StateRefs states, int beam, int max_len, int nbest, int32_t* out_tokens, int32_t* out_len,
+                    float* out_scores, int32_t* out_status) {
+  __shared__ float s_score[kMaxBeam];
+  __shared__ int s_rank_src[kMaxBeam];
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const StateLayout L{beam, max_len};
+  const int32_t* w = states.row(row);
+  const int step = w[kHdrStep];
+  const int nb = step == 0 ? 1 : w[kHdrActive];
+  if (tid < nb) s_score[tid] = step == 0 ? 0.0f : log_add(__int_as_float(w[L.pb() + tid]), __int_as_float(w[L.pnb() + tid]));
+  __syncthreads();
+  if (tid < nb) {
+    const float sj = s_score[tid];
+    int rank = 0;
+    for (int i = 0; i < nb; ++i) rank += s_score[i] > sj || (s_score[i] == sj && i < tid);
+    if (rank < nbest) {
+      out_len[(int64_t)row * nbest + rank] = step == 0 ? 0 : w[L.len() + tid];
+      out_scores[(int64_t)row * nbest + rank] = sj;
+      s_rank_src[rank] = tid;
+    }
+  }
+  if (tid >= nb && tid < nbest) {
+    out_len[(int64_t)row * nbest + tid] = 0;
+    out_scores[(int64_t)row * nbest + tid] = -INFINITY;
+  }
+  if (tid == 0) out_status[row] = w[kHdrStatus];
+  __syncthreads();
+  if (step == 0) return;
+  const int ranks = nb < nbest ? nb : nbest;
+  for (int r = 0; r < ranks; ++r) {
+    const int j = s_rank_src[r];
+    const int n = w[L.len() + j];
+    const int32_t* src = w + L.tokens() + (int64_t)w[L.slot() + j] * max_len;
+    int32_t* dst = out_tokens + ((int64_t)row * nbest + r) * max_len;
+    for (int p = tid; p < n; p += kFinalizeThreads) dst[p] = src[p];
+  }
+}
+
+}  // namespace ctc
+}  // namespace beamdec

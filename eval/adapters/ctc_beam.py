@@ -1,0 +1,65 @@
+"""Our CTC prefix beam search (decoders.ctc) behind the decoder protocol, with word output by detokenizing.
+
+No LM and no lexicon: words are `ctx.tokens.decode(tokens).split()` of the best prefix. Score: the CTC
+posterior log P(prefix | x) summed over alignments (see decoders/ctc.py). Runs on the log-probs' device
+(CUDA kernels on a GPU, the C++ CPU reference otherwise). No word boosting.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search
+from decoders.types import Hypothesis
+from eval.adapters.base import DecodingContext, register_decoder
+
+
+@dataclass
+class CtcBeamAdapterConfig:
+    name: str = "ctc_beam"
+    beam_size: int = 10
+    blank_skip_threshold: float = 0.98
+    max_seq_len: Optional[int] = None
+
+
+CONFIG_SCHEMA = CtcBeamAdapterConfig
+
+
+class CtcBeamDecoder:
+    name = "ctc_beam"
+
+    def __init__(self, cfg, ctx: DecodingContext):
+        cfg = dict(cfg or {})
+        self.tokens = ctx.tokens
+        self.device = ctx.device
+        self.config = CtcBeamSearchConfig(
+            beam_size=int(cfg.get("beam_size", 10)),
+            blank_id=ctx.tokens.blank_id,
+            blank_skip_threshold=float(cfg.get("blank_skip_threshold", 0.98)),
+            nbest=1,
+            max_seq_len=cfg.get("max_seq_len"),
+        )
+
+    def decode(
+        self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts: Optional[Sequence[dict]] = None
+    ) -> list[Hypothesis]:
+        if boosts and any(boosts):
+            raise NotImplementedError("ctc_beam has no LM or lexicon, so it cannot apply word boosts")
+        if log_probs.dtype not in (torch.float32, torch.float16):
+            log_probs = log_probs.float()
+        if str(self.device).startswith("cuda") and not log_probs.is_cuda:
+            log_probs = log_probs.to(self.device)
+        result = ctc_beam_search(log_probs, lengths, self.config)
+        hyps = []
+        for b in range(len(result.tokens)):
+            toks = result.tokens[b][0]
+            hyps.append(Hypothesis(tokens=toks, words=self.tokens.decode(toks).split(),
+                                   score=float(result.scores[b, 0])))
+        return hyps
+
+
+@register_decoder("ctc_beam")
+def build(cfg, ctx: DecodingContext) -> CtcBeamDecoder:
+    return CtcBeamDecoder(cfg, ctx)

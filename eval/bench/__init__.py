@@ -1,0 +1,1 @@
+"""Benchmarks (scripts, not tests): decoder-only timings on the GPU host."""

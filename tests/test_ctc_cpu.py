@@ -1,0 +1,225 @@
+"""CTC prefix beam search: the CPU reference against brute force, streaming == offline, API errors, opcheck,
+and a compile check of the torch-free CUDA launchers (skipped without nvcc)."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ctc_helpers import assert_results_match, brute_force, random_log_probs, skipped_equivalent  # noqa: E402
+
+from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder, ctc_beam_search, load_ops  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return load_ops()
+
+
+def _cfg(**kw) -> CtcBeamSearchConfig:
+    base = dict(beam_size=128, blank_id=0, blank_skip_threshold=1.0, nbest=8)
+    base.update(kw)
+    return CtcBeamSearchConfig(**base)
+
+
+@pytest.mark.parametrize("V,T,blank,seed", [(3, 6, 0, 0), (4, 5, 0, 1), (4, 5, 3, 2), (3, 1, 2, 3), (2, 6, 1, 4)])
+def test_reference_equals_brute_force(ops, V, T, blank, seed):
+    """With a beam wider than the number of prefixes nothing is pruned: N-best and scores must be exact."""
+    lp = random_log_probs(1, T, V, seed=seed, peaky=1.5, blank=blank)
+    exact = brute_force(lp[0], blank)
+    nbest = min(8, len(exact))
+    res = ctc_beam_search(lp, torch.tensor([T]), _cfg(blank_id=blank, nbest=nbest))
+    for n in range(nbest):
+        assert tuple(res.tokens[0][n]) == exact[n][0], f"rank {n}: {res.tokens[0][n]} vs {exact[n][0]}"
+        assert abs(float(res.scores[0, n]) - exact[n][1]) <= 1e-5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_blank_skipping_equals_brute_force_of_collapsed_sequence(ops, seed):
+    """Skipped frames act as one certain blank: the beam's result equals brute force on that sequence,
+    including repeated labels across skipped frames (a a | skip | a -> 'a a')."""
+    V, T, thr = 3, 7, 0.6
+    lp = random_log_probs(1, T, V, seed=10 + seed, peaky=1.5)
+    # force: frames 0, 3 and 4 blank-dominant (leading skip, and a two-frame skip in the middle);
+    # label 1 likely on both sides of the skip, so 'repeat across a skipped blank' is exercised
+    for t in (0, 3, 4):
+        lp[0, t] = torch.tensor([0.95, 0.03, 0.02]).log()
+    for t in (2, 5):
+        lp[0, t] = torch.tensor([0.1, 0.8, 0.1]).log()
+    seq = skipped_equivalent(lp[0], 0, thr)
+    exact = brute_force(seq, 0)
+    nbest = min(8, len(exact))
+    res = ctc_beam_search(lp, torch.tensor([T]), _cfg(blank_skip_threshold=thr, nbest=nbest))
+    for n in range(nbest):
+        assert tuple(res.tokens[0][n]) == exact[n][0]
+        assert abs(float(res.scores[0, n]) - exact[n][1]) <= 1e-5
+    assert (1, 1) in [tuple(t) for t in res.tokens[0]]  # a repeat across the skipped blank survives
+
+
+def test_empty_inputs_and_all_blank(ops):
+    """Zero-length rows and rows with every frame skipped return the empty hypothesis with score 0."""
+    lp = random_log_probs(3, 5, 6, seed=3)
+    lp[1] = torch.tensor([0.999] + [0.0002] * 5).log()  # all blank-dominant
+    res = ctc_beam_search(lp, torch.tensor([0, 5, 5]), CtcBeamSearchConfig(beam_size=4, nbest=2))
+    assert res.tokens[0][0] == [] and float(res.scores[0, 0]) == 0.0
+    assert res.tokens[1][0] == [] and float(res.scores[1, 0]) == 0.0
+    assert math.isinf(float(res.scores[0, 1])) and res.tokens[0][1] == []
+    res0 = ctc_beam_search(lp[:, :0], torch.tensor([0, 0, 0]), CtcBeamSearchConfig())
+    assert res0.tokens == [[[]]] * 3 and torch.equal(res0.scores, torch.zeros(3, 1))
+
+
+def test_first_frame_reserves_empty_prefix(ops):
+    """beam > 1: the empty prefix survives frame 0 even when beam-1 labels beat it."""
+    lp = torch.tensor([[[0.01, 0.5, 0.49]]]).log()
+    res = ctc_beam_search(lp, torch.tensor([1]), _cfg(beam_size=2, nbest=2))
+    assert [] in res.tokens[0]
+    res1 = ctc_beam_search(lp, torch.tensor([1]), _cfg(beam_size=1, nbest=1))
+    assert res1.tokens[0][0] == [1]
+
+
+def test_blank_last_equals_blank_first_permuted(ops):
+    lp = random_log_probs(2, 17, 29, seed=4)
+    perm = list(range(1, 29)) + [0]  # blank moves to the last column
+    a = ctc_beam_search(lp, torch.tensor([17, 11]), CtcBeamSearchConfig(beam_size=8, nbest=3, blank_skip_threshold=0.9))
+    b = ctc_beam_search(lp[..., perm], torch.tensor([17, 11]),
+                        CtcBeamSearchConfig(beam_size=8, nbest=3, blank_id=28, blank_skip_threshold=0.9))
+    remap = {new: old for new, old in enumerate(perm)}
+    torch.testing.assert_close(a.scores, b.scores)
+    assert a.tokens == [[[remap[c] for c in h] for h in row] for row in b.tokens]
+
+
+def test_max_seq_len_caps_and_reports(ops):
+    lp = random_log_probs(1, 40, 5, seed=5, peaky=6.0)
+    full = ctc_beam_search(lp, torch.tensor([40]), CtcBeamSearchConfig(beam_size=4, blank_skip_threshold=1.0))
+    assert not bool(full.hit_max_seq_len[0])
+    n = len(full.tokens[0][0])
+    assert n >= 4
+    cap = ctc_beam_search(lp, torch.tensor([40]), CtcBeamSearchConfig(beam_size=4, blank_skip_threshold=1.0,
+                                                                      max_seq_len=n - 2))
+    assert bool(cap.hit_max_seq_len[0])
+    assert all(len(h) <= n - 2 for h in cap.tokens[0])
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 128])
+def test_streaming_chunks_equal_offline(ops, chunk):
+    lp = random_log_probs(2, 150, 29, seed=6)
+    cfg = CtcBeamSearchConfig(beam_size=6, nbest=3, blank_skip_threshold=1.0)
+    ref = ctc_beam_search(lp, torch.tensor([150, 150]), cfg)
+    dec = CtcStreamingDecoder(cfg)
+    state = dec.create_state(batch=2, vocab_size=29)
+    for t0 in range(0, 150, chunk):
+        dec.decode_chunk(lp[:, t0:t0 + chunk], state=state)
+    got = dec.finalize(state)
+    assert got.tokens == ref.tokens
+    torch.testing.assert_close(got.scores, ref.scores)
+
+
+def test_streaming_speech_mask_equals_offline_skipping(ops):
+    thr = 0.8
+    lp = random_log_probs(1, 60, 11, seed=7)
+    cfg = CtcBeamSearchConfig(beam_size=5, nbest=2, blank_skip_threshold=thr)
+    ref = ctc_beam_search(lp, torch.tensor([60]), cfg)
+    mask = ~(lp[..., 0] > math.log(thr))
+    dec = CtcStreamingDecoder(cfg)
+    state = dec.create_state(1, 11)
+    for t0 in range(0, 60, 9):
+        dec.decode_chunk(lp[:, t0:t0 + 9], state=state, speech_mask=mask[:, t0:t0 + 9])
+    got = dec.finalize(state)
+    assert got.tokens == ref.tokens
+    torch.testing.assert_close(got.scores, ref.scores)
+
+
+def test_interleaved_and_batched_streams_are_independent(ops):
+    lps = [random_log_probs(1, 48, 13, seed=20 + i) for i in range(3)]
+    cfg = CtcBeamSearchConfig(beam_size=4, nbest=2, blank_skip_threshold=1.0)
+    dec = CtcStreamingDecoder(cfg)
+    refs = [ctc_beam_search(lp, torch.tensor([48]), cfg) for lp in lps]
+    states = [dec.create_state(1, 13) for _ in lps]
+    for t0 in range(0, 48, 5):  # interleaved single-stream calls
+        for lp, st in zip(lps, states):
+            dec.decode_chunk(lp[:, t0:t0 + 5], state=st)
+    bstates = [dec.create_state(1, 13) for _ in lps]
+    for t0 in range(0, 48, 6):  # batched calls
+        dec.decode_chunk_batch([lp[:, t0:t0 + 6] for lp in lps], bstates)
+    for ref, st, bst in zip(refs, states, bstates):
+        for got in (dec.finalize(st), dec.finalize(bst)):
+            assert got.tokens == ref.tokens
+            torch.testing.assert_close(got.scores, ref.scores)
+
+
+def test_float16_input_matches_float32_of_same_values(ops):
+    lp16 = random_log_probs(2, 17, 29, seed=8).half()
+    a = ctc_beam_search(lp16, torch.tensor([17, 17]), CtcBeamSearchConfig(beam_size=4, nbest=2))
+    b = ctc_beam_search(lp16.float(), torch.tensor([17, 17]), CtcBeamSearchConfig(beam_size=4, nbest=2))
+    assert a.tokens == b.tokens
+    torch.testing.assert_close(a.scores, b.scores)
+
+
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda lp, ln: (lp.double(), ln, {}), "float32 or float16"),
+        (lambda lp, ln: (lp[0], ln, {}), "3-D"),
+        (lambda lp, ln: (lp, torch.tensor([5, 9]), {}), "lengths"),
+        (lambda lp, ln: (lp, torch.tensor([5, -1]), {}), "lengths"),
+        (lambda lp, ln: (lp[..., :1], ln, {}), "V"),
+        (lambda lp, ln: (lp, ln, {"blank_id": 7}), "blank_id"),
+        (lambda lp, ln: (lp.clone().index_put_((torch.tensor([1]), torch.tensor([2]), torch.tensor([3])),
+                                               torch.tensor(float("nan"))), ln, {}), "NaN"),
+        (lambda lp, ln: (lp.clone().index_put_((torch.tensor([0]), torch.tensor([0]), torch.tensor([0])),
+                                               torch.tensor(float("inf"))), ln, {}), "inf"),
+    ],
+)
+def test_bad_inputs_name_the_argument(ops, make, match):
+    lp, ln = random_log_probs(2, 5, 4, seed=9), torch.tensor([5, 5])
+    lp2, ln2, kw = make(lp, ln)
+    with pytest.raises(ValueError, match=match):
+        ctc_beam_search(lp2, ln2, CtcBeamSearchConfig(beam_size=3, **kw))
+
+
+@pytest.mark.parametrize("kw,match", [({"beam_size": 0}, "beam_size"), ({"beam_size": 129}, "beam_size"),
+                                      ({"nbest": 11}, "nbest"), ({"max_seq_len": 0}, "max_seq_len"),
+                                      ({"blank_skip_threshold": float("nan")}, "blank_skip_threshold")])
+def test_bad_config(kw, match):
+    with pytest.raises(ValueError, match=match):
+        CtcBeamSearchConfig(**kw)
+
+
+def test_op_level_errors_name_the_argument(ops):
+    lp = random_log_probs(1, 3, 4)
+    with pytest.raises(ValueError, match="beam_size"):
+        ops.ctc_decode_offline(lp, torch.tensor([3]), 200, 0, 1.0, 1, 3)
+    with pytest.raises(ValueError, match="state"):
+        ops.ctc_decode_chunk(torch.zeros(1, 5, dtype=torch.int32), lp, None, 2, 0, 10)
+
+
+def test_opcheck_registered_ops(ops):
+    lp = random_log_probs(2, 6, 5, seed=11)
+    lengths = torch.tensor([6, 4])
+    torch.library.opcheck(ops.ctc_decode_offline.default, (lp, lengths, 3, 0, 0.95, 2, 6))
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=3, nbest=2, max_seq_len=8))
+    state = dec.create_state(2, 5)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    torch.library.opcheck(ops.ctc_decode_chunk.default, (state.tensor, lp, mask, 3, 0, 8))
+    singles = [dec.create_state(1, 5).tensor for _ in range(2)]
+    torch.library.opcheck(ops.ctc_decode_chunk_batched.default, (singles, lp, None, 3, 0, 8))
+    torch.library.opcheck(ops.ctc_finalize.default, (state.tensor, 3, 2, 8))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_cuda_launchers_compile_with_nvcc(tmp_path):
+    """The torch-free launchers + kernel headers build with plain nvcc (no torch) for sm_90."""
+    cmd = ["nvcc", "-std=c++17", "-arch=sm_90", "-O1", "--expt-relaxed-constexpr", "-c",
+           str(REPO / "decoders/csrc/ctc_launch.cu"), "-I", str(REPO / "decoders/include"),
+           "-o", str(tmp_path / "ctc_launch.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]

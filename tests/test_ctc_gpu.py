@@ -1,0 +1,135 @@
+"""CTC prefix beam search on CUDA against the CPU reference (random and adversarial inputs), streaming on
+the GPU, batched streams, interleaving. All `gpu`: skipped without a CUDA device."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ctc_helpers import assert_results_match, random_log_probs  # noqa: E402
+
+from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder, ctc_beam_search, load_ops  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return load_ops()
+
+
+def _both(lp, lengths, cfg, top1_only=False):
+    ref = ctc_beam_search(lp, lengths, cfg)
+    got = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
+    assert_results_match(got, ref, top1_only=top1_only)
+    return got, ref
+
+
+@pytest.mark.parametrize("V", [2, 29, 1025, 5000])
+@pytest.mark.parametrize("beam", [1, 2, 10, 32, 33, 128])
+def test_gpu_matches_cpu_random(ops, V, beam):
+    B, T = 3, 17
+    lp = random_log_probs(B, T, V, seed=V * 1000 + beam)
+    lengths = torch.tensor([T, 1, 11])
+    cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=0.9)
+    _both(lp, lengths, cfg)
+    _both(lp, lengths, CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=1.0))
+
+
+@pytest.mark.parametrize("V,beam", [(29, 10), (29, 128), (1025, 32), (1025, 33), (5000, 10), (2, 4)])
+def test_gpu_matches_cpu_long(ops, V, beam):
+    """T = 1500: long prefixes, many forks (slot copies), several pre-pass tiles."""
+    lp = random_log_probs(2, 1500, V, seed=V + beam, peaky=4.0)
+    _both(lp, torch.tensor([1500, 1333]), CtcBeamSearchConfig(beam_size=beam, nbest=1, blank_skip_threshold=0.98),
+          top1_only=True)
+
+
+@pytest.mark.parametrize("blank", ["first", "last"])
+def test_gpu_adversarial(ops, blank):
+    V = 29
+    b = 0 if blank == "first" else V - 1
+    T = 40
+    lp = random_log_probs(5, T, V, seed=3, blank=b)
+    lp[0] = torch.full((V,), -20.0).index_fill(0, torch.tensor([b]), 0.0).log_softmax(-1)  # all blank
+    # row 1: label 5 repeated on both sides of blank-dominant (skipped) frames
+    for t in range(T):
+        row = torch.full((V,), -12.0)
+        row[5 if t % 4 in (0, 1) else b] = 0.0
+        lp[1, t] = row.log_softmax(-1)
+    lp[2] = torch.zeros(T, V).log_softmax(-1)  # uniform: every candidate ties
+    lp[3, :, :] = -math.inf  # only blank and one label possible
+    lp[3, :, b] = math.log(0.5)
+    lp[3, :, 7] = math.log(0.5)
+    lengths = torch.tensor([T, T, T, T, 0])
+    for thr in (0.98, 1.0):
+        for beam in (1, 10, 33):
+            cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 3), blank_id=b, blank_skip_threshold=thr)
+            got, ref = _both(lp, lengths, cfg)
+            assert got.tokens[0][0] == [] and got.tokens[4][0] == [] and float(got.scores[4, 0]) == 0.0
+    cfg = CtcBeamSearchConfig(beam_size=4, nbest=1, blank_id=b, blank_skip_threshold=0.9)
+    got, _ = _both(lp[1:2], torch.tensor([T]), cfg)
+    assert got.tokens[0][0] == [5] * (T // 4)  # repeats separated by skipped blanks are kept
+
+
+def test_gpu_t0_and_t1(ops):
+    for T in (0, 1):
+        lp = random_log_probs(3, T, 1025, seed=T)
+        _both(lp, torch.tensor([T, T, 0]), CtcBeamSearchConfig(beam_size=10, nbest=3))
+
+
+def test_gpu_float16(ops):
+    lp = random_log_probs(4, 200, 1025, seed=12).half()
+    _both(lp, torch.tensor([200, 150, 17, 1]), CtcBeamSearchConfig(beam_size=10, nbest=3, blank_skip_threshold=1.0))
+
+
+def test_gpu_errors_name_the_argument(ops):
+    lp = random_log_probs(2, 5, 7).cuda()
+    with pytest.raises(ValueError, match="lengths"):
+        ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32), 3, 0, 1.0, 1, 5)
+    with pytest.raises(ValueError, match="beam_size"):
+        ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32).cuda(), 129, 0, 1.0, 1, 5)
+    bad = lp.clone()
+    bad[1, 2, 3] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        ctc_beam_search(bad, torch.tensor([5, 5]), CtcBeamSearchConfig(beam_size=3))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 128])
+def test_gpu_streaming_equals_offline(ops, chunk):
+    lp = random_log_probs(3, 300, 1025, seed=chunk).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, blank_skip_threshold=1.0)
+    ref = ctc_beam_search(lp, torch.tensor([300] * 3), cfg)
+    dec = CtcStreamingDecoder(cfg)
+    state = dec.create_state(3, 1025, device="cuda")
+    for t0 in range(0, 300, chunk):
+        dec.decode_chunk(lp[:, t0:t0 + chunk], state=state)
+    got = dec.finalize(state)
+    assert got.tokens == ref.tokens
+    torch.testing.assert_close(got.scores, ref.scores)
+    assert_results_match(got, ctc_beam_search(lp.cpu(), torch.tensor([300] * 3), cfg))
+
+
+def test_gpu_batched_streams_equal_per_stream_and_interleaved(ops):
+    N, V = 70, 500  # > 64: two launch groups
+    lps = random_log_probs(N, 64, V, seed=5).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=8, nbest=2)
+    dec = CtcStreamingDecoder(cfg)
+    singles = [dec.create_state(1, V, device="cuda") for _ in range(N)]
+    batched = [dec.create_state(1, V, device="cuda") for _ in range(N)]
+    mask = lps[..., 0] < math.log(0.95)
+    for t0 in range(0, 64, 16):
+        for i in range(N):  # interleaved single-stream calls
+            dec.decode_chunk(lps[i:i + 1, t0:t0 + 16], state=singles[i], speech_mask=mask[i:i + 1, t0:t0 + 16])
+        dec.decode_chunk_batch([lps[i:i + 1, t0:t0 + 16] for i in range(N)], batched, speech_mask=mask[:, t0:t0 + 16])
+    offline = ctc_beam_search(lps, torch.tensor([64] * N), CtcBeamSearchConfig(beam_size=8, nbest=2,
+                                                                               blank_skip_threshold=0.95))
+    for i in range(N):
+        a, b = dec.finalize(singles[i]), dec.finalize(batched[i])
+        assert a.tokens == b.tokens == [offline.tokens[i]]
+        assert torch.equal(a.scores, b.scores)
+        torch.testing.assert_close(a.scores[0], offline.scores[i])
+    assert dec.state_bytes_per_stream <= 40 * 1024 or dec.config.beam_size != 10
