@@ -45,8 +45,8 @@ class SimulatorConfig:
     peak_error_median: float = 0.04  # median of (1 - P(top token)) on a correct spike: peak sharpness
     peak_error_spread: float = 0.8  # log-normal sigma of the above
     blank_leak_median: float = 2e-4  # median non-blank mass on a blank frame (relative to blank)
-    shoulder_prob: float = 0.25  # P(a spike has a shoulder frame before/after it)
-    double_spike_prob: float = 0.08  # P(a spike spans two frames)
+    shoulder_prob: float = 0.2  # P(a spike has a shoulder frame before/after it)
+    double_spike_prob: float = 0.05  # P(a spike spans two frames)
     floor_logp: float = -16.0  # log mass of unrelated tokens, relative to the frame's top
     floor_spread: float = 1.5
     num_competitors: int = 3
@@ -75,7 +75,7 @@ class SimulatorConfig:
                 ambiguity_rate=0.08,
                 peak_error_median=0.10,
                 blank_leak_median=6e-4,
-                shoulder_prob=0.35,
+                shoulder_prob=0.3,
                 floor_logp=-14.0,
                 seed=seed,
             )

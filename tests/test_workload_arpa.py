@@ -112,3 +112,77 @@ def test_kaldilm_arpa2fst_reads_it(tiny, tmp_path):
 def test_bad_input_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="sentence_ids"):
         build_arpa(np.array([0, 7]), np.array([0, 2]), ["a", "b"], tmp_path / "x.arpa")
+
+
+def _reference_kneser_ney(sentences, vocab):
+    """Straightforward dict-based interpolated Kneser-Ney (Chen & Goodman), independent of recipes.lm."""
+    from collections import Counter, defaultdict
+
+    c3, c2raw = Counter(), Counter()
+    for s in sentences:
+        seq = ["<s>"] + s + ["</s>"]
+        for i in range(len(seq) - 1):
+            c2raw[tuple(seq[i : i + 2])] += 1
+        for i in range(len(seq) - 2):
+            c3[tuple(seq[i : i + 3])] += 1
+    left2 = defaultdict(set)
+    for (a, b, c) in c3:
+        left2[(b, c)].add(a)
+    c2 = {bg: (c2raw[bg] if bg[0] == "<s>" else len(left2[bg])) for bg in c2raw}
+    left1 = defaultdict(set)
+    for (a, b) in c2raw:
+        left1[b].add(a)
+    c1 = {w: len(left1[w]) for w in left1}
+
+    def disc(counts):
+        n1 = sum(1 for v in counts if v == 1)
+        n2 = sum(1 for v in counts if v == 2)
+        return min(max(n1 / (n1 + 2 * n2), 0.05), 0.95) if n1 and n2 else 0.5
+
+    D1, D2, D3 = disc(c1.values()), disc(c2.values()), disc(c3.values())
+    predicted = list(vocab) + ["</s>", "<unk>"]
+    tot1 = sum(c1.values())
+
+    def p1(w):
+        return max(c1.get(w, 0) - D1, 0) / tot1 + D1 * len(c1) / tot1 / len(predicted)
+
+    by_h2 = defaultdict(dict)
+    for (a, b), v in c2.items():
+        by_h2[a][b] = v
+    by_h3 = defaultdict(dict)
+    for (a, b, c), v in c3.items():
+        by_h3[(a, b)][c] = v
+
+    def p2(w, a):
+        ext = by_h2.get(a)
+        if not ext:
+            return p1(w)
+        tot = sum(ext.values())
+        return max(ext.get(w, 0) - D2, 0) / tot + D2 * len(ext) / tot * p1(w)
+
+    def p3(w, a, b):
+        ext = by_h3.get((a, b))
+        if not ext:
+            return p2(w, b)
+        tot = sum(ext.values())
+        return max(ext.get(w, 0) - D3, 0) / tot + D3 * len(ext) / tot * p2(w, b)
+
+    return p1, p2, p3, predicted, by_h3
+
+
+def test_unpruned_arpa_equals_reference_kneser_ney(tmp_path):
+    words = make_vocabulary(60, seed=9)
+    ids, off = SentenceGenerator(60, GeneratorParams(num_classes=6), seed=9).sample(300, seed=9, stream=0)
+    sentences = [[words[i] for i in ids[off[k] : off[k + 1]]] for k in range(len(off) - 1)]
+    build_arpa(ids, off, words, tmp_path / "lm.arpa", prune_threshold=0.0)
+    m = ArpaModel(tmp_path / "lm.arpa")
+    p1, p2, p3, predicted, by_h3 = _reference_kneser_ney(sentences, words)
+    rng = random.Random(1)
+    histories = rng.sample(sorted(by_h3), 25) + [("<s>", "<s>")]
+    for a, b in histories:
+        for w in predicted:
+            ref = p3(w, a, b) if a != "<s>" or b != "<s>" else p2(w, "<s>")
+            hist = [b] if (a, b) == ("<s>", "<s>") else [a, b]
+            assert 10.0 ** m.log10_prob(w, hist) == pytest.approx(ref, rel=2e-5), (a, b, w)
+    for w in predicted:
+        assert 10.0 ** m.log10_prob(w, []) == pytest.approx(p1(w), rel=2e-5)

@@ -75,3 +75,13 @@ def test_manifests_and_vocabulary_shape(two_tiny):
 def test_bad_scale_names_choices(tmp_path):
     with pytest.raises(ValueError, match="valid choices"):
         prepare_workload("huge", tmp_path)
+
+
+def test_cli_hydra_app_writes_only_the_workload(tmp_path, monkeypatch, two_tiny):
+    from recipes.workload import main
+
+    monkeypatch.chdir(tmp_path)
+    main(["scale=tiny", f"root={tmp_path / 'wl'}", "seed=0"])
+    assert (tmp_path / "wl" / "tiny" / "params.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wl"]  # no outputs/, .hydra/ or log files
+    assert (tmp_path / "wl" / "tiny" / "lm_3gram.arpa").read_bytes() == two_tiny[0].arpa_path.read_bytes()
