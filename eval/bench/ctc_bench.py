@@ -199,6 +199,9 @@ def main(argv=None) -> None:
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda)
     print(env, flush=True)
     rows = bench_offline(args.warmup, args.repeats) + bench_streaming(args.warmup, args.repeats)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(dict(environment=env, rows=rows), indent=1))  # ours, before torchaudio
+    print_table(rows)
     if not args.no_torchaudio:
         rows += bench_torchaudio(args.warmup, args.repeats, args.torchaudio_timeout_s)
     print_table(rows)
