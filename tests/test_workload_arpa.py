@@ -186,3 +186,32 @@ def test_unpruned_arpa_equals_reference_kneser_ney(tmp_path):
             assert 10.0 ** m.log10_prob(w, hist) == pytest.approx(ref, rel=2e-5), (a, b, w)
     for w in predicted:
         assert 10.0 ** m.log10_prob(w, []) == pytest.approx(p1(w), rel=2e-5)
+
+
+def test_agrees_with_kaldingram(tmp_path):
+    """Cross-check with a real LM tool: kaldingram (SRILM-style back-off KN, pure Python) trained on the same
+    corpus finds exactly the same n-grams, and its held-out perplexity is close to ours (ours interpolates, so
+    it is usually a little lower)."""
+    train = pytest.importorskip("kaldingram.train")
+    import subprocess
+    import sys
+
+    words = make_vocabulary(300, seed=11)
+    gen = SentenceGenerator(300, GeneratorParams(num_classes=12), seed=11)
+    ids, off = gen.sample(3000, seed=11, stream=0)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(" ".join(words[i] for i in ids[off[k] : off[k + 1]]) + "\n" for k in range(len(off) - 1)))
+    build_arpa(ids, off, words, tmp_path / "ours.arpa")
+    subprocess.run(
+        [sys.executable, "-m", "kaldingram.train", "--ngram-order", "3", "--text", str(corpus), "--lm", str(tmp_path / "kng.arpa"), "--verbose", "5"],
+        check=True, capture_output=True,
+    )
+    ours, theirs = ArpaModel(tmp_path / "ours.arpa"), ArpaModel(tmp_path / "kng.arpa")
+    for n in (2, 3):
+        assert {g for g in ours.probs if len(g) == n} == {g for g in theirs.probs if len(g) == n}
+    assert set(theirs.vocab) | {"<unk>"} == set(ours.vocab)  # kaldingram writes no <unk>; we add it
+    hid, hoff = gen.sample(300, seed=11, stream=1)
+    held = [[words[i] for i in hid[hoff[k] : hoff[k + 1]]] for k in range(len(hoff) - 1)]
+    n_tok = sum(len(s) + 1 for s in held)
+    ppl = [10 ** (-sum(m.sentence_log10_prob(s) for s in held) / n_tok) for m in (ours, theirs)]
+    assert ppl[0] == pytest.approx(ppl[1], rel=0.15), ppl
