@@ -62,6 +62,8 @@ class DataConfig:
     workload_root: Optional[str] = None  # where the synthetic workload is generated/cached
     # set name -> NeMo manifest path; when non-empty these replace the workload's sets (e.g. LibriSpeech)
     manifests: dict[str, str] = field(default_factory=dict)
+    arpa_path: Optional[str] = None  # LM for LM-fused decoders; default: the workload's ARPA
+    words_path: Optional[str] = None  # word list ("word ..." per line); default: the workload's
 
 
 @dataclass

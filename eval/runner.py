@@ -402,18 +402,36 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
         manifests = {s: Path(p) for s, p in cfg.data.manifests.items()}
     tokens = workload.token_set(_enum_value(cfg.model.token_kind), _enum_value(cfg.model.blank)) if workload else None
 
+    def make_source(dataset: str, manifest: Path):
+        if source_factory is not None:
+            return source_factory(cfg, dataset=dataset, workload=workload, tokens=tokens)
+        return build_acoustic_source(
+            _enum_value(cfg.model.source), cfg, workload=workload, dataset=dataset, tokens=tokens,
+            device="cpu", manifest_path=manifest,
+        )
+
+    first_source = None
+    if tokens is None:  # no workload (e.g. LibriSpeech + NeMo): the acoustic model defines the tokens
+        first_dataset = next(iter(manifests))
+        first_source = (first_dataset, make_source(first_dataset, manifests[first_dataset]))
+        tokens = first_source[1].tokens
+
     labels = decoder_labels(cfg)
     graph_dir = graph_dir_for(cfg)
     graph_reason = None
-    if any(split_decoder_label(lb)[0] in GRAPH_DECODERS for lb in labels):
+    # graphs take minutes to build: only when a graph decoder whose adapter exists in this tree is asked for
+    import importlib.util
+
+    wanted = {split_decoder_label(lb)[0] for lb in labels} & GRAPH_DECODERS
+    if any(importlib.util.find_spec(ADAPTER_MODULES[n]) is not None for n in wanted):
         graph_reason = prepare_graphs(cfg, workload, graph_dir)
     lexicon_path = graph_dir / "lexicon.txt"
     base_ctx = DecodingContext(
         tokens=tokens,
         graph_dir=graph_dir if graph_dir.is_dir() else None,
-        arpa_path=Path(workload.arpa_path) if workload is not None else None,
+        arpa_path=_first_path(cfg.data.arpa_path, workload and workload.arpa_path),
         lexicon_path=lexicon_path if lexicon_path.is_file() else None,
-        words_path=Path(workload.words_path) if workload is not None else None,
+        words_path=_first_path(cfg.data.words_path, workload and workload.words_path),
         extra={"topology": _enum_value(cfg.graph.topology), "scale": str(cfg.data.scale)},
     )
 
@@ -429,15 +447,10 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
             utterances = load_manifest(manifest, cfg.data.max_utterances)
             if not utterances:
                 raise ValueError(f"dataset {dataset!r} ({manifest}) has no utterances")
-            if source_factory is not None:
-                source = source_factory(cfg, dataset=dataset, workload=workload, tokens=tokens)
+            if first_source is not None and first_source[0] == dataset:
+                source = first_source[1]
             else:
-                source = build_acoustic_source(
-                    _enum_value(cfg.model.source), cfg, workload=workload, dataset=dataset, tokens=tokens,
-                    device="cpu", manifest_path=manifest,
-                )
-            if tokens is None:
-                tokens = source.tokens
+                source = make_source(dataset, manifest)
             boosts_by_value = {r.boost_value: make_boosts(cfg, utterances, r.boost_value) if r.boost_value is not None else None for r in active}
             for r in active:
                 r.reset()
@@ -554,6 +567,13 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
         f.write(OmegaConf.to_yaml(OmegaConf.create(json.loads(json.dumps(resolved, default=_json_default)))))
     log.info("wrote %s", run_dir)
     return RunOutput(run_dir=run_dir, rows=rows, unavailable=unavailable)
+
+
+def _first_path(*candidates) -> Optional[Path]:
+    for c in candidates:
+        if c:
+            return Path(c)
+    return None
 
 
 def _json_default(o: Any):

@@ -68,3 +68,16 @@ def test_missing_source_module_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(acoustic.ACOUSTIC_SOURCES, "later", "eval.acoustic.not_written_yet")
     with pytest.raises(RuntimeError, match="not available.*not_written_yet"):
         build_acoustic_source("later", None)
+
+
+def test_demo_overrides_select_scale_experiment_and_baseline():
+    from eval.demo import demo_overrides
+
+    scale, ov = demo_overrides(["scale=tiny", "data.max_utterances=3"])
+    assert scale == "tiny"
+    assert "experiment=demo" in ov and "data=tiny" in ov and "experiment.run=tiny" in ov
+    assert ov[-1] == "data.max_utterances=3"
+    cfg = validate_config(compose_config(ov))
+    assert cfg.experiment.skip_unavailable and "flashlight" in cfg.experiment.decoders
+    with pytest.raises(ValueError, match="usage"):
+        demo_overrides(["--fast"])
