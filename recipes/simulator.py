@@ -13,7 +13,8 @@ What a real CTC model's output looks like, and what we imitate (each point is a 
   weak sub-blank bump) or followed by an inserted similar token. `ambiguity_rate` adds correct spikes with a
   close competitor (an LM may get these wrong). Because errors are drawn per *word*, the greedy WER is close
   to `word_error_rate` whatever the token set.
-- Everything is deterministic from (cfg.seed, utterance key), independent of the order of calls.
+- Everything is deterministic from (cfg.seed, utterance key), independent of the order of calls, and
+  independent of the blank position: blank-first output is exactly the column permutation of blank-last.
 
 Greedy WER bands produced by the presets (see `SimulatorConfig.preset`, measured by tests on `tiny`):
   clean: word_error_rate 0.04  -> greedy WER ~ 3-6 %;   other: word_error_rate 0.11 -> greedy WER ~ 8-15 %.
@@ -264,7 +265,11 @@ def simulate_utterance(text: str, duration_s: float, tokens: TokenSet, cfg: Simu
     starts = (np.cumsum(gaps[:n]) + np.concatenate([[0], np.cumsum(widths)[:-1]])).astype(np.int64) if n else np.zeros(0, np.int64)
 
     # ---- posteriors -------------------------------------------------------------------------------
-    noise = rng.standard_normal((T, V), dtype=np.float32)
+    # noise drawn in a blank-position-independent order (non-blank columns in order, then blank), so that a
+    # blank-first token set yields exactly the column-permuted log-probs of its blank-last twin
+    canonical = np.array(tokens.non_blank_ids + [blank], dtype=np.int64)
+    noise = np.empty((T, V), dtype=np.float32)
+    noise[:, canonical] = rng.standard_normal((T, V), dtype=np.float32)
     probs = np.exp(cfg.floor_logp + cfg.floor_spread * noise).astype(np.float64)  # (T, V) unrelated tokens
     probs[:, blank] = 1.0
     is_spike = np.zeros(T, dtype=bool)

@@ -140,3 +140,15 @@ def test_num_frames_and_required_frames():
     assert required_frames([]) == 0
     ts_empty = simulate_utterance("", 0.4, __import__("recipes.tokens", fromlist=["TokenSet"]).TokenSet.from_chars(list("ab")), cfg, "e")
     assert ts_empty.shape == (10, 4) and np.all(ts_empty.argmax(1) == 3)
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_blank_first_is_a_column_permutation_of_blank_last(tiny, kind):
+    last, first = tiny.token_set(kind, "last"), tiny.token_set(kind, "first")
+    perm = [last.vocab_size - 1] + list(range(last.vocab_size - 1))  # first-layout column -> last-layout column
+    cfg = tiny.simulator_config("other")
+    for u in tiny.utterances("other")[:10]:
+        a = simulate_utterance(u["text"], u["duration"], last, cfg, key=u["id"])
+        b = simulate_utterance(u["text"], u["duration"], first, cfg, key=u["id"])
+        np.testing.assert_array_equal(b, a[:, perm])
+        assert first.decode(greedy_columns(b, first.blank_id)) == last.decode(greedy_columns(a, last.blank_id))
