@@ -141,6 +141,28 @@ def prepare_graphs(cfg: DictConfig, workload: Any, graph_dir: Path) -> Optional[
     return None
 
 
+def graph_mismatch(graph_dir: Path, arpa_path: Optional[Path], tokens: Any = None) -> Optional[str]:
+    """Reason string when graph_dir was built from another LM than `arpa_path` (graph_info.json's
+    sources.arpa), else None. Graph directories are keyed by scale, not by workload root, so a graph from
+    another workload copy must not be used silently."""
+    info_path = graph_dir / "graph_info.json"
+    if arpa_path is None or not info_path.is_file():
+        return None
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    if tokens is not None:
+        want = (tokens.kind, tokens.blank_id, tokens.vocab_size)
+        have = (info.get("token_kind", want[0]), info.get("blank_id", want[1]), info.get("vocab_size", want[2]))
+        if have != want:
+            return f"graphs in {graph_dir} are for tokens (kind, blank, V)={have}, the acoustic source has {want}"
+    built_from = info.get("sources", {}).get("arpa")
+    if built_from and Path(built_from).resolve() != Path(arpa_path).resolve():
+        return f"graphs in {graph_dir} were built from {built_from}, not {arpa_path}; rebuild them or set graph.graph_dir"
+    return None
+
+
 def _read_words(path: Path) -> list[str]:
     with open(path, encoding="utf-8") as f:
         return [line.split()[0] for line in f if line.strip()]
@@ -425,11 +447,16 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
     wanted = {split_decoder_label(lb)[0] for lb in labels} & GRAPH_DECODERS
     if any(importlib.util.find_spec(ADAPTER_MODULES[n]) is not None for n in wanted):
         graph_reason = prepare_graphs(cfg, workload, graph_dir)
+    arpa_path = _first_path(cfg.data.arpa_path, workload and workload.arpa_path)
+    if graph_reason is None and graph_dir.is_dir():
+        graph_reason = graph_mismatch(graph_dir, arpa_path, tokens)
     lexicon_path = graph_dir / "lexicon.txt"
+    if graph_reason is not None:
+        lexicon_path = Path("/nonexistent")  # never mix a foreign graph's lexicon into LM decoders
     base_ctx = DecodingContext(
         tokens=tokens,
-        graph_dir=graph_dir if graph_dir.is_dir() else None,
-        arpa_path=_first_path(cfg.data.arpa_path, workload and workload.arpa_path),
+        graph_dir=graph_dir if graph_dir.is_dir() and graph_reason is None else None,
+        arpa_path=arpa_path,
         lexicon_path=lexicon_path if lexicon_path.is_file() else None,
         words_path=_first_path(cfg.data.words_path, workload and workload.words_path),
         extra={"topology": _enum_value(cfg.graph.topology), "scale": str(cfg.data.scale)},

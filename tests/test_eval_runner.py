@@ -15,7 +15,7 @@ from eval.runner import run_experiment
 def _run(tmp_path, *overrides, workload=None):
     wl = workload or FakeWorkload(tmp_path / "wl")
     cfg = compose_config(
-        [f"experiment.output_dir={tmp_path / 'runs'}", "experiment.run=r1", "experiment.batch_size=2",
+        [f"experiment.output_dir={tmp_path / 'runs'}", f"graph.root={tmp_path / 'graphs'}", "experiment.run=r1", "experiment.batch_size=2",
          "experiment.progress=false", *overrides]
     )
     return run_experiment(cfg, workload=wl, source_factory=fake_source_factory)
@@ -109,3 +109,14 @@ def test_greedy_decoder_collapses_repeats_and_blanks():
     tokens, times, scores = greedy_ctc(lp, torch.tensor([7]), blank_id=0)
     assert tokens == [[1, 1, 2]] and times == [[0, 3, 4]]
     assert float(scores[0]) == pytest.approx(0.0)
+
+
+def test_foreign_graph_dir_is_not_used(tmp_path):
+    """Regression: a graph dir built for another workload (same scale name) fed its BPE lexicon to
+    Flashlight on a char workload, so every word was out of lexicon and WER was 100 %."""
+    gdir = tmp_path / "graphs" / "tiny" / "bpe_blanklast" / "compact"
+    gdir.mkdir(parents=True)
+    (gdir / "graph_info.json").write_text(json.dumps({"token_kind": "bpe", "sources": {"arpa": "/elsewhere/lm.arpa"}}))
+    (gdir / "lexicon.txt").write_text("cat ▁ca t\n")
+    out = _run(tmp_path, "decoder=flashlight")
+    assert {r["dataset"]: r["wer"] for r in out.rows}["clean"] == 0.0
