@@ -1,0 +1,361 @@
+// CPU reference of the WFST beam search: the executable spec of the semantics that the CUDA kernels
+// reproduce (and the CPU decoder of the demo). Readable first; utterances run in parallel.
+//
+// Semantics (k2 `intersect_dense_pruned`, k2/csrc/intersect_dense_pruned.cu):
+//  * Steps t = 0 .. len (len + 1 steps; k2's dense FSA has one extra "final" frame).
+//  * t < len (emitting step): every emitting arc (ilabel >= 0) of every frontier state gives a
+//    candidate end = score + (acoustic_scale * lp[t][ilabel] + weight [+ boost(olabel)]).
+//    FINAL arcs read k2's -inf column on real frames, so they are never admitted; EPSILON arcs wait
+//    for the closure below.
+//  * t == len (final step): only FINAL arcs, no acoustic term. If allow_partial and no frontier state
+//    has a FINAL arc, every arc of every frontier state is redirected into final_state with score
+//    score + weight (k2's "treat all states on the last frame as final"); the redirected arc's word is
+//    kept (k2 keeps its aux label through arc_map_a) and reached_final is false.
+//  * Dynamic beam (GetPruningCutoffs, see wfst::k2_dynamic_beam): `active` = number of frontier states
+//    (RowSplits(1) of k2's [fsa][state][arc] ArcInfo tensor). cutoff = exact max of this step's candidate
+//    ends - beam; a candidate is admitted iff end > cutoff; recombination keeps the best incoming arc per
+//    destination state (exact ties: the first one met in frontier/arc order; the GPU may pick another).
+//  * Epsilon closure (TLG; k2 has no epsilons): after each emitting step (and once for the start state,
+//    with cutoff -search_beam) epsilon arcs are relaxed in Jacobi passes: pass k expands the epsilon arcs
+//    of the tokens created or strictly improved by pass k-1, with the step's cutoff; at most
+//    eps_iterations passes, and a closure still changing after the last one sets kOverflowEpsilon.
+//  * Word boosting: an arc with olabel != 0 adds the utterance's boost for that word to its score, which
+//    equals decoding the graph composed with a one-state boost acceptor.
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "wfst_defs.h"
+#include "wfst_ops.h"
+
+namespace beamdec {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Graph {
+  const int32_t* row_splits;
+  const int32_t* eps_begin;
+  const int32_t* final_begin;
+  const int32_t* dest;
+  const int32_t* ilabel;
+  const int32_t* olabel;
+  const float* weight;
+  int32_t num_states;
+  int32_t start_state;
+  int32_t final_state;
+  bool has_eps;
+};
+
+struct Options {
+  float search_beam;
+  float min_active;
+  float max_active;
+  bool allow_partial;
+  float acoustic_scale;
+  int32_t eps_iterations;
+};
+
+struct Token {
+  int32_t state;
+  float score;
+  int32_t winner;  // index into the back-pointer arena (-1: the start token)
+};
+
+struct BackPointer {
+  int32_t prev;  // previous winner entry (-1: start)
+  int32_t arc;
+};
+
+struct Boosts {
+  const int32_t* keys;
+  const float* values;
+  int32_t capacity;
+  float operator()(int32_t word) const { return wfst::boost_lookup(keys, values, capacity, word); }
+};
+
+struct UtteranceResult {
+  std::vector<int32_t> words;
+  float score = kNegInf;
+  int32_t overflow = 0;
+  int32_t flags = 0;
+};
+
+// Decodes one utterance. `slot_of_state` is scratch of num_states entries, all -1 on entry and exit.
+template <typename scalar_t>
+UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* lp, int64_t stride_t, int32_t len,
+                           const Boosts& boost, std::vector<int32_t>& slot_of_state) {
+  UtteranceResult res;
+  std::vector<BackPointer> arena;
+  std::vector<Token> front{{g.start_state, 0.0f, -1}}, next;
+  std::vector<int32_t> pending_arc, pending_prev;  // per next token: the winning arc and its predecessor
+  float beam = opt.search_beam;
+
+  auto arc_score = [&](int32_t a, float acoustic) {
+    float arc_ll = acoustic + g.weight[a];
+    int32_t word = g.olabel[a];
+    if (word != 0 && boost.capacity > 0) arc_ll = arc_ll + boost(word);
+    return arc_ll;
+  };
+
+  // Relaxes epsilon arcs of `tokens` in Jacobi passes (see the header comment); tokens live in `next`
+  // and `slot_of_state` maps their states to indices.
+  auto epsilon_closure = [&](std::vector<Token>& tokens, float cutoff) {
+    struct Cand {
+      int32_t dest;
+      float end;
+      int32_t prev;
+      int32_t arc;
+    };
+    std::vector<int32_t> dirty(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) dirty[i] = static_cast<int32_t>(i);
+    std::vector<Cand> cands;
+    std::vector<char> is_dirty;
+    for (int32_t pass = 0; pass < opt.eps_iterations && !dirty.empty(); ++pass) {
+      cands.clear();
+      for (int32_t i : dirty) {  // scores read before any update of this pass (Jacobi)
+        const Token tok = tokens[i];
+        for (int32_t a = g.eps_begin[tok.state]; a < g.final_begin[tok.state]; ++a) {
+          float end = tok.score + arc_score(a, 0.0f);
+          if (end > cutoff) cands.push_back({g.dest[a], end, tok.winner, a});
+        }
+      }
+      std::vector<int32_t> new_dirty;
+      std::vector<BackPointer> bp;  // winning back-pointer per token improved in this pass
+      is_dirty.assign(tokens.size(), 0);
+      std::vector<int32_t> bp_of(tokens.size(), -1);
+      for (const Cand& c : cands) {
+        int32_t j = slot_of_state[c.dest];
+        if (j < 0) {
+          j = static_cast<int32_t>(tokens.size());
+          slot_of_state[c.dest] = j;
+          tokens.push_back({c.dest, c.end, -1});
+          is_dirty.push_back(0);
+          bp_of.push_back(-1);
+        } else if (!(c.end > tokens[j].score)) {
+          continue;
+        }
+        tokens[j].score = c.end;
+        if (!is_dirty[j]) {
+          is_dirty[j] = 1;
+          new_dirty.push_back(j);
+          bp_of[j] = static_cast<int32_t>(bp.size());
+          bp.push_back({c.prev, c.arc});
+        } else {
+          bp[bp_of[j]] = {c.prev, c.arc};
+        }
+      }
+      std::sort(new_dirty.begin(), new_dirty.end());
+      for (int32_t j : new_dirty) {
+        tokens[j].winner = static_cast<int32_t>(arena.size());
+        arena.push_back(bp[bp_of[j]]);
+      }
+      dirty.swap(new_dirty);
+    }
+    if (!dirty.empty()) res.overflow |= wfst::kOverflowEpsilon;
+  };
+
+  if (g.has_eps) {
+    slot_of_state[g.start_state] = 0;
+    epsilon_closure(front, 0.0f - opt.search_beam);
+    for (const Token& tok : front) slot_of_state[tok.state] = -1;
+  }
+
+  const int32_t final_t = len + 1;
+  bool redirected = false;
+  for (int32_t t = 0; t <= len; ++t) {
+    const bool final_step = (t == len);
+    bool redirect = false;
+    if (final_step && opt.allow_partial) {
+      redirect = true;
+      for (const Token& tok : front)
+        if (g.final_begin[tok.state] < g.row_splits[tok.state + 1]) redirect = false;
+    }
+    const int64_t active = static_cast<int64_t>(front.size());  // k2: states active on this frame
+    beam = wfst::k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, active, t, final_t);
+
+    // The arcs a token expands on this step and the acoustic term of arc a.
+    auto arc_range = [&](int32_t s, int32_t& begin, int32_t& end) {
+      if (!final_step) {
+        begin = g.row_splits[s];
+        end = g.eps_begin[s];
+      } else if (redirect) {
+        begin = g.row_splits[s];
+        end = g.row_splits[s + 1];
+      } else {
+        begin = g.final_begin[s];
+        end = g.row_splits[s + 1];
+      }
+    };
+    const scalar_t* row = lp + static_cast<int64_t>(final_step ? 0 : t) * stride_t;
+    auto acoustic = [&](int32_t a) -> float {
+      if (final_step) return 0.0f;
+      return static_cast<float>(row[g.ilabel[a]]) * opt.acoustic_scale;
+    };
+
+    // Pass 1: the exact maximum over every candidate of this step.
+    float best = kNegInf;
+    for (const Token& tok : front) {
+      int32_t b, e;
+      arc_range(tok.state, b, e);
+      for (int32_t a = b; a < e; ++a) best = std::max(best, tok.score + arc_score(a, acoustic(a)));
+    }
+    const float cutoff = best - beam;
+
+    // Pass 2: admit and recombine by destination state.
+    next.clear();
+    pending_arc.clear();
+    pending_prev.clear();
+    for (const Token& tok : front) {
+      int32_t b, e;
+      arc_range(tok.state, b, e);
+      for (int32_t a = b; a < e; ++a) {
+        float end = tok.score + arc_score(a, acoustic(a));
+        if (!(end > cutoff)) continue;
+        int32_t d = redirect ? g.final_state : g.dest[a];
+        int32_t j = slot_of_state[d];
+        if (j < 0) {
+          j = static_cast<int32_t>(next.size());
+          slot_of_state[d] = j;
+          next.push_back({d, end, -1});
+          pending_arc.push_back(a);
+          pending_prev.push_back(tok.winner);
+        } else if (end > next[j].score) {
+          next[j].score = end;
+          pending_arc[j] = a;
+          pending_prev[j] = tok.winner;
+        }
+      }
+    }
+    for (size_t j = 0; j < next.size(); ++j) {
+      next[j].winner = static_cast<int32_t>(arena.size());
+      arena.push_back({pending_prev[j], pending_arc[j]});
+    }
+    if (g.has_eps && !final_step) epsilon_closure(next, cutoff);
+    for (const Token& tok : next) slot_of_state[tok.state] = -1;
+    front.swap(next);
+    redirected = redirect;
+  }
+
+  // After the final step the frontier holds at most final_state.
+  for (const Token& tok : front) {
+    if (tok.state != g.final_state) continue;
+    res.score = tok.score;
+    res.flags = wfst::kFlagHasPath | (redirected ? 0 : wfst::kFlagReachedFinal);
+    for (int32_t w = tok.winner; w >= 0; w = arena[w].prev) {
+      int32_t word = g.olabel[arena[w].arc];
+      if (word != 0) res.words.push_back(word);
+    }
+    std::reverse(res.words.begin(), res.words.end());
+  }
+  return res;
+}
+
+}  // namespace
+
+void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                       const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                       const at::Tensor& ilabel, const at::Tensor& olabel, const at::Tensor& weight,
+                       int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
+                       const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
+                       int64_t eps_iterations, int64_t words_capacity) {
+  TORCH_CHECK(log_probs.dim() == 3, "wfst_decode: log_probs must be (B, T, V), got ", log_probs.dim(), " dims");
+  TORCH_CHECK(log_probs.scalar_type() == at::kFloat || log_probs.scalar_type() == at::kHalf,
+              "wfst_decode: log_probs must be float32 or float16, got ", log_probs.scalar_type());
+  TORCH_CHECK(log_probs.is_contiguous(), "wfst_decode: log_probs must be contiguous");
+  const int64_t B = log_probs.size(0), T = log_probs.size(1);
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == B && lengths.scalar_type() == at::kLong && lengths.is_cpu(),
+              "wfst_decode: lengths must be a CPU int64 tensor of shape (", B, ",)");
+  auto len = lengths.accessor<int64_t, 1>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(len[b] >= 0 && len[b] <= T, "wfst_decode: lengths[", b, "] = ", len[b], " outside [0, ", T, "]");
+  const auto dev = log_probs.device();
+  const int64_t N = row_splits.numel() - 1, A = dest.numel();
+  TORCH_CHECK(N >= 1, "wfst_decode: graph must have at least one state");
+  for (const at::Tensor* t : {&row_splits, &eps_begin, &final_begin, &dest, &ilabel, &olabel, &boost_keys}) {
+    TORCH_CHECK(t->scalar_type() == at::kInt && t->is_contiguous() && t->device() == dev,
+                "wfst_decode: graph/boost index tensors must be contiguous int32 on ", dev);
+  }
+  TORCH_CHECK(weight.scalar_type() == at::kFloat && weight.is_contiguous() && weight.device() == dev,
+              "wfst_decode: weight must be contiguous float32 on ", dev);
+  TORCH_CHECK(boost_values.scalar_type() == at::kFloat && boost_values.is_contiguous() && boost_values.device() == dev,
+              "wfst_decode: boost_values must be contiguous float32 on ", dev);
+  TORCH_CHECK(eps_begin.numel() == N && final_begin.numel() == N, "wfst_decode: eps_begin/final_begin need ", N,
+              " entries");
+  TORCH_CHECK(ilabel.numel() == A && olabel.numel() == A && weight.numel() == A,
+              "wfst_decode: dest/ilabel/olabel/weight must have the same length");
+  TORCH_CHECK(start_state >= 0 && start_state < N, "wfst_decode: start_state ", start_state, " outside [0, ", N, ")");
+  TORCH_CHECK(final_state >= 0 && final_state < N, "wfst_decode: final_state ", final_state, " outside [0, ", N, ")");
+  TORCH_CHECK(boost_keys.dim() == 2 && boost_values.sizes() == boost_keys.sizes() &&
+                  (boost_keys.size(0) == B || boost_keys.size(1) == 0),
+              "wfst_decode: boost_keys/boost_values must be (B, C) with the same shape");
+  const int64_t C = boost_keys.size(1);
+  TORCH_CHECK(C == 0 || (C & (C - 1)) == 0, "wfst_decode: boost table capacity must be a power of two, got ", C);
+  TORCH_CHECK(search_beam > 0, "wfst_decode: search_beam must be > 0, got ", search_beam);
+  TORCH_CHECK(min_active >= 0 && max_active > min_active,
+              "wfst_decode: need 0 <= min_active < max_active, got ", min_active, ", ", max_active);
+  TORCH_CHECK(eps_iterations >= 0, "wfst_decode: eps_iterations must be >= 0 (0: epsilon-free graph)");
+  TORCH_CHECK(words_capacity >= 1, "wfst_decode: words_capacity must be >= 1");
+}
+
+at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                           const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                           const at::Tensor& ilabel, const at::Tensor& olabel, const at::Tensor& weight,
+                           int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
+                           const at::Tensor& boost_values, double search_beam, int64_t min_active,
+                           int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
+                           int64_t /*frontier_capacity*/, int64_t /*candidate_capacity*/, int64_t /*hash_capacity*/,
+                           int64_t /*arena_capacity*/, int64_t words_capacity) {
+  wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, olabel, weight, start_state,
+                    final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
+                    words_capacity);
+  TORCH_CHECK(log_probs.is_cpu(), "wfst_decode_cpu: log_probs must be on the CPU");
+  const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
+  const int64_t N = row_splits.numel() - 1;
+
+  Graph g{row_splits.data_ptr<int32_t>(), eps_begin.data_ptr<int32_t>(), final_begin.data_ptr<int32_t>(),
+          dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    olabel.data_ptr<int32_t>(),
+          weight.data_ptr<float>(),       static_cast<int32_t>(N),       static_cast<int32_t>(start_state),
+          static_cast<int32_t>(final_state), false};
+  {  // epsilon arcs present? (decides whether the closure runs at all)
+    for (int64_t s = 0; s < N && !g.has_eps; ++s) g.has_eps = g.eps_begin[s] < g.final_begin[s];
+  }
+  TORCH_CHECK(!g.has_eps || eps_iterations >= 1, "wfst_decode: the graph has epsilon arcs, eps_iterations must be >= 1");
+  Options opt{static_cast<float>(search_beam), static_cast<float>(min_active), static_cast<float>(max_active),
+              allow_partial, static_cast<float>(acoustic_scale), static_cast<int32_t>(eps_iterations)};
+  const int64_t C = boost_keys.size(1);
+  auto out = at::zeros({B, wfst::kResultHeader + words_capacity}, at::TensorOptions().dtype(at::kInt));
+  int32_t* out_ptr = out.data_ptr<int32_t>();
+  const int64_t out_stride = out.size(1);
+  const int64_t* len_ptr = lengths.data_ptr<int64_t>();
+
+  AT_DISPATCH_FLOATING_TYPES_AND_HALF(log_probs.scalar_type(), "wfst_decode_cpu", [&] {
+    const scalar_t* lp = log_probs.data_ptr<scalar_t>();
+    at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+      std::vector<int32_t> slot_of_state(static_cast<size_t>(N), -1);
+      for (int64_t b = begin; b < end; ++b) {
+        Boosts boost{C ? boost_keys.data_ptr<int32_t>() + b * C : nullptr,
+                     C ? boost_values.data_ptr<float>() + b * C : nullptr, static_cast<int32_t>(C)};
+        UtteranceResult r = decode_one<scalar_t>(g, opt, lp + b * T * V, V, static_cast<int32_t>(len_ptr[b]), boost,
+                                                 slot_of_state);
+        int32_t* row = out_ptr + b * out_stride;
+        const int64_t n = static_cast<int64_t>(r.words.size());
+        if (n > words_capacity) r.overflow |= wfst::kOverflowWords;
+        row[wfst::kColNumWords] = static_cast<int32_t>(n);
+        row[wfst::kColOverflow] = r.overflow;
+        row[wfst::kColFlags] = r.flags;
+        std::memcpy(&row[wfst::kColScore], &r.score, sizeof(float));
+        for (int64_t i = 0; i < std::min(n, words_capacity); ++i) row[wfst::kResultHeader + i] = r.words[i];
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace beamdec

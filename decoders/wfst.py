@@ -1,0 +1,468 @@
+"""WFST beam search over CTC log-probs with k2 `intersect_dense_pruned` semantics and word boosting.
+
+    graph = WfstGraph.load("HLG.bin")
+    decoder = WfstDecoder(graph, WfstDecoderConfig(search_beam=20.0), device="cuda")
+    result = decoder.decode(log_probs, lengths, boosts=[{"hello": 4.0}, {}])
+    result.word_strings[0], result.scores[0], result.overflow[0]
+
+Semantics (the CPU reference, decoders/csrc/wfst_cpu.cpp, is the executable spec; k2 source:
+k2/csrc/intersect_dense_pruned.cu, `GetPruningCutoffs` and `GetArcs`):
+- Step t < len: every emitting arc of every frontier state is a candidate with
+  end = score + (acoustic_scale * log_probs[t, ilabel] + weight + boost(olabel)). The candidate set is
+  pruned against its EXACT maximum with k2's dynamic beam b (start: search_beam), updated per step from
+  `active` = number of frontier states: within [min_active, max_active] (or 0) b <- 0.8 b +
+  0.2 search_beam; under min_active b <- max(b, search_beam) * 1.25; over max_active b <- min(b,
+  search_beam) * 0.8 (not in the last 5 steps, where min_active is also raised to max_active / 2).
+  max_active is advisory (it only steers b), never a hard top-k. Admit iff end > max - b; recombine by
+  destination state keeping the best incoming arc.
+- Step t == len (final step): only FINAL arcs (no acoustic term), b = 1e10. If no frontier state has a
+  FINAL arc and `allow_partial`, every arc of every frontier state is redirected into the final state with
+  score + weight (k2's behaviour: "treat all states on the last frame as final"); the redirected arc's
+  word is kept, `reached_final` is False. Without allow_partial such an utterance has no path: empty
+  words, score -inf.
+- Epsilon arcs (TLG; k2 has none): after each emitting step (and for the start state) an epsilon closure
+  in Jacobi passes with the step's cutoff, until no state improves, at most `eps_iterations` passes
+  (overflow bit 16 when still changing).
+- Word boosting: per utterance {word: boost} (log domain, positive favours the word). Whenever an arc with
+  a non-zero output word is taken its boost is added, i.e. decoding the graph composed with a one-state
+  boost acceptor, without composing. Zero boosts change nothing; out-of-vocabulary words are reported in
+  `WfstResult.oov_boost_words` (never silently dropped).
+- Scores are deterministic. Exact ties between equal-score paths may resolve differently between the CPU
+  reference (first arc met) and the GPU (atomic order), as in k2.
+- `output_beam` only prunes lattices in k2; it does not change the 1-best and is accepted for parity.
+
+Capacities (GPU only; the CPU reference never runs out): any hit sets a per-utterance overflow bit
+(decoders/include/wfst_defs.h); `decode` re-decodes flagged utterances with `rescue_factor` times larger
+capacities (up to `max_rescues` times) and reports in `overflow` only what it could not absorb.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from dataclasses import dataclass, field, replace
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from decoders.graph import EPSILON, FINAL, WfstGraph
+from decoders.types import Hypothesis
+
+# Result layout / bits: keep in sync with decoders/include/wfst_defs.h.
+RESULT_HEADER = 4
+OVERFLOW_CANDIDATES = 1
+OVERFLOW_HASH = 2
+OVERFLOW_ARENA = 4
+OVERFLOW_FRONTIER = 8
+OVERFLOW_EPSILON = 16
+OVERFLOW_WORDS = 32
+OVERFLOW_NAMES = {
+    OVERFLOW_CANDIDATES: "candidates",
+    OVERFLOW_HASH: "hash",
+    OVERFLOW_ARENA: "arena",
+    OVERFLOW_FRONTIER: "frontier",
+    OVERFLOW_EPSILON: "epsilon",
+    OVERFLOW_WORDS: "words",
+}
+FLAG_REACHED_FINAL = 1
+FLAG_HAS_PATH = 2
+
+BoostTable = dict  # {word id or word string: boost (log domain)}
+
+
+@dataclass
+class WfstDecoderConfig:
+    """Search settings (k2 names) plus GPU capacities; validated at construction."""
+
+    search_beam: float = 20.0
+    output_beam: float = 8.0
+    min_active: int = 30
+    max_active: int = 10000
+    allow_partial: bool = True
+    acoustic_scale: float = 1.0
+    # Frames whose blank posterior exceeds this are removed before decoding (WeNet-style frame skipping,
+    # outside the search). None: keep every frame. Needs `blank_id` (or graph.info["blank_id"]).
+    blank_skip_threshold: Optional[float] = None
+    blank_id: Optional[int] = None
+    # ---- capacities (per utterance unless noted); None = derived from max_active / the batch ----
+    frontier_capacity: Optional[int] = None  # surviving states per step (default 4 * max_active, >= 4096)
+    candidate_factor: int = 4  # admitted candidates per step = candidate_factor * frontier_capacity
+    arena_capacity: Optional[int] = None  # back-pointer entries for the whole batch
+    words_capacity: Optional[int] = None  # words per utterance (default T + 16)
+    eps_iterations: int = 8  # epsilon-closure passes per frame (TLG)
+    rescue_factor: int = 8
+    max_rescues: int = 2
+    check_finite: bool = True  # reject NaN/inf inside the valid frames
+
+    def __post_init__(self):
+        if not (self.search_beam > 0 and math.isfinite(self.search_beam)):
+            raise ValueError(f"search_beam must be a finite number > 0, got {self.search_beam}")
+        if not self.output_beam > 0:
+            raise ValueError(f"output_beam must be > 0, got {self.output_beam}")
+        if self.min_active < 0 or self.max_active <= self.min_active:
+            raise ValueError(f"need 0 <= min_active < max_active, got {self.min_active}, {self.max_active}")
+        if not (self.acoustic_scale > 0 and math.isfinite(self.acoustic_scale)):
+            raise ValueError(f"acoustic_scale must be > 0, got {self.acoustic_scale}")
+        if self.blank_skip_threshold is not None and not 0.0 < self.blank_skip_threshold <= 1.0:
+            raise ValueError(f"blank_skip_threshold must be in (0, 1] or None, got {self.blank_skip_threshold}")
+        if self.eps_iterations < 1:
+            raise ValueError(f"eps_iterations must be >= 1, got {self.eps_iterations}")
+        for name in ("frontier_capacity", "arena_capacity", "words_capacity"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {v}")
+        if self.candidate_factor < 1 or self.rescue_factor < 2 or self.max_rescues < 0:
+            raise ValueError("candidate_factor must be >= 1, rescue_factor >= 2, max_rescues >= 0")
+
+    def scaled(self, factor: int, batch: int, frames: int) -> "WfstDecoderConfig":
+        """The same search with every capacity multiplied by `factor` (the rescue instance)."""
+        caps = _capacities(self, batch, frames)
+        return replace(
+            self,
+            frontier_capacity=caps["frontier_capacity"] * factor,
+            arena_capacity=min(caps["arena_capacity"] * factor, 2**31 - 1),
+            words_capacity=caps["words_capacity"] * factor,
+            eps_iterations=self.eps_iterations * 2,
+        )
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, int(x - 1).bit_length())
+
+
+def _capacities(cfg: WfstDecoderConfig, batch: int, frames: int) -> dict:
+    frontier = cfg.frontier_capacity or max(4 * cfg.max_active, 4096)
+    frontier = min(frontier, 2**27)
+    arena = cfg.arena_capacity or int(min(max(batch * (frames + 1) * 2048, 2**22), 2**28))
+    return {
+        "frontier_capacity": frontier,
+        "candidate_capacity": min(cfg.candidate_factor * frontier, 2**30),
+        "hash_capacity": _next_pow2(2 * frontier),
+        "arena_capacity": arena,
+        "words_capacity": cfg.words_capacity or frames + 16,
+    }
+
+
+@dataclass
+class WfstResult:
+    """Batch result. `overflow` holds the bits the rescue could NOT absorb (0 = clean)."""
+
+    words: list[list[int]]
+    word_strings: list[list[str]]
+    scores: torch.Tensor  # (B,) float64; -inf where no path was found
+    overflow: list[int]
+    reached_final: list[bool]
+    has_path: list[bool] = field(default_factory=list)
+    rescued: list[int] = field(default_factory=list)  # utterances re-decoded with larger capacities
+    oov_boost_words: list[list] = field(default_factory=list)  # per utterance: boost keys not in the graph
+
+    def hypotheses(self) -> list[Hypothesis]:
+        return [
+            Hypothesis(tokens=[], words=list(ws), score=float(s))
+            for ws, s in zip(self.word_strings, self.scores.tolist())
+        ]
+
+    @staticmethod
+    def overflow_names(bits: int) -> list[str]:
+        return [name for bit, name in OVERFLOW_NAMES.items() if bits & bit]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Graph upload: once per (graph, device), shared by every decoder instance.
+_graph_cache: dict[tuple[int, str], dict] = {}
+_graph_cache_lock = threading.Lock()
+
+
+def _graph_arrays(graph: WfstGraph) -> dict[str, np.ndarray]:
+    """Per-state arc sub-ranges (emitting | epsilon | final), checking the canonical CSR order."""
+    n = graph.num_states
+    rs = np.asarray(graph.row_splits, dtype=np.int64)
+    if rs.shape != (n + 1,) or rs[0] != 0 or rs[-1] != graph.num_arcs or np.any(np.diff(rs) < 0):
+        raise ValueError("graph: row_splits must be monotone, start at 0 and end at num_arcs")
+    il = np.asarray(graph.ilabel, dtype=np.int64)
+    dest = np.asarray(graph.dest, dtype=np.int64)
+    if graph.num_arcs and (dest.min() < 0 or dest.max() >= n):
+        raise ValueError(f"graph: arc destination outside [0, {n})")
+    bad = (il < EPSILON) | (il >= graph.num_tokens)
+    if np.any(bad):
+        raise ValueError(f"graph: ilabel must be in [0, {graph.num_tokens}) or FINAL/EPSILON")
+    if not (0 <= graph.start_state < n and 0 <= graph.final_state < n):
+        raise ValueError("graph: start_state/final_state out of range")
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(rs))
+    group = np.where(il >= 0, 0, np.where(il == EPSILON, 1, 2))
+    if graph.num_arcs > 1 and np.any((np.diff(group) < 0) & (np.diff(src) == 0)):
+        raise ValueError("graph: arcs of a state must be ordered emitting, then epsilon, then final")
+    n_emit = np.bincount(src, weights=(group == 0), minlength=n).astype(np.int64)
+    n_eps = np.bincount(src, weights=(group == 1), minlength=n).astype(np.int64)
+    return {
+        "row_splits": rs.astype(np.int32),
+        "eps_begin": (rs[:-1] + n_emit).astype(np.int32),
+        "final_begin": (rs[:-1] + n_emit + n_eps).astype(np.int32),
+        "dest": dest.astype(np.int32),
+        "ilabel": il.astype(np.int32),
+        "olabel": np.asarray(graph.olabel, dtype=np.int32),
+        "weight": np.asarray(graph.weight, dtype=np.float32),
+    }
+
+
+def graph_on_device(graph: WfstGraph, device: Union[str, torch.device]) -> dict:
+    """Device tensors of `graph` (uploaded once per (graph, device) and cached while graph lives)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (id(graph), str(device))
+    with _graph_cache_lock:
+        hit = _graph_cache.get(key)
+        if hit is not None:
+            return hit
+        host = graph.__dict__.get("_wfst_host_arrays")
+        if host is None:
+            host = _graph_arrays(graph)
+            graph.__dict__["_wfst_host_arrays"] = host
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in host.items()}
+        tensors["has_eps"] = bool(np.any(host["eps_begin"] < host["final_begin"]))
+        _graph_cache[key] = tensors
+        weakref.finalize(graph, _graph_cache.pop, key, None)
+        return tensors
+
+
+# ---------------------------------------------------------------------------------------------------
+def _hash_u32(x: int) -> int:
+    """Same mixer as wfst::hash_u32 (decoders/include/wfst_defs.h)."""
+    m = 0xFFFFFFFF
+    x &= m
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & m
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & m
+    x ^= x >> 16
+    return x
+
+
+def build_boost_tables(
+    boosts: Optional[Sequence[Optional[BoostTable]]], batch: int, graph: WfstGraph
+) -> tuple[torch.Tensor, torch.Tensor, list[list]]:
+    """Per-utterance open-addressing tables (keys -1 = empty) + the out-of-vocabulary keys per utterance."""
+    if boosts is None:
+        return torch.zeros((batch, 0), dtype=torch.int32), torch.zeros((batch, 0), dtype=torch.float32), [
+            [] for _ in range(batch)
+        ]
+    if len(boosts) != batch:
+        raise ValueError(f"boosts must have one entry per utterance ({batch}), got {len(boosts)}")
+    num_words = len(graph.words) if graph.words is not None else int(np.max(graph.olabel, initial=0)) + 1
+    index = graph.__dict__.get("_wfst_word_index")
+    if index is None and graph.words is not None:
+        index = {w: i for i, w in enumerate(graph.words)}
+        graph.__dict__["_wfst_word_index"] = index
+    resolved: list[dict[int, float]] = []
+    oov: list[list] = []
+    for table in boosts:
+        ids: dict[int, float] = {}
+        bad: list = []
+        for word, value in (table or {}).items():
+            value = float(value)
+            if not math.isfinite(value):
+                raise ValueError(f"boosts: boost for {word!r} must be finite, got {value}")
+            if isinstance(word, str):
+                wid = index.get(word) if index is not None else None
+            else:
+                wid = int(word)
+            if wid is None or not 1 <= wid < num_words:
+                bad.append(word)
+                continue
+            if value != 0.0:
+                ids[wid] = ids.get(wid, 0.0) + value
+        resolved.append(ids)
+        oov.append(bad)
+    most = max((len(r) for r in resolved), default=0)
+    if most == 0:
+        return torch.zeros((batch, 0), dtype=torch.int32), torch.zeros((batch, 0), dtype=torch.float32), oov
+    cap = _next_pow2(2 * most)
+    keys = np.full((batch, cap), -1, dtype=np.int32)
+    values = np.zeros((batch, cap), dtype=np.float32)
+    for b, ids in enumerate(resolved):
+        for wid, value in ids.items():
+            h = _hash_u32(wid) & (cap - 1)
+            while keys[b, h] != -1:
+                h = (h + 1) & (cap - 1)
+            keys[b, h] = wid
+            values[b, h] = value
+    return torch.from_numpy(keys), torch.from_numpy(values), oov
+
+
+_fake_registered = False
+
+
+def _ops():
+    global _fake_registered
+    from decoders._ext import ops
+
+    namespace = ops()
+    if not _fake_registered:
+        _fake_registered = True
+        try:
+
+            @torch.library.register_fake("beamdec::wfst_decode")
+            def _(log_probs, lengths, *args):  # shape-only implementation for torch.compile / opcheck
+                words_capacity = args[-1]
+                return log_probs.new_empty((log_probs.shape[0], RESULT_HEADER + words_capacity), dtype=torch.int32)
+
+        except RuntimeError:  # already registered by another import path
+            pass
+    return namespace
+
+
+class WfstDecoder:
+    """Batched WFST decoder over one graph on one device ("cpu": the C++ reference; "cuda": the GPU)."""
+
+    def __init__(self, graph: WfstGraph, config: Optional[WfstDecoderConfig] = None, device="cpu"):
+        self.graph = graph
+        self.config = config or WfstDecoderConfig()
+        self.device = torch.device(device)
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {device}")
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("WfstDecoder: device='cuda' requested but torch sees no CUDA device")
+        self._graph = graph_on_device(graph, self.device)
+        blank = self.config.blank_id if self.config.blank_id is not None else graph.info.get("blank_id")
+        if self.config.blank_skip_threshold is not None and blank is None:
+            raise ValueError("blank_skip_threshold needs config.blank_id (or graph.info['blank_id'])")
+        self._blank_id = blank
+
+    # ---- input checks -----------------------------------------------------------------------------
+    def _check(self, log_probs: torch.Tensor, lengths) -> torch.Tensor:
+        if not isinstance(log_probs, torch.Tensor):
+            raise ValueError("log_probs must be a torch.Tensor (B, T, V)")
+        if log_probs.dim() != 3:
+            raise ValueError(f"log_probs must have shape (B, T, V), got {tuple(log_probs.shape)}")
+        if log_probs.dtype not in (torch.float32, torch.float16):
+            raise ValueError(f"log_probs must be float32 or float16, got {log_probs.dtype}")
+        if log_probs.device.type != self.device.type:
+            raise ValueError(f"log_probs is on {log_probs.device}, the decoder on {self.device}")
+        B, T, V = log_probs.shape
+        if V != self.graph.num_tokens:
+            raise ValueError(f"log_probs has V={V} columns, the graph reads {self.graph.num_tokens} tokens")
+        lengths = torch.as_tensor(lengths)
+        if lengths.dim() != 1 or lengths.shape[0] != B or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+            raise ValueError(f"lengths must be an integer tensor of shape ({B},)")
+        lengths = lengths.to("cpu", torch.int64)
+        if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+            raise ValueError(f"lengths must be in [0, T={T}], got min {int(lengths.min())} max {int(lengths.max())}")
+        if self.config.check_finite and B and T:
+            valid = torch.arange(T, device=log_probs.device)[None, :] < lengths.to(log_probs.device)[:, None]
+            finite = torch.isfinite(log_probs).all(dim=2) | ~valid
+            if not bool(finite.all()):
+                b, t = (~finite).nonzero()[0].tolist()
+                raise ValueError(f"log_probs contains NaN/inf inside the valid frames (utterance {b}, frame {t})")
+        return lengths
+
+    def _skip_blanks(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        thr = self.config.blank_skip_threshold
+        blank_lp = log_probs[:, :, self._blank_id].float()  # (B, T)
+        T = log_probs.shape[1]
+        valid = torch.arange(T, device=log_probs.device)[None, :] < lengths.to(log_probs.device)[:, None]
+        keep = valid & ~(blank_lp > math.log(thr))
+        new_lengths = keep.sum(dim=1).cpu()
+        rows = [log_probs[b][keep[b]] for b in range(log_probs.shape[0])]
+        out = log_probs.new_zeros((log_probs.shape[0], max(1, int(new_lengths.max())), log_probs.shape[2]))
+        for b, r in enumerate(rows):
+            out[b, : r.shape[0]] = r
+        return out.contiguous(), new_lengths
+
+    # ---- decoding ---------------------------------------------------------------------------------
+    def _run(self, log_probs, lengths, keys, values, cfg: WfstDecoderConfig) -> torch.Tensor:
+        g = self._graph
+        caps = _capacities(cfg, log_probs.shape[0], log_probs.shape[1])
+        out = _ops().wfst_decode(
+            log_probs,
+            lengths,
+            g["row_splits"],
+            g["eps_begin"],
+            g["final_begin"],
+            g["dest"],
+            g["ilabel"],
+            g["olabel"],
+            g["weight"],
+            int(self.graph.start_state),
+            int(self.graph.final_state),
+            keys.to(self.device),
+            values.to(self.device),
+            float(cfg.search_beam),
+            int(cfg.min_active),
+            int(cfg.max_active),
+            bool(cfg.allow_partial),
+            float(cfg.acoustic_scale),
+            int(cfg.eps_iterations) if g["has_eps"] else 0,
+            int(caps["frontier_capacity"]),
+            int(caps["candidate_capacity"]),
+            int(caps["hash_capacity"]),
+            int(caps["arena_capacity"]),
+            int(caps["words_capacity"]),
+        )
+        return out.cpu()  # the one device->host copy of the batch
+
+    def decode(
+        self,
+        log_probs: torch.Tensor,
+        lengths,
+        boosts: Optional[Sequence[Optional[BoostTable]]] = None,
+    ) -> WfstResult:
+        """Decode a batch. log_probs: (B, T, V) natural-log posteriors on the decoder's device."""
+        lengths = self._check(log_probs, lengths)
+        B = log_probs.shape[0]
+        keys, values, oov = build_boost_tables(boosts, B, self.graph)
+        if self.config.blank_skip_threshold is not None and B:
+            log_probs, lengths = self._skip_blanks(log_probs, lengths)
+        log_probs = log_probs.contiguous()
+        if B == 0:
+            return WfstResult([], [], torch.zeros(0, dtype=torch.float64), [], [], [], [], [])
+        rows = self._run(log_probs, lengths, keys, values, self.config)
+        rows_np = rows.numpy().copy()
+
+        # Rescue: re-decode flagged utterances with larger capacities.
+        rescued: list[int] = []
+        cfg = self.config
+        for _ in range(self.config.max_rescues if self.device.type == "cuda" else 0):
+            flagged = np.nonzero(rows_np[:, 1] != 0)[0]
+            if flagged.size == 0:
+                break
+            rescued.extend(int(i) for i in flagged if int(i) not in rescued)
+            cfg = cfg.scaled(cfg.rescue_factor, B, log_probs.shape[1])
+            idx = torch.from_numpy(flagged).to(log_probs.device)
+            sub = self._run(
+                log_probs.index_select(0, idx).contiguous(),
+                lengths.index_select(0, torch.from_numpy(flagged)),
+                keys.index_select(0, torch.from_numpy(flagged)) if keys.shape[1] else keys[: len(flagged)],
+                values.index_select(0, torch.from_numpy(flagged)) if values.shape[1] else values[: len(flagged)],
+                cfg,
+            ).numpy()
+            if sub.shape[1] > rows_np.shape[1]:
+                rows_np = np.pad(rows_np, ((0, 0), (0, sub.shape[1] - rows_np.shape[1])))
+            rows_np[flagged, : sub.shape[1]] = sub
+        return self._parse(rows_np, oov, sorted(rescued))
+
+    def _parse(self, rows: np.ndarray, oov: list[list], rescued: list[int]) -> WfstResult:
+        words_all, strings_all, overflow, reached, has_path = [], [], [], [], []
+        scores = rows[:, 3].astype(np.int32).view(np.float32).astype(np.float64)
+        vocab = self.graph.words
+        for r in rows:
+            n = min(int(r[0]), rows.shape[1] - RESULT_HEADER)
+            ws = [int(w) for w in r[RESULT_HEADER : RESULT_HEADER + n]]
+            words_all.append(ws)
+            strings_all.append([vocab[w] if vocab is not None and 0 <= w < len(vocab) else str(w) for w in ws])
+            overflow.append(int(r[1]))
+            reached.append(bool(r[2] & FLAG_REACHED_FINAL))
+            has_path.append(bool(r[2] & FLAG_HAS_PATH))
+        return WfstResult(
+            words=words_all,
+            word_strings=strings_all,
+            scores=torch.from_numpy(scores),
+            overflow=overflow,
+            reached_final=reached,
+            has_path=has_path,
+            rescued=rescued,
+            oov_boost_words=oov,
+        )
+
+    __call__ = decode

@@ -1,0 +1,266 @@
+"""CPU reference of the WFST decoder (decoders/csrc/wfst_cpu.cpp): exactness, k2 parity, boosting, errors."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from decoders.graph import EPSILON, FINAL, WfstGraph
+from decoders.wfst import OVERFLOW_EPSILON, WfstDecoder, WfstDecoderConfig, graph_on_device
+from wfst_testlib import (
+    compose_with_boosts,
+    constrained_best,
+    k2py_decode,
+    random_graph,
+    random_log_probs,
+    viterbi_best,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("epsilon", [False, True])
+def test_unpruned_search_equals_exhaustive_viterbi(epsilon):
+    """With an effectively infinite beam the decoder must return the exact best path score."""
+    rng = np.random.default_rng(11 + epsilon)
+    cfg = WfstDecoderConfig(search_beam=1e6, min_active=1, max_active=10**8, allow_partial=False,
+                            eps_iterations=64)
+    for _ in range(25):
+        g = random_graph(rng, epsilon=epsilon)
+        T = int(rng.integers(1, 9))
+        lp = random_log_probs(rng, 3, T, g.num_tokens)
+        lengths = torch.tensor([T, 0, 1])
+        res = WfstDecoder(g, cfg).decode(lp, lengths)
+        for b in range(3):
+            want = viterbi_best(g, lp[b].numpy(), int(lengths[b]))
+            got = float(res.scores[b])
+            if want == -math.inf:
+                assert got == -math.inf and not res.has_path[b] and res.words[b] == []
+            else:
+                assert got == pytest.approx(want, abs=1e-4)
+                assert res.reached_final[b]
+
+
+def _k2_agreement(seed: int, n_graphs: int, search_beam: float, finals: str):
+    """Fraction of utterances where our words equal k2's, and the score gaps where they do.
+
+    k2py reports its best path as per-frame labels; `constrained_best` recovers k2's words and total
+    score from them (k2py's own token list collapses repeated words and drops the word of an
+    allow_partial redirect arc, which k2 proper keeps through arc_map_a)."""
+    rng = np.random.default_rng(seed)
+    same, total, gaps, diffs = 0, 0, [], []
+    for gi in range(n_graphs):
+        g = random_graph(rng, finals=finals)
+        cfg = WfstDecoderConfig(search_beam=search_beam, min_active=3, max_active=20 if gi % 2 else 10000)
+        T = int(rng.integers(1, 25))
+        lp = random_log_probs(rng, 4, T, g.num_tokens)
+        lengths = torch.from_numpy(rng.integers(0, T + 1, size=4))
+        res = WfstDecoder(g, cfg).decode(lp, lengths)
+        for b in range(4):
+            L = int(lengths[b])
+            _, labels = k2py_decode(g, lp[b, :L].numpy(), search_beam=search_beam, min_active=3,
+                                    max_active=cfg.max_active)
+            total += 1
+            if len(labels) != L:  # k2 found no path
+                same += not res.has_path[b]
+                continue
+            k2_score, k2_words = constrained_best(g, lp[b].numpy(), labels)
+            if k2_words == res.words[b]:
+                same += 1
+                gaps.append(abs(k2_score - float(res.scores[b])))
+            else:
+                diffs.append((gi, b, k2_words, res.words[b], k2_score, float(res.scores[b])))
+    return same / total, gaps, diffs
+
+
+@pytest.mark.parametrize("finals", ["some", "all", "none"])
+def test_agrees_with_k2py_on_random_graphs(finals):
+    frac, gaps, diffs = _k2_agreement(5, 40, 20.0, finals)
+    assert frac >= 0.99, diffs[:5]
+    assert max(gaps, default=0.0) <= 1e-3
+
+
+def test_k2py_agreement_small_beam_reported():
+    """KNOWN GAP (not yet explained): at search_beam 4, where pruning binds on almost every frame, k2py's
+    AlignSegments disagrees with this reference on ~20 % of random utterances, in both directions of
+    score (so it is a pruning-rule difference, not a search error on one side). At the default beams
+    (test above) agreement is >= 99 %. This pins the current level so a regression shows."""
+    frac, gaps, diffs = _k2_agreement(7, 40, 4.0, "some")
+    assert frac >= 0.7, diffs[:5]
+    assert max(gaps, default=0.0) <= 1e-3
+
+
+@pytest.mark.parametrize("epsilon", [False, True])
+def test_boosting_equals_explicit_composition(epsilon):
+    """Decoding with boosts == decoding graph o B, B the one-state boost acceptor (built with kaldifst)."""
+    rng = np.random.default_rng(21 + epsilon)
+    for _ in range(12):
+        g = random_graph(rng, epsilon=epsilon, num_words=8)
+        boosts = {int(w): float(rng.uniform(-3, 3)) for w in rng.choice(np.arange(1, 8), size=3, replace=False)}
+        composed = compose_with_boosts(g, boosts)
+        cfg = WfstDecoderConfig(search_beam=12.0, min_active=2, max_active=50, eps_iterations=32)
+        T = int(rng.integers(1, 12))
+        lp = random_log_probs(rng, 2, T, g.num_tokens)
+        lengths = torch.tensor([T, max(0, T - 3)])
+        got = WfstDecoder(g, cfg).decode(lp, lengths, boosts=[boosts, boosts])
+        want = WfstDecoder(composed, cfg).decode(lp, lengths)
+        for b in range(2):
+            # composition adds boost to the arc weight first, the decoder adds it to (acoustic + weight):
+            # float32 rounding differs in the last bits, hence a relative tolerance.
+            assert float(got.scores[b]) == pytest.approx(float(want.scores[b]), rel=2e-5, abs=1e-4)
+            assert got.words[b] == want.words[b]
+
+
+def test_zero_boosts_change_nothing_and_oov_is_reported():
+    rng = np.random.default_rng(3)
+    g = random_graph(rng, num_words=6)
+    lp = random_log_probs(rng, 2, 7, g.num_tokens)
+    dec = WfstDecoder(g, WfstDecoderConfig())
+    plain = dec.decode(lp, [7, 5])
+    boosted = dec.decode(lp, [7, 5], boosts=[{"w1": 0.0, 2: 0.0}, {"nosuchword": 3.0, 99: 1.0}])
+    assert plain.words == boosted.words and torch.equal(plain.scores, boosted.scores)
+    assert boosted.oov_boost_words == [[], ["nosuchword", 99]]
+
+
+def test_string_and_id_boosts_agree():
+    rng = np.random.default_rng(4)
+    g = random_graph(rng, num_words=6)
+    lp = random_log_probs(rng, 1, 9, g.num_tokens)
+    dec = WfstDecoder(g, WfstDecoderConfig())
+    a = dec.decode(lp, [9], boosts=[{"w3": 2.5}])
+    b = dec.decode(lp, [9], boosts=[{3: 2.5}])
+    assert a.words == b.words and torch.equal(a.scores, b.scores)
+
+
+def test_float16_input_equals_rounded_float32():
+    rng = np.random.default_rng(5)
+    g = random_graph(rng, epsilon=True)
+    lp16 = random_log_probs(rng, 3, 11, g.num_tokens).half()
+    dec = WfstDecoder(g, WfstDecoderConfig())
+    a = dec.decode(lp16, [11, 1, 0])
+    b = dec.decode(lp16.float(), [11, 1, 0])
+    assert a.words == b.words and torch.equal(a.scores, b.scores)
+
+
+def test_epsilon_closure_bound_sets_overflow_bit():
+    """An epsilon chain longer than eps_iterations is not closed: bit 16 is set (never silent)."""
+    n = 12
+    src = list(range(n - 2)) + [n - 2, n - 2]
+    dst = list(range(1, n - 1)) + [0, n - 1]
+    il = [EPSILON] * (n - 2) + [0, FINAL]
+    g = WfstGraph.from_arcs(src, dst, il, [0] * n, [-0.1] * n, num_states=n, start_state=0, final_state=n - 1,
+                            num_tokens=2)
+    lp = torch.log_softmax(torch.zeros(1, 3, 2), -1)
+    short = WfstDecoder(g, WfstDecoderConfig(eps_iterations=3)).decode(lp, [3])
+    long = WfstDecoder(g, WfstDecoderConfig(eps_iterations=16)).decode(lp, [3])
+    assert short.overflow[0] & OVERFLOW_EPSILON
+    assert long.overflow[0] == 0 and long.reached_final[0]
+
+
+def test_allow_partial_off_gives_no_path_without_finals():
+    rng = np.random.default_rng(6)
+    g = random_graph(rng, finals="none")
+    lp = random_log_probs(rng, 2, 5, g.num_tokens)
+    off = WfstDecoder(g, WfstDecoderConfig(allow_partial=False)).decode(lp, [5, 0])
+    on = WfstDecoder(g, WfstDecoderConfig(allow_partial=True)).decode(lp, [5, 0])
+    assert off.scores.isneginf().all() and off.words == [[], []] and not any(off.has_path)
+    assert all(on.has_path) and not any(on.reached_final) and torch.isfinite(on.scores).all()
+
+
+def test_blank_skip_equals_decoding_the_kept_frames():
+    rng = np.random.default_rng(8)
+    g = random_graph(rng)
+    lp = random_log_probs(rng, 2, 12, g.num_tokens, peaky=6.0)
+    thr = 0.9
+    dec = WfstDecoder(g, WfstDecoderConfig(blank_skip_threshold=thr, blank_id=0))
+    got = dec.decode(lp, [12, 9])
+    plain = WfstDecoder(g, WfstDecoderConfig())
+    for b, L in enumerate([12, 9]):
+        keep = lp[b, :L][lp[b, :L, 0].exp() <= thr]
+        want = plain.decode(keep[None].contiguous() if keep.shape[0] else lp[b : b + 1, :0], [keep.shape[0]])
+        assert got.words[b] == want.words[0]
+        assert float(got.scores[b]) == pytest.approx(float(want.scores[0]), abs=1e-5)
+
+
+def test_graph_is_uploaded_once_per_device():
+    rng = np.random.default_rng(9)
+    g = random_graph(rng)
+    WfstDecoder(g, WfstDecoderConfig())
+    t1 = graph_on_device(g, "cpu")
+    WfstDecoder(g, WfstDecoderConfig(search_beam=5.0))
+    assert graph_on_device(g, "cpu") is t1
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda lp: (lp.double(), [4, 4]), "float32 or float16"),
+        (lambda lp: (lp[0], [4, 4]), r"\(B, T, V\)"),
+        (lambda lp: (lp[..., :-1].contiguous(), [4, 4]), "V="),
+        (lambda lp: (lp, [5, 4]), r"\[0, T=4\]"),
+        (lambda lp: (lp, [-1, 4]), r"\[0, T=4\]"),
+        (lambda lp: (lp, [4]), "lengths"),
+        (lambda lp: (lp.index_put((torch.tensor([1]), torch.tensor([2])), torch.tensor(float("nan"))), [4, 4]),
+         "NaN/inf"),
+        (lambda lp: (lp.index_put((torch.tensor([0]), torch.tensor([0])), torch.tensor(float("inf"))), [4, 4]),
+         "NaN/inf"),
+        (lambda lp: (lp.to("meta"), [4, 4]), "is on meta"),
+    ],
+)
+def test_bad_inputs_raise_value_error(make, match):
+    rng = np.random.default_rng(10)
+    g = random_graph(rng, num_tokens=5)
+    lp = random_log_probs(rng, 2, 4, 5)
+    dec = WfstDecoder(g, WfstDecoderConfig())
+    args = make(lp)
+    with pytest.raises(ValueError, match=match):
+        dec.decode(*args)
+
+
+def test_padding_outside_lengths_may_be_non_finite():
+    rng = np.random.default_rng(12)
+    g = random_graph(rng, num_tokens=5)
+    lp = random_log_probs(rng, 2, 4, 5)
+    ref = WfstDecoder(g).decode(lp, [4, 2])
+    lp[1, 2:] = float("-inf")
+    got = WfstDecoder(g).decode(lp, [4, 2])
+    assert got.words == ref.words and torch.equal(got.scores, ref.scores)
+
+
+@pytest.mark.parametrize("kwargs", [{"search_beam": 0.0}, {"search_beam": -1.0}, {"max_active": 10, "min_active": 10},
+                                    {"output_beam": 0.0}, {"blank_skip_threshold": 1.5}, {"eps_iterations": 0}])
+def test_bad_config_raises(kwargs):
+    with pytest.raises(ValueError):
+        WfstDecoderConfig(**kwargs)
+
+
+def test_op_registration_opcheck():
+    from decoders.wfst import _ops, graph_on_device
+
+    _ops()
+    rng = np.random.default_rng(13)
+    g = random_graph(rng, num_tokens=5)
+    t = graph_on_device(g, "cpu")
+    lp = random_log_probs(rng, 2, 4, 5)
+    args = (lp, torch.tensor([4, 3]), t["row_splits"], t["eps_begin"], t["final_begin"], t["dest"], t["ilabel"],
+            t["olabel"], t["weight"], g.start_state, g.final_state, torch.zeros(2, 0, dtype=torch.int32),
+            torch.zeros(2, 0), 20.0, 30, 10000, True, 1.0, 0, 64, 256, 128, 4096, 8)
+    torch.library.opcheck(torch.ops.beamdec.wfst_decode.default, args,
+                          test_utils=("test_schema", "test_faketensor"))
+    with pytest.raises(RuntimeError, match="search_beam"):
+        torch.ops.beamdec.wfst_decode(*args[:13], -1.0, *args[14:])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_cuda_launcher_compiles_with_nvcc(tmp_path):
+    """Compile-check of the torch-free launcher + kernels (nothing runs without a GPU)."""
+    cmd = ["nvcc", "-std=c++17", "-arch=sm_90", "-c", str(ROOT / "decoders/csrc/wfst_launch.cu"), "-I",
+           str(ROOT / "decoders/include"), "-o", str(tmp_path / "wfst_launch.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,224 @@
+"""Helpers shared by tests/test_wfst_*.py: random graphs with awkward shapes, k2py and exhaustive oracles."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+
+from decoders.graph import EPSILON, FINAL, WfstGraph
+
+
+def random_graph(
+    rng: np.random.Generator,
+    *,
+    num_states: Optional[int] = None,
+    num_tokens: Optional[int] = None,
+    num_words: int = 12,
+    epsilon: bool = False,
+    finals: str = "some",  # "some" | "none" (unreachable finals: allow_partial paths) | "all"
+    dead_end_prob: float = 0.15,
+    max_emitting: int = 5,
+) -> WfstGraph:
+    """A random graph in our conventions: odd sizes, dead ends, epsilon chains/cycles, optional finals.
+
+    The final state is the last state (k2's convention, so the same graph can be given to k2py).
+    Epsilon weights are <= 0 so every epsilon cycle is non-improving and the closure converges.
+    """
+    n = int(num_states or rng.integers(2, 40))
+    v = int(num_tokens or rng.integers(2, 13))
+    final = n - 1
+    src, dst, il, ol, wt = [], [], [], [], []
+    for s in range(n - 1):
+        if s != 0 and rng.random() < dead_end_prob:
+            continue  # dead end: no out-arcs at all
+        for _ in range(int(rng.integers(1, max_emitting + 1))):
+            src.append(s)
+            dst.append(int(rng.integers(0, n - 1)))
+            il.append(int(rng.integers(0, v)))
+            ol.append(0 if rng.random() < 0.6 else int(rng.integers(1, num_words)))
+            wt.append(float(rng.uniform(-2.0, 0.5)))
+        if epsilon and rng.random() < 0.5:
+            for _ in range(int(rng.integers(1, 3))):
+                src.append(s)
+                dst.append(int(rng.integers(0, n - 1)))
+                il.append(EPSILON)
+                ol.append(0 if rng.random() < 0.7 else int(rng.integers(1, num_words)))
+                wt.append(float(-rng.uniform(0.0, 1.5)))
+        if finals == "all" or (finals == "some" and rng.random() < 0.4):
+            src.append(s)
+            dst.append(final)
+            il.append(FINAL)
+            ol.append(0)
+            wt.append(float(rng.uniform(-1.0, 0.0)))
+    words = ["<eps>"] + [f"w{i}" for i in range(1, num_words)]
+    return WfstGraph.from_arcs(
+        src, dst, il, ol, wt, num_states=n, start_state=0, final_state=final, num_tokens=v, words=words
+    )
+
+
+def random_log_probs(rng: np.random.Generator, batch: int, frames: int, vocab: int, peaky: float = 3.0):
+    x = rng.normal(size=(batch, frames, vocab)) * peaky
+    return torch.log_softmax(torch.from_numpy(x).float(), dim=-1)
+
+
+# ---- k2py oracle (epsilon-free graphs) -------------------------------------------------------------
+def to_k2_text(graph: WfstGraph) -> str:
+    lines = []
+    rs = graph.row_splits
+    for s in range(graph.num_states):
+        for a in range(rs[s], rs[s + 1]):
+            il = int(graph.ilabel[a])
+            assert il != EPSILON, "k2 graphs have no epsilon arcs"
+            ol = -1 if il == FINAL else int(graph.olabel[a])
+            lines.append(f"{s} {int(graph.dest[a])} {il} {ol} {float(graph.weight[a]):.9g}")
+    lines.append(str(graph.final_state))
+    return "\n".join(lines)
+
+
+def k2py_decode(graph: WfstGraph, lp: np.ndarray, search_beam=20.0, output_beam=8.0, min_active=30,
+                max_active=10000, allow_partial=True):
+    """(words, per-frame labels) of k2's intersect_dense_pruned best path, via k2py."""
+    import k2py
+
+    g = graph.__dict__.get("_k2py_graph")
+    if g is None:
+        g = k2py.CreateFsaVecFromStr(to_k2_text(graph), -1, False)
+        graph.__dict__["_k2py_graph"] = g
+    r = k2py._k2.AlignSegments(g, np.ascontiguousarray(lp, dtype=np.float32), search_beam, output_beam, min_active,
+                               max_active, True, allow_partial)
+    return [int(w) for w in r["token_ids"] if int(w) > 0], list(r["labels"])
+
+
+def constrained_best(graph: WfstGraph, lp: np.ndarray, labels, allow_partial=True) -> tuple[float, list[int]]:
+    """(score, words) of the best path reading exactly `labels` (one ilabel per frame), then a FINAL arc;
+    if no state reached has a FINAL arc and allow_partial, then any arc redirected to the final state
+    (k2's rule). k2py reports its best path as per-frame labels (its token list collapses repeated words
+    and drops the redirected arc's word), so this recovers k2's words and score from those labels."""
+    rs, il, dst, wt, ol = graph.row_splits, graph.ilabel, graph.dest, graph.weight, graph.olabel
+    cur = {graph.start_state: (np.float32(0.0), ())}
+    for t, lab in enumerate(labels):
+        nxt: dict = {}
+        for s, (sc, ws) in cur.items():
+            for a in range(rs[s], rs[s + 1]):
+                if il[a] == lab:
+                    e = np.float32(sc + np.float32(np.float32(lp[t, lab]) + np.float32(wt[a])))
+                    d = int(dst[a])
+                    if d not in nxt or e > nxt[d][0]:
+                        nxt[d] = (e, ws + ((int(ol[a]),) if ol[a] else ()))
+        cur = nxt
+    has_final = any(il[a] == FINAL for s in cur for a in range(rs[s], rs[s + 1]))
+    best, words = -math.inf, []
+    for s, (sc, ws) in cur.items():
+        for a in range(rs[s], rs[s + 1]):
+            if il[a] == FINAL or (allow_partial and not has_final):
+                e = float(np.float32(sc + np.float32(wt[a])))
+                if e > best:
+                    best, words = e, list(ws) + ([int(ol[a])] if ol[a] else [])
+    return best, words
+
+
+# ---- exhaustive Viterbi (no pruning; handles epsilons) ---------------------------------------------
+def viterbi_best(graph: WfstGraph, lp: np.ndarray, length: int, boost: Optional[dict[int, float]] = None) -> float:
+    """Exact best path score with FINAL arcs required (-inf if none), epsilon arcs relaxed to convergence."""
+    rs, il, dst, wt, ol = graph.row_splits, graph.ilabel, graph.dest, graph.weight, graph.olabel
+    boost = boost or {}
+
+    def arc_w(a):
+        return float(wt[a]) + boost.get(int(ol[a]), 0.0)
+
+    def closure(cur):
+        changed = True
+        while changed:
+            changed = False
+            for s, sc in list(cur.items()):
+                for a in range(rs[s], rs[s + 1]):
+                    if il[a] == EPSILON:
+                        e = sc + arc_w(a)
+                        if e > cur.get(int(dst[a]), -math.inf) + 1e-9:
+                            cur[int(dst[a])] = e
+                            changed = True
+        return cur
+
+    cur = closure({graph.start_state: 0.0})
+    for t in range(length):
+        nxt: dict[int, float] = {}
+        for s, sc in cur.items():
+            for a in range(rs[s], rs[s + 1]):
+                if il[a] >= 0:
+                    e = sc + float(lp[t, il[a]]) + arc_w(a)
+                    if e > nxt.get(int(dst[a]), -math.inf):
+                        nxt[int(dst[a])] = e
+        cur = closure(nxt)
+    best = -math.inf
+    for s, sc in cur.items():
+        for a in range(rs[s], rs[s + 1]):
+            if il[a] == FINAL:
+                best = max(best, sc + arc_w(a))
+    return best
+
+
+# ---- explicit composition with a one-state boost acceptor (kaldifst) --------------------------------
+def to_openfst_text(graph: WfstGraph) -> str:
+    """Tropical text FST: columns c -> c + 1 (0 is epsilon), costs = -weights, FINAL arcs -> final weights."""
+    lines, finals = [], {}
+    rs = graph.row_splits
+    order = [graph.start_state] + [s for s in range(graph.num_states) if s != graph.start_state]
+    for s in order:  # the start state must come first in OpenFst's text format
+        for a in range(rs[s], rs[s + 1]):
+            il = int(graph.ilabel[a])
+            if il == FINAL:
+                finals[s] = max(finals.get(s, -math.inf), float(graph.weight[a]))
+                continue
+            lab = 0 if il == EPSILON else il + 1
+            lines.append(f"{s} {int(graph.dest[a])} {lab} {int(graph.olabel[a])} {-float(graph.weight[a]):.9g}")
+    if not lines:
+        lines.append(f"{graph.start_state} {graph.start_state} 0 0 Infinity")
+    for s, w in finals.items():
+        lines.append(f"{s} {-w:.9g}")
+    return "\n".join(lines) + "\n"
+
+
+def boost_acceptor_text(num_words: int, boosts: dict[int, float]) -> str:
+    """One state, final; a self-loop per word with cost -boost (0 for unboosted words)."""
+    lines = [f"0 0 {w} {w} {-boosts.get(w, 0.0):.9g}" for w in range(1, num_words)]
+    lines.append("0 0")
+    return "\n".join(lines) + "\n"
+
+
+def from_openfst_text(text: str, num_tokens: int, words=None) -> WfstGraph:
+    arcs, finals = [], []
+    start = None
+    for line in text.strip().splitlines():
+        f = line.split()
+        if len(f) >= 4:
+            if start is None:
+                start = int(f[0])
+            arcs.append((int(f[0]), int(f[1]), int(f[2]), int(f[3]), -float(f[4]) if len(f) > 4 else 0.0))
+        elif f:
+            w = -float(f[1]) if len(f) > 1 else 0.0
+            if w != -math.inf:  # OpenFst prints "state Infinity" for non-final states it visited
+                finals.append((int(f[0]), w))
+    states = {s for a in arcs for s in a[:2]} | {s for s, _ in finals}
+    n = max(states) + 2
+    final = n - 1
+    src = [a[0] for a in arcs] + [s for s, _ in finals]
+    dst = [a[1] for a in arcs] + [final] * len(finals)
+    il = [EPSILON if a[2] == 0 else a[2] - 1 for a in arcs] + [FINAL] * len(finals)
+    ol = [a[3] for a in arcs] + [0] * len(finals)
+    wt = [a[4] for a in arcs] + [w for _, w in finals]
+    return WfstGraph.from_arcs(src, dst, il, ol, wt, num_states=n, start_state=start if start is not None else 0,
+                               final_state=final, num_tokens=num_tokens, words=words)
+
+
+def compose_with_boosts(graph: WfstGraph, boosts: dict[int, float]) -> WfstGraph:
+    import kaldifst
+
+    a = kaldifst.compile(to_openfst_text(graph))
+    kaldifst.arcsort(a, sort_type="olabel")
+    num_words = len(graph.words) if graph.words else int(np.max(graph.olabel)) + 1
+    b = kaldifst.compile(boost_acceptor_text(num_words, boosts), acceptor=False)
+    kaldifst.arcsort(b, sort_type="ilabel")
+    c = kaldifst.compose(a, b, connect=False)  # keep dead ends: the search must see the same states
+    return from_openfst_text(c.to_str(), graph.num_tokens, graph.words)
