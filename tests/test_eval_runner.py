@@ -120,3 +120,24 @@ def test_foreign_graph_dir_is_not_used(tmp_path):
     (gdir / "lexicon.txt").write_text("cat ▁ca t\n")
     out = _run(tmp_path, "decoder=flashlight")
     assert {r["dataset"]: r["wer"] for r in out.rows}["clean"] == 0.0
+
+
+def test_make_boosts_modes(tmp_path):
+    from eval.acoustic.base import Utterance
+    from eval.config import validate_config
+    from eval.runner import boost_values, make_boosts
+
+    utts = [Utterance("u1", "The cat", 1.0), Utterance("u2", "a dog", 1.0)]
+    words = tmp_path / "words.txt"
+    words.write_text("cat 10\nhat 3\n")
+    cfg = validate_config(compose_config(["boost.mode=words", f"boost.words_file={words}", "boost.words=[dog]", "boost.value=2.5"]))
+    assert boost_values(cfg) == [2.5]
+    assert make_boosts(cfg, utts, 2.5) == [{"dog": 2.5, "cat": 2.5, "hat": 2.5}] * 2
+    cfg = validate_config(compose_config(["boost.mode=test_set_words", "boost.sweep=[1,4]"]))
+    assert boost_values(cfg) == [1.0, 4.0]
+    assert make_boosts(cfg, utts, 4.0)[0] == {"a": 4.0, "cat": 4.0, "dog": 4.0, "the": 4.0}
+    per = tmp_path / "per.jsonl"
+    per.write_text(json.dumps({"id": "u2", "boosts": {"dog": 2.0}}) + "\n")
+    cfg = validate_config(compose_config(["boost.mode=per_utterance_file", f"boost.per_utterance_file={per}"]))
+    assert make_boosts(cfg, utts, 1.5) == [{}, {"dog": 3.0}]
+    assert make_boosts(validate_config(compose_config([])), utts, 0.0) is None
