@@ -174,6 +174,13 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         raise ValueError(f"experiment.batch_size must be positive, got {typed.experiment.batch_size}")
     if typed.experiment.warmup_batches < 0:
         raise ValueError(f"experiment.warmup_batches must be >= 0, got {typed.experiment.warmup_batches}")
+    if not typed.data.manifests:
+        try:
+            from recipes.workload import SCALES
+        except ImportError:
+            SCALES = None
+        if SCALES is not None and typed.data.scale not in SCALES:
+            raise ValueError(f"unknown data.scale {typed.data.scale!r}; valid choices: {sorted(SCALES)}")
     for label in decoder_labels(typed):
         name, _ = split_decoder_label(label)
         check_decoder_name(name)

@@ -81,3 +81,8 @@ def test_demo_overrides_select_scale_experiment_and_baseline():
     assert cfg.experiment.skip_unavailable and "flashlight" in cfg.experiment.decoders
     with pytest.raises(ValueError, match="usage"):
         demo_overrides(["--fast"])
+
+
+def test_unknown_scale_lists_valid_scales():
+    with pytest.raises(ValueError, match=r"unknown data.scale 'huge'.*tiny"):
+        validate_config(compose_config(["data.scale=huge"]))
