@@ -492,7 +492,6 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
                 audio_seconds += batch.audio_seconds
                 frames += int(batch.lengths.sum())
                 on_device: dict[str, tuple] = {}
-                refs = [u.text for u in batch.utterances]
                 for r in active:
                     if r.decoder is None:
                         continue  # failed earlier on this dataset
