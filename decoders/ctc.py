@@ -271,7 +271,7 @@ class CtcStreamingDecoder:
         states: Sequence["CtcStreamState"],
         speech_mask: Optional[torch.Tensor] = None,  # (N, chunk_T)
     ) -> None:
-        """Advance N independent single-row streams by one chunk each, in one launch pair per 64 streams."""
+        """Advance N independent single-row streams by one chunk each, in one launch pair per tile per 256 streams."""
         if not isinstance(chunks, torch.Tensor):
             if len(chunks) == 0:
                 return

@@ -215,6 +215,15 @@ def test_opcheck_registered_ops(ops):
     torch.library.opcheck(ops.ctc_finalize.default, (state.tensor, 3, 2, 8))
 
 
+def test_streaming_state_fits_40_kib_at_beam_10():
+    from decoders.ctc import state_bytes
+
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10))
+    assert dec.state_bytes_per_stream == state_bytes(10, dec.max_seq_len) <= 40 * 1024
+    st = dec.create_state(2, 5000)
+    assert st.bytes_per_stream == dec.state_bytes_per_stream
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_launchers_compile_with_nvcc(tmp_path):
     """The torch-free launchers + kernel headers build with plain nvcc (no torch) for sm_90."""

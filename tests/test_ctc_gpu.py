@@ -86,16 +86,39 @@ def test_gpu_float16(ops):
     _both(lp, torch.tensor([200, 150, 17, 1]), CtcBeamSearchConfig(beam_size=10, nbest=3, blank_skip_threshold=1.0))
 
 
+_ERROR_SCRIPT = r"""
+import torch
+from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search, load_ops
+ops = load_ops()
+lp = torch.randn(2, 5, 7).log_softmax(-1).cuda()
+cases = {
+    "lengths": lambda: ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32), 3, 0, 1.0, 1, 5),
+    "beam_size": lambda: ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32).cuda(), 129, 0, 1.0, 1, 5),
+    "NaN": lambda: ctc_beam_search(lp.index_put((torch.tensor([1]), torch.tensor([2]), torch.tensor([3])),
+                                                torch.tensor(float("nan")).cuda()), torch.tensor([5, 5]),
+                                   CtcBeamSearchConfig(beam_size=3)),
+}
+for word, fn in cases.items():
+    try:
+        fn()
+        print("NO-ERROR", word, flush=True)
+    except ValueError as err:
+        print("OK" if word in str(err) else "WRONG-MESSAGE", word, str(err).splitlines()[0][:200], flush=True)
+"""
+
+
 def test_gpu_errors_name_the_argument(ops):
-    lp = random_log_probs(2, 5, 7).cuda()
-    with pytest.raises(ValueError, match="lengths"):
-        ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32), 3, 0, 1.0, 1, 5)
-    with pytest.raises(ValueError, match="beam_size"):
-        ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32).cuda(), 129, 0, 1.0, 1, 5)
-    bad = lp.clone()
-    bad[1, 2, 3] = float("nan")
-    with pytest.raises(ValueError, match="NaN"):
-        ctc_beam_search(bad, torch.tensor([5, 5]), CtcBeamSearchConfig(beam_size=3))
+    """Run in a subprocess: a crash there (seen once on the H200 host for a mixed-device call) fails this
+    test instead of killing the suite."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _ERROR_SCRIPT], capture_output=True, text=True, timeout=300,
+                          cwd=str(Path(__file__).resolve().parents[1]))
+    print(proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, f"rc={proc.returncode}: {proc.stdout} {proc.stderr[-2000:]}"
+    lines = proc.stdout.splitlines()
+    for word in ("lengths", "beam_size", "NaN"):
+        assert any(ln.startswith("OK " + word) for ln in lines), proc.stdout
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 128])

@@ -14,8 +14,17 @@ template <int NT, typename T>
 cudaError_t launch_decode(const FrameArgs<T>& fa, int t0, int tile_len, int advance, cudaStream_t stream) {
   const size_t smem = (size_t)fa.beam * (fa.C + 1) * sizeof(uint32_t);
   auto kernel = ctc_decode_tile_kernel<NT, T>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (err != cudaSuccess) return err;
+  // once per instantiation (and device): allow the largest candidate table any beam of this width needs
+  static int configured_device = -1;
+  int device = 0;
+  cudaGetDevice(&device);
+  if (configured_device != device) {
+    const int most = (NT == 512 ? kMaxBeam : NT == 256 ? 32 : 16);
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           most * (2 * most + 2) * (int)sizeof(uint32_t));
+    if (err != cudaSuccess) return err;
+    configured_device = device;
+  }
   kernel<<<fa.rows, NT, smem, stream>>>(fa, t0, tile_len, advance);
   return cudaGetLastError();
 }
@@ -52,9 +61,16 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   }
   const bool cached = d.V <= kPrepassCacheMaxV;
   const size_t prepass_smem = cached ? (size_t)d.V * sizeof(uint32_t) : 0;
-  cudaError_t err = cudaFuncSetAttribute(ctc_prepass_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)prepass_smem);
-  if (err != cudaSuccess) return err;
+  cudaError_t err = cudaSuccess;
+  static int configured_device = -1;
+  int device = 0;
+  cudaGetDevice(&device);
+  if (configured_device != device) {
+    err = cudaFuncSetAttribute(ctc_prepass_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kPrepassCacheMaxV * (int)sizeof(uint32_t));
+    if (err != cudaSuccess) return err;
+    configured_device = device;
+  }
   if (d.T == 0) {  // nothing to decode; frame counters stay (T == 0 advances nothing)
     return cudaSuccess;
   }
@@ -63,9 +79,11 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const int advance = t0 + tile_len >= d.T ? d.T : 0;
     ctc_prepass_kernel<T><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    err = d.beam <= kFastMaxBeam ? launch_decode<256, T>(fa, t0, tile_len, advance, stream)
-                                 : launch_decode<512, T>(fa, t0, tile_len, advance, stream);
-    if (err != cudaSuccess) return err;
+    // block width: the candidate list (C <= 2*beam+1) must fit one element per thread
+    cudaError_t err2 = d.beam <= 16   ? launch_decode<128, T>(fa, t0, tile_len, advance, stream)
+           : d.beam <= 32 ? launch_decode<256, T>(fa, t0, tile_len, advance, stream)
+                          : launch_decode<512, T>(fa, t0, tile_len, advance, stream);
+    if (err2 != cudaSuccess) return err2;
   }
   return cudaSuccess;
 }

@@ -19,7 +19,7 @@ struct DecodeLaunch {
   const bool* mask;        // (rows, T) or null
   int64_t mask_b_stride;
   float blank_skip_threshold;  // >= 1: no skipping (streaming passes 1)
-  // state rows: either `state` with `state_row_words` per row, or `stream_states[rows]` (<= 64 rows)
+  // state rows: either `state` with `state_row_words` per row, or `stream_states[rows]` (<= 256 rows)
   int32_t* state;
   int64_t state_row_words;
   int32_t* const* stream_states;

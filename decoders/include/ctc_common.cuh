@@ -26,10 +26,9 @@ namespace beamdec {
 namespace ctc {
 
 constexpr int kMaxBeam = 128;      // widest beam any path supports
-constexpr int kFastMaxBeam = 32;   // beams up to this use the 256-thread kernel instantiation
 constexpr int kHeaderWords = 16;
 constexpr int kTile = 128;         // frames per pre-pass tile (pre-pass + decode launches per tile)
-constexpr int kMaxStreamsPerLaunch = 64;
+constexpr int kMaxStreamsPerLaunch = 256;  // state pointers travel by value (2 KiB of kernel params)
 
 // header word indices
 constexpr int kHdrStep = 0;        // selected frames decoded so far (0 = nothing decoded yet)

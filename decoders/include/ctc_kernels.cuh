@@ -32,7 +32,7 @@ namespace ctc {
 __device__ __forceinline__ float load_lp(const float* p) { return __ldg(p); }
 __device__ __forceinline__ float load_lp(const __half* p) { return __half2float(p[0]); }
 
-// Where each row's state lives: rows of one (rows, words) tensor, or up to 64 separate 1-row tensors.
+// Where each row's state lives: rows of one (rows, words) tensor, or up to 256 separate 1-row tensors.
 struct StateRefs {
   int32_t* base;
   int64_t row_words;
@@ -222,21 +222,27 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
 }
 
 // ---------------------------------------------------------------------------------------------------
+constexpr int kRankSelectMax = 256;  // candidate counts up to this select by rank-counting (fewer barriers)
+
 template <int NT>
 struct DecodeShared {
   float pb[kMaxBeam], pnb[kMaxBeam], A[kMaxBeam], lp_last[kMaxBeam], fold[kMaxBeam];
   int last[kMaxBeam], len[kMaxBeam], slot[kMaxBeam], parent[kMaxBeam], mcount[kMaxBeam], excl[kMaxBeam];
   unsigned long long hash[kMaxBeam], phash[kMaxBeam];
-  float n_pb[kMaxBeam], n_pnb[kMaxBeam];
+  float n_pb[kMaxBeam], n_pnb[kMaxBeam], n_lp_last[kMaxBeam];
   int n_last[kMaxBeam], n_len[kMaxBeam], n_slot[kMaxBeam], n_src[kMaxBeam], n_tok[kMaxBeam], n_copy[kMaxBeam];
   unsigned long long n_hash[kMaxBeam], n_phash[kMaxBeam];
   int uses[kMaxBeam], free_slots[kMaxBeam], win[kMaxBeam];
-  int ids[2 * kMaxBeam + 1];
-  float lps[2 * kMaxBeam + 1];
+  int ids[2][2 * kMaxBeam + 1];  // double-buffered: the next decoded frame's list is prefetched
+  float lps[2][2 * kMaxBeam + 1];
+  float lp_blank[2];
+  int cnt[kTile];  // pre-pass counts of this tile (-1: frame not decoded)
+  int cidx[kRankSelectMax];
+  uint32_t ckey[kRankSelectMax];
   uint32_t hist[256];
   int sel[2];
   int nb, step, last_sel, status, frames_seen;
-  float lp_blank;
+  typename cub::BlockScan<int, NT>::TempStorage iscan;
   typename cub::BlockScan<unsigned long long, NT>::TempStorage scan;
 };
 
@@ -250,6 +256,7 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
   const StateLayout L{beam, max_len};
   int32_t* w = a.states.row(row);
   int32_t* tokens = w + L.tokens();
+  const T* lp_row = a.log_probs + (int64_t)row * a.b_stride;
 
   if (tid == 0) {
     s.step = w[kHdrStep];
@@ -258,7 +265,19 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     s.nb = s.step == 0 ? 1 : w[kHdrActive];
     s.frames_seen = w[kHdrFramesSeen];
   }
+  for (int p = tid; p < tile_len; p += NT) s.cnt[p] = a.pre_cnt[(int64_t)p * a.rows + row];
   __syncthreads();
+  auto next_selected = [&](int p) -> int {
+    for (++p; p < tile_len; ++p)
+      if (s.cnt[p] >= 0) return p;
+    return -1;
+  };
+  int cur = next_selected(-1);
+  if (cur < 0) {  // nothing decoded in this tile: only the frame counter moves
+    if (tid == 0) w[kHdrFramesSeen] = s.frames_seen + advance_frames;
+    return;
+  }
+  const T* lp_cur = lp_row + (int64_t)(t0 + cur) * a.t_stride;
   if (s.step == 0) {  // nothing decoded yet: the empty prefix with probability 1
     if (tid < beam) {
       s.slot[tid] = tid;
@@ -268,36 +287,59 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
       s.last[tid] = -1;
       s.hash[tid] = kEmptyHash;
       s.phash[tid] = 0;
+      s.lp_last[tid] = -INFINITY;
     }
   } else if (tid < beam) {
     s.slot[tid] = w[L.slot() + tid];
     s.pb[tid] = __int_as_float(w[L.pb() + tid]);
     s.pnb[tid] = __int_as_float(w[L.pnb() + tid]);
-    s.last[tid] = w[L.last() + tid];
-    s.len[tid] = w[L.len() + tid];
+    const int last = w[L.last() + tid];
+    const int len = w[L.len() + tid];
+    s.last[tid] = last;
+    s.len[tid] = len;
     s.hash[tid] = (unsigned long long)(uint32_t)w[L.hash_lo() + tid] |
                   ((unsigned long long)(uint32_t)w[L.hash_hi() + tid] << 32);
     s.phash[tid] = (unsigned long long)(uint32_t)w[L.phash_lo() + tid] |
                    ((unsigned long long)(uint32_t)w[L.phash_hi() + tid] << 32);
+    s.lp_last[tid] = (tid < s.nb && len > 0) ? load_lp(lp_cur + last) : -INFINITY;
+  }
+  {
+    const int64_t base = ((int64_t)cur * a.rows + row) * C;
+    for (int i = tid; i < s.cnt[cur]; i += NT) {
+      s.ids[0][i] = a.pre_ids[base + i];
+      s.lps[0][i] = a.pre_lp[base + i];
+    }
+    if (tid == 0) s.lp_blank[0] = load_lp(lp_cur + a.blank);
   }
   __syncthreads();
 
-  const T* lp_row = a.log_probs + (int64_t)row * a.b_stride;
-  for (int pos = 0; pos < tile_len; ++pos) {
-    const int cnt = a.pre_cnt[(int64_t)pos * a.rows + row];
-    if (cnt < 0) continue;  // block-uniform
-    const int64_t g = (int64_t)s.frames_seen + t0 + pos;
-    const T* lp = lp_row + (int64_t)(t0 + pos) * a.t_stride;
+  int buf = 0;
+  while (cur >= 0) {
+    const int cnt = s.cnt[cur];
+    const int nxt = next_selected(cur);
+    const T* lp_next = nxt >= 0 ? lp_row + (int64_t)(t0 + nxt) * a.t_stride : nullptr;
+    // prefetch the next decoded frame's candidate list and blank log-prob (state-independent); they land
+    // in registers while this frame is decoded and are stored to shared memory at its end
+    int pf_id = 0;
+    float pf_lp = 0.0f, pf_blank = 0.0f;
+    const int pf_cnt = nxt >= 0 ? s.cnt[nxt] : 0;
+    const bool pf = tid < pf_cnt;  // C <= NT for every instantiation (C <= 2*beam+1)
+    if (pf) {
+      const int64_t base = ((int64_t)nxt * a.rows + row) * C;
+      pf_id = a.pre_ids[base + tid];
+      pf_lp = a.pre_lp[base + tid];
+    }
+    if (nxt >= 0 && tid == NT - 1) pf_blank = load_lp(lp_next + a.blank);
+
+    const int64_t g = (int64_t)s.frames_seen + t0 + cur;
     const int nb = s.nb;
     const bool first = s.step == 0;
     const bool gap = !first && g > (int64_t)s.last_sel + 1;
+    const int* ids = s.ids[buf];
+    const float* lps = s.lps[buf];
+    const float lp_blank = s.lp_blank[buf];
 
-    // phase 1: candidate list, snapshot (+ collapse after skipped frames)
-    const int64_t pre_base = ((int64_t)pos * a.rows + row) * C;
-    for (int i = tid; i < cnt; i += NT) {
-      s.ids[i] = a.pre_ids[pre_base + i];
-      s.lps[i] = a.pre_lp[pre_base + i];
-    }
+    // phase 1: collapse after skipped frames, A = logaddexp(pb, pnb)
     if (tid < beam) s.uses[tid] = 0;
     if (tid < nb) {
       const int j = tid;
@@ -306,13 +348,11 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
         s.pnb[j] = -INFINITY;
       }
       s.A[j] = log_add(s.pb[j], s.pnb[j]);
-      s.lp_last[j] = s.len[j] > 0 ? load_lp(lp + s.last[j]) : -INFINITY;
       s.mcount[j] = 0;
       s.fold[j] = -INFINITY;
       s.parent[j] = -1;
       s.excl[j] = -1;
     }
-    if (tid == 0) s.lp_blank = load_lp(lp + a.blank);
     __syncthreads();
 
     // phase 2: merge pairs. Beam j with prefix p + c equals the extension of beam k (prefix p) by c.
@@ -327,7 +367,7 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
         s.parent[j] = k;
         atomicAdd(&s.mcount[k], 1);
         for (int i = 0; i < cnt; ++i)
-          if (s.ids[i] == c) {
+          if (ids[i] == c) {
             s.excl[j] = i;
             break;
           }
@@ -336,7 +376,6 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     __syncthreads();
 
     // phase 3: score every candidate slot
-    const float lp_blank = s.lp_blank;
     for (int q = tid; q < NS; q += NT) {
       float sc = -INFINITY;
       if (q < beam) {
@@ -348,8 +387,8 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
         const int e = q - beam;
         const int k = e / C, i = e - k * C;
         if (k < nb && i < cnt && i < beam + 1 + s.mcount[k] && s.len[k] < max_len) {
-          const int c = s.ids[i];
-          sc = s.lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
+          const int c = ids[i];
+          sc = lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
         }
       }
       uint32_t key = sc == -INFINITY ? 0u : float_key(sc);
@@ -360,48 +399,108 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     if (tid < nb && s.excl[tid] >= 0) s_cand_key[beam + s.parent[tid] * C + s.excl[tid]] = 0u;  // merged
     __syncthreads();
 
-    // phase 4/5: top `beam` keys, gathered in slot order
-    uint32_t thr;
-    int k_eq;
-    auto key_at = [&](int q) -> uint32_t { return s_cand_key[q]; };
-    block_radix_select<NT>(key_at, NS, beam, s.hist, s.sel, thr, k_eq);
-    const int nw = block_ordered_gather<NT>(key_at, NS, thr, k_eq, thr != 0u, s.win, s.scan);
+    // phase 4/5: the top `beam` keys (ties: lowest slot). Few live candidates: compact + rank by counting;
+    // many: radix select + ordered gather.
+    int nw;
+    {
+      const int per = (NS + NT - 1) / NT;
+      const int beg = min(NS, tid * per), end = min(NS, beg + per);
+      int live = 0;
+      for (int q = beg; q < end; ++q) live += s_cand_key[q] != 0u;
+      int off, total;
+      cub::BlockScan<int, NT>(s.iscan).ExclusiveSum(live, off, total);
+      if (total <= kRankSelectMax) {
+        for (int q = beg; q < end; ++q) {
+          const uint32_t key = s_cand_key[q];
+          if (key != 0u) {
+            s.cidx[off] = q;
+            s.ckey[off] = key;
+            ++off;
+          }
+        }
+        __syncthreads();
+        for (int i = tid; i < total; i += NT) {
+          const uint32_t ki = s.ckey[i];
+          int r = 0;
+          for (int j = 0; j < total; ++j) {
+            const uint32_t kj = s.ckey[j];
+            r += (kj > ki) | ((kj == ki) & (j < i));
+          }
+          if (r < beam) s.win[r] = s.cidx[i];
+        }
+        nw = total < beam ? total : beam;
+        __syncthreads();
+      } else {
+        uint32_t thr;
+        int k_eq;
+        auto key_at = [&](int q) -> uint32_t { return s_cand_key[q]; };
+        block_radix_select<NT>(key_at, NS, beam, s.hist, s.sel, thr, k_eq);
+        nw = block_ordered_gather<NT>(key_at, NS, thr, k_eq, thr != 0u, s.win, s.scan);
+      }
+    }
 
-    // phase 6: new beam state
+    // phase 6: new beam state (+ issue the next frame's lp[last] loads)
+    float pf_last = -INFINITY;
     if (tid < nw) {
       const int q = s.win[tid];
+      int new_last, new_len;
       if (q < beam) {
         const int j = q;
         s.n_src[tid] = j;
         s.n_tok[tid] = -1;
         s.n_pb[tid] = lp_blank + s.A[j];
         s.n_pnb[tid] = log_add(s.len[j] > 0 ? s.lp_last[j] + s.pnb[j] : -INFINITY, s.fold[j]);
-        s.n_last[tid] = s.last[j];
-        s.n_len[tid] = s.len[j];
+        new_last = s.last[j];
+        new_len = s.len[j];
         s.n_hash[tid] = s.hash[j];
         s.n_phash[tid] = s.phash[j];
         atomicAdd(&s.uses[j], 1);
       } else {
         const int e = q - beam;
         const int k = e / C, i = e - k * C;
-        const int c = s.ids[i];
+        const int c = ids[i];
         s.n_src[tid] = k;
         s.n_tok[tid] = c;
         s.n_pb[tid] = -INFINITY;
-        s.n_pnb[tid] = s.lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
-        s.n_last[tid] = c;
-        s.n_len[tid] = s.len[k] + 1;
+        s.n_pnb[tid] = lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
+        new_last = c;
+        new_len = s.len[k] + 1;
         s.n_hash[tid] = extend_hash(s.hash[k], c);
         s.n_phash[tid] = s.hash[k];
-        if (s.len[k] + 1 >= max_len) atomicOr(&s.status, kStatusCapHit);
+        if (new_len >= max_len) atomicOr(&s.status, kStatusCapHit);
         atomicAdd(&s.uses[k], 1);
       }
+      s.n_last[tid] = new_last;
+      s.n_len[tid] = new_len;
+      if (nxt >= 0 && new_len > 0) pf_last = load_lp(lp_next + new_last);
     }
     __syncthreads();
-    if (tid == 0) {  // token slots: the first winner of a source keeps its slot, later ones get free slots
+    // token slots: the first winner of a source keeps its slot, later ones take slots of unchosen sources
+    if (beam <= 32) {
+      if (tid < 32) {
+        const int lane = tid;
+        const bool unused = lane < beam && s.uses[lane] == 0;
+        const unsigned free_mask = __ballot_sync(0xFFFFFFFFu, unused);
+        if (unused) s.free_slots[__popc(free_mask & ((1u << lane) - 1u))] = s.slot[lane];
+        bool copy = false;
+        if (lane < nw) {
+          const int k = s.n_src[lane];
+          for (int y = 0; y < lane; ++y) copy |= s.n_src[y] == k;
+        }
+        const unsigned copy_mask = __ballot_sync(0xFFFFFFFFu, copy);
+        __syncwarp();
+        if (lane < nw) {
+          s.n_copy[lane] = copy;
+          s.n_slot[lane] = copy ? s.free_slots[__popc(copy_mask & ((1u << lane) - 1u))] : s.slot[s.n_src[lane]];
+        } else if (lane < beam) {
+          s.n_slot[lane] = s.free_slots[__popc(copy_mask) + (lane - nw)];
+        }
+      }
+    } else if (tid == 0) {
       int nfree = 0;
       for (int k = 0; k < beam; ++k)
         if (s.uses[k] == 0) s.free_slots[nfree++] = s.slot[k];
+      int taken = 0;
       for (int x = 0; x < nw; ++x) {
         const int k = s.n_src[x];
         if (s.uses[k] > 0) {
@@ -409,11 +508,11 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
           s.n_slot[x] = s.slot[k];
           s.n_copy[x] = 0;
         } else {
-          s.n_slot[x] = s.free_slots[--nfree];
+          s.n_slot[x] = s.free_slots[taken++];
           s.n_copy[x] = 1;
         }
       }
-      for (int x = nw; x < beam; ++x) s.n_slot[x] = s.free_slots[--nfree];
+      for (int x = nw; x < beam; ++x) s.n_slot[x] = s.free_slots[taken++];
     }
     __syncthreads();
 
@@ -441,14 +540,22 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
         s.len[tid] = s.n_len[tid];
         s.hash[tid] = s.n_hash[tid];
         s.phash[tid] = s.n_phash[tid];
+        s.lp_last[tid] = pf_last;
       }
     }
+    if (pf) {
+      s.ids[buf ^ 1][tid] = pf_id;
+      s.lps[buf ^ 1][tid] = pf_lp;
+    }
+    if (nxt >= 0 && tid == NT - 1) s.lp_blank[buf ^ 1] = pf_blank;
     if (tid == 0) {
       s.nb = nw;
       s.step += 1;
       s.last_sel = (int)g;
     }
     __syncthreads();
+    buf ^= 1;
+    cur = nxt;
   }
 
   // write the state back
@@ -469,7 +576,7 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     w[kHdrStep] = s.step;
     w[kHdrLastSel] = s.last_sel;
     w[kHdrActive] = s.nb;
-    // the pre-pass may have set the bad-value bit concurrently in an earlier launch: OR, don't overwrite
+    // the pre-pass may have set the bad-value bit in an earlier launch: OR, don't overwrite
     w[kHdrStatus] = s.status | w[kHdrStatus];
     w[kHdrFramesSeen] = s.frames_seen + advance_frames;
   }
