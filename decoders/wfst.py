@@ -8,7 +8,7 @@
 Semantics (the CPU reference, decoders/csrc/wfst_cpu.cpp, is the executable spec; k2 source:
 k2/csrc/intersect_dense_pruned.cu, `GetPruningCutoffs` and `GetArcs`):
 - Step t < len: every emitting arc of every frontier state is a candidate with
-  end = score + (acoustic_scale * log_probs[t, ilabel] + weight + boost(olabel)). The candidate set is
+  end = score + (acoustic_scale * log_probs[t, ilabel] + weight + boost(words of the arc)). The candidate set is
   pruned against its EXACT maximum with k2's dynamic beam b (start: search_beam), updated per step from
   `active` = number of frontier states: within [min_active, max_active] (or 0) b <- 0.8 b +
   0.2 search_beam; under min_active b <- max(b, search_beam) * 1.25; over max_active b <- min(b,
@@ -23,8 +23,8 @@ k2/csrc/intersect_dense_pruned.cu, `GetPruningCutoffs` and `GetArcs`):
 - Epsilon arcs (TLG; k2 has none): after each emitting step (and for the start state) an epsilon closure
   in Jacobi passes with the step's cutoff, until no state improves, at most `eps_iterations` passes
   (overflow bit 16 when still changing).
-- Word boosting: per utterance {word: boost} (log domain, positive favours the word). Whenever an arc with
-  a non-zero output word is taken its boost is added, i.e. decoding the graph composed with a one-state
+- Word boosting: per utterance {word: boost} (log domain, positive favours the word). Whenever an arc is
+  taken, the boosts of the words it outputs (its aux words; usually one or none) are added, i.e. decoding the graph composed with a one-state
   boost acceptor, without composing. Zero boosts change nothing; out-of-vocabulary words are reported in
   `WfstResult.oov_boost_words` (never silently dropped).
 - Scores are deterministic. Exact ties between equal-score paths may resolve differently between the CPU
@@ -201,7 +201,8 @@ def _graph_arrays(graph: WfstGraph) -> dict[str, np.ndarray]:
         "final_begin": (rs[:-1] + n_emit + n_eps).astype(np.int32),
         "dest": dest.astype(np.int32),
         "ilabel": il.astype(np.int32),
-        "olabel": np.asarray(graph.olabel, dtype=np.int32),
+        "aux_splits": np.asarray(graph.aux_csr()[0], dtype=np.int32),
+        "aux_words": np.asarray(graph.aux_csr()[1], dtype=np.int32),
         "weight": np.asarray(graph.weight, dtype=np.float32),
     }
 
@@ -250,7 +251,7 @@ def build_boost_tables(
         ]
     if len(boosts) != batch:
         raise ValueError(f"boosts must have one entry per utterance ({batch}), got {len(boosts)}")
-    num_words = len(graph.words) if graph.words is not None else int(np.max(graph.olabel, initial=0)) + 1
+    num_words = graph.num_words
     index = graph.__dict__.get("_wfst_word_index")
     if index is None and graph.words is not None:
         index = {w: i for i, w in enumerate(graph.words)}
@@ -382,7 +383,8 @@ class WfstDecoder:
             g["final_begin"],
             g["dest"],
             g["ilabel"],
-            g["olabel"],
+            g["aux_splits"],
+            g["aux_words"],
             g["weight"],
             int(self.graph.start_state),
             int(self.graph.final_state),

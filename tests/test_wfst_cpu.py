@@ -249,7 +249,7 @@ def test_op_registration_opcheck():
     t = graph_on_device(g, "cpu")
     lp = random_log_probs(rng, 2, 4, 5)
     args = (lp, torch.tensor([4, 3]), t["row_splits"], t["eps_begin"], t["final_begin"], t["dest"], t["ilabel"],
-            t["olabel"], t["weight"], g.start_state, g.final_state, torch.zeros(2, 0, dtype=torch.int32),
+            t["aux_splits"], t["aux_words"], t["weight"], g.start_state, g.final_state, torch.zeros(2, 0, dtype=torch.int32),
             torch.zeros(2, 0), 20.0, 30, 10000, True, 1.0, 0, 64, 256, 128, 4096, 8)
     torch.library.opcheck(torch.ops.beamdec.wfst_decode.default, args,
                           test_utils=("test_schema", "test_faketensor"))

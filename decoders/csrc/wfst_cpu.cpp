@@ -4,7 +4,7 @@
 // Semantics (k2 `intersect_dense_pruned`, k2/csrc/intersect_dense_pruned.cu):
 //  * Steps t = 0 .. len (len + 1 steps; k2's dense FSA has one extra "final" frame).
 //  * t < len (emitting step): every emitting arc (ilabel >= 0) of every frontier state gives a
-//    candidate end = score + (acoustic_scale * lp[t][ilabel] + weight [+ boost(olabel)]).
+//    candidate end = score + (acoustic_scale * lp[t][ilabel] + weight [+ boost(words of the arc)]).
 //    FINAL arcs read k2's -inf column on real frames, so they are never admitted; EPSILON arcs wait
 //    for the closure below.
 //  * t == len (final step): only FINAL arcs, no acoustic term. If allow_partial and no frontier state
@@ -19,7 +19,7 @@
 //    with cutoff -search_beam) epsilon arcs are relaxed in Jacobi passes: pass k expands the epsilon arcs
 //    of the tokens created or strictly improved by pass k-1, with the step's cutoff; at most
 //    eps_iterations passes, and a closure still changing after the last one sets kOverflowEpsilon.
-//  * Word boosting: an arc with olabel != 0 adds the utterance's boost for that word to its score, which
+//  * Word boosting: an arc adds the utterance's boost of every word it outputs (aux CSR) to its score, which
 //    equals decoding the graph composed with a one-state boost acceptor.
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
@@ -45,7 +45,8 @@ struct Graph {
   const int32_t* final_begin;
   const int32_t* dest;
   const int32_t* ilabel;
-  const int32_t* olabel;
+  const int32_t* aux_splits;  // (A+1,) words of arc a: aux_words[aux_splits[a] .. aux_splits[a+1])
+  const int32_t* aux_words;
   const float* weight;
   int32_t num_states;
   int32_t start_state;
@@ -99,8 +100,8 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
 
   auto arc_score = [&](int32_t a, float acoustic) {
     float arc_ll = acoustic + g.weight[a];
-    int32_t word = g.olabel[a];
-    if (word != 0 && boost.capacity > 0) arc_ll = arc_ll + boost(word);
+    if (boost.capacity > 0)
+      for (int32_t k = g.aux_splits[a]; k < g.aux_splits[a + 1]; ++k) arc_ll = arc_ll + boost(g.aux_words[k]);
     return arc_ll;
   };
 
@@ -248,9 +249,9 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
     if (tok.state != g.final_state) continue;
     res.score = tok.score;
     res.flags = wfst::kFlagHasPath | (redirected ? 0 : wfst::kFlagReachedFinal);
-    for (int32_t w = tok.winner; w >= 0; w = arena[w].prev) {
-      int32_t word = g.olabel[arena[w].arc];
-      if (word != 0) res.words.push_back(word);
+    for (int32_t w = tok.winner; w >= 0; w = arena[w].prev) {  // newest arc first: words reversed below
+      const int32_t a = arena[w].arc;
+      for (int32_t k = g.aux_splits[a + 1] - 1; k >= g.aux_splits[a]; --k) res.words.push_back(g.aux_words[k]);
     }
     std::reverse(res.words.begin(), res.words.end());
   }
@@ -261,7 +262,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
 
 void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                        const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                       const at::Tensor& ilabel, const at::Tensor& olabel, const at::Tensor& weight,
+                       const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words, const at::Tensor& weight,
                        int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
                        const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
                        int64_t eps_iterations, int64_t words_capacity) {
@@ -278,7 +279,8 @@ void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, c
   const auto dev = log_probs.device();
   const int64_t N = row_splits.numel() - 1, A = dest.numel();
   TORCH_CHECK(N >= 1, "wfst_decode: graph must have at least one state");
-  for (const at::Tensor* t : {&row_splits, &eps_begin, &final_begin, &dest, &ilabel, &olabel, &boost_keys}) {
+  for (const at::Tensor* t : {&row_splits, &eps_begin, &final_begin, &dest, &ilabel, &aux_splits, &aux_words,
+                              &boost_keys}) {
     TORCH_CHECK(t->scalar_type() == at::kInt && t->is_contiguous() && t->device() == dev,
                 "wfst_decode: graph/boost index tensors must be contiguous int32 on ", dev);
   }
@@ -288,8 +290,8 @@ void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, c
               "wfst_decode: boost_values must be contiguous float32 on ", dev);
   TORCH_CHECK(eps_begin.numel() == N && final_begin.numel() == N, "wfst_decode: eps_begin/final_begin need ", N,
               " entries");
-  TORCH_CHECK(ilabel.numel() == A && olabel.numel() == A && weight.numel() == A,
-              "wfst_decode: dest/ilabel/olabel/weight must have the same length");
+  TORCH_CHECK(ilabel.numel() == A && weight.numel() == A && aux_splits.numel() == A + 1,
+              "wfst_decode: dest/ilabel/weight must have A entries and aux_splits A + 1");
   TORCH_CHECK(start_state >= 0 && start_state < N, "wfst_decode: start_state ", start_state, " outside [0, ", N, ")");
   TORCH_CHECK(final_state >= 0 && final_state < N, "wfst_decode: final_state ", final_state, " outside [0, ", N, ")");
   TORCH_CHECK(boost_keys.dim() == 2 && boost_values.sizes() == boost_keys.sizes() &&
@@ -306,13 +308,13 @@ void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, c
 
 at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                            const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                           const at::Tensor& ilabel, const at::Tensor& olabel, const at::Tensor& weight,
+                           const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words, const at::Tensor& weight,
                            int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
                            const at::Tensor& boost_values, double search_beam, int64_t min_active,
                            int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                            int64_t /*frontier_capacity*/, int64_t /*candidate_capacity*/, int64_t /*hash_capacity*/,
                            int64_t /*arena_capacity*/, int64_t words_capacity) {
-  wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, olabel, weight, start_state,
+  wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
   TORCH_CHECK(log_probs.is_cpu(), "wfst_decode_cpu: log_probs must be on the CPU");
@@ -320,7 +322,8 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
   const int64_t N = row_splits.numel() - 1;
 
   Graph g{row_splits.data_ptr<int32_t>(), eps_begin.data_ptr<int32_t>(), final_begin.data_ptr<int32_t>(),
-          dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    olabel.data_ptr<int32_t>(),
+          dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    aux_splits.data_ptr<int32_t>(),
+          aux_words.data_ptr<int32_t>(),
           weight.data_ptr<float>(),       static_cast<int32_t>(N),       static_cast<int32_t>(start_state),
           static_cast<int32_t>(final_state), false};
   {  // epsilon arcs present? (decides whether the closure runs at all)

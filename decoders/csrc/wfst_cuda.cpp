@@ -16,13 +16,13 @@ namespace beamdec {
 
 at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                             const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                            const at::Tensor& ilabel, const at::Tensor& olabel, const at::Tensor& weight,
+                            const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words, const at::Tensor& weight,
                             int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
                             const at::Tensor& boost_values, double search_beam, int64_t min_active,
                             int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
                             int64_t arena_capacity, int64_t words_capacity) {
-  wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, olabel, weight, start_state,
+  wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
   TORCH_CHECK(log_probs.is_cuda(), "wfst_decode_cuda: log_probs must be a CUDA tensor");
@@ -48,7 +48,8 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
   const bool has_eps = eps_iterations > 0;
 
   wfst::DeviceGraph g{row_splits.data_ptr<int32_t>(), eps_begin.data_ptr<int32_t>(), final_begin.data_ptr<int32_t>(),
-                      dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    olabel.data_ptr<int32_t>(),
+                      dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    aux_splits.data_ptr<int32_t>(),
+                      aux_words.data_ptr<int32_t>(),
                       weight.data_ptr<float>(),       static_cast<int32_t>(N),       static_cast<int32_t>(start_state),
                       static_cast<int32_t>(final_state), has_eps};
   wfst::SearchOptions opt{static_cast<float>(search_beam), static_cast<float>(min_active),

@@ -3,7 +3,7 @@
 // Both backends implement one schema (registered in bindings.cpp):
 //   wfst_decode(log_probs (B,T,V) f32|f16, lengths (B,) i64,
 //               row_splits (N+1) i32, eps_begin (N) i32, final_begin (N) i32,
-//               dest (A) i32, ilabel (A) i32, olabel (A) i32, weight (A) f32,
+//               dest (A) i32, ilabel (A) i32, aux_splits (A+1) i32, aux_words (X) i32, weight (A) f32,
 //               start_state, final_state,
 //               boost_keys (B,C) i32, boost_values (B,C) f32,
 //               search_beam, min_active, max_active, allow_partial, acoustic_scale,
@@ -19,7 +19,7 @@ namespace beamdec {
 
 at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                            const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                           const at::Tensor& ilabel, const at::Tensor& olabel, const at::Tensor& weight,
+                           const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words, const at::Tensor& weight,
                            int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
                            const at::Tensor& boost_values, double search_beam, int64_t min_active,
                            int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
@@ -28,7 +28,7 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
 
 at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                             const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                            const at::Tensor& ilabel, const at::Tensor& olabel, const at::Tensor& weight,
+                            const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words, const at::Tensor& weight,
                             int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
                             const at::Tensor& boost_values, double search_beam, int64_t min_active,
                             int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
@@ -38,7 +38,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
 // Shared argument checks (names the argument and what was expected); defined in wfst_cpu.cpp.
 void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                        const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                       const at::Tensor& ilabel, const at::Tensor& olabel, const at::Tensor& weight,
+                       const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words, const at::Tensor& weight,
                        int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
                        const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
                        int64_t eps_iterations, int64_t words_capacity);

@@ -336,10 +336,10 @@ __device__ __forceinline__ void walk_slots(const DeviceGraph& g, const SearchOpt
     if (phase == kEmit && il >= 0) acoustic = __fmul_rn(load_lp(row + il), opt.acoustic_scale);
     float arc_ll = __fadd_rn(acoustic, g.weight[arc]);
     if (boost_cap > 0) {
-      const int32_t word = g.olabel[arc];
-      if (word != 0)
+      for (int32_t k = g.aux_splits[arc]; k < g.aux_splits[arc + 1]; ++k)
         arc_ll = __fadd_rn(arc_ll, boost_lookup(boost_keys + (int64_t)lane_id * boost_cap,
-                                                boost_values + (int64_t)lane_id * boost_cap, boost_cap, word));
+                                                boost_values + (int64_t)lane_id * boost_cap, boost_cap,
+                                                g.aux_words[k]));
     }
     Slot s{lane_id, tok, arc, __fadd_rn(sc[tok], arc_ll)};
     visit(s, phase, st);
@@ -514,6 +514,8 @@ __global__ void __launch_bounds__(kBlock) ResolveKernel(DeviceGraph g, Workspace
     L.n_front = n;
     L.n_resolved = n;
     L.eps_dirty = any_dirty;
+    // The epsilon closure of this step admits against the step's cutoff (k2: best - beam).
+    if (mode == kModeStep) L.cutoff = ordered_to_float(L.max_ord) - L.beam;
     if (mode == kModeStep && (phase == kFinal || phase == kRedirect)) {
       for (int i = 0; i < n; ++i) {
         if (st[i] == g.final_state && win[i] != -2) {
@@ -572,14 +574,14 @@ __global__ void BacktrackKernel(DeviceGraph g, Workspace ws, int32_t batch, int3
   if (L.flags & kFlagHasPath) {
     int64_t hops = 0;
     for (int32_t w = L.final_winner; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops)
-      count += g.olabel[ws.arena[w].y] != 0;
+      count += g.aux_splits[ws.arena[w].y + 1] - g.aux_splits[ws.arena[w].y];
     int32_t pos = count;
     hops = 0;
     for (int32_t w = L.final_winner; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops) {
-      const int32_t word = g.olabel[ws.arena[w].y];
-      if (word != 0) {
+      const int32_t a = ws.arena[w].y;
+      for (int32_t k = g.aux_splits[a + 1] - 1; k >= g.aux_splits[a]; --k) {
         --pos;
-        if (pos < W) row[kResultHeader + pos] = word;
+        if (pos < W) row[kResultHeader + pos] = g.aux_words[k];
       }
     }
     if (count > W) overflow |= kOverflowWords;

@@ -15,7 +15,8 @@ struct DeviceGraph {
   const int32_t* final_begin;  // (N,) first FINAL arc of each state
   const int32_t* dest;         // (A,)
   const int32_t* ilabel;       // (A,)
-  const int32_t* olabel;       // (A,)
+  const int32_t* aux_splits;   // (A+1,) words of arc a: aux_words[aux_splits[a] .. aux_splits[a+1])
+  const int32_t* aux_words;
   const float* weight;         // (A,)
   int32_t num_states;
   int32_t start_state;

@@ -1,0 +1,33 @@
+"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16) for compute-sanitizer runs.
+
+    BEAMDEC_COMPONENTS=wfst compute-sanitizer --tool memcheck python -m eval.bench.wfst_smoke
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from wfst_testlib import random_graph, random_log_probs  # noqa: E402
+
+from decoders.wfst import WfstDecoder, WfstDecoderConfig  # noqa: E402
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    for eps in (False, True):
+        g = random_graph(rng, epsilon=eps, num_states=50, num_tokens=29)
+        lp = random_log_probs(rng, 3, 9, 29).cuda()
+        dec = WfstDecoder(g, WfstDecoderConfig(frontier_capacity=16, candidate_factor=1, max_rescues=1), "cuda")
+        r = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
+        r16 = dec.decode(lp.half(), [9, 0, 1])
+        print("eps" if eps else "noeps", r.words, r.scores.tolist(), r.overflow, r16.overflow)
+    torch.cuda.synchronize()
+    print("smoke ok")
+
+
+if __name__ == "__main__":
+    main()
