@@ -30,7 +30,7 @@ TORCH_LIBRARY(beamdec, m) {
   // Result layout and overflow bits: decoders/include/wfst_defs.h; semantics: decoders/wfst.py.
   m.def(
       "wfst_decode(Tensor log_probs, Tensor lengths, Tensor row_splits, Tensor eps_begin, Tensor final_begin, "
-      "Tensor dest, Tensor ilabel, Tensor olabel, Tensor weight, int start_state, int final_state, "
+      "Tensor dest, Tensor ilabel, Tensor aux_splits, Tensor aux_words, Tensor weight, int start_state, int final_state, "
       "Tensor boost_keys, Tensor boost_values, float search_beam, int min_active, int max_active, "
       "bool allow_partial, float acoustic_scale, int eps_iterations, int frontier_capacity, "
       "int candidate_capacity, int hash_capacity, int arena_capacity, int words_capacity) -> Tensor");
