@@ -195,15 +195,24 @@ class WfstGraph:
         aux_splits = aux_words = None
         olabel = olabel[order]
         if aux is not None:
-            if len(aux) != n:
-                raise ValueError(f"from_arcs: aux has {len(aux)} entries, expected one per arc ({n})")
-            lists = [list(aux[i]) for i in order.tolist()]
-            lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=n)
-            olabel = np.fromiter((x[0] if x else 0 for x in lists), dtype=np.int32, count=n)
+            if isinstance(aux, tuple) and len(aux) == 2 and hasattr(aux[0], "shape"):
+                splits, vals = np.asarray(aux[0], dtype=np.int64), np.asarray(aux[1], dtype=np.int32)
+            else:
+                if len(aux) != n:
+                    raise ValueError(f"from_arcs: aux has {len(aux)} entries, expected one per arc ({n})")
+                lens0 = np.fromiter((len(x) for x in aux), dtype=np.int64, count=n)
+                splits = np.zeros(n + 1, dtype=np.int64)
+                np.cumsum(lens0, out=splits[1:])
+                vals = np.fromiter((w for x in aux for w in x), dtype=np.int32, count=int(splits[-1]))
+            if splits.shape[0] != n + 1 or splits[0] != 0 or splits[-1] != vals.shape[0]:
+                raise ValueError("from_arcs: aux CSR must have num_arcs + 1 splits covering the values")
+            new_splits, new_vals = _permute_csr(splits, vals, order)
+            lens = np.diff(new_splits)
+            olabel = np.zeros(n, dtype=np.int32)
+            nz = lens > 0
+            olabel[nz] = new_vals[new_splits[:-1][nz]]
             if n and lens.max() > 1:
-                aux_splits = np.zeros(n + 1, dtype=np.int32)
-                np.cumsum(lens, out=aux_splits[1:])
-                aux_words = np.fromiter((w for x in lists for w in x), dtype=np.int32, count=int(lens.sum()))
+                aux_splits, aux_words = new_splits.astype(np.int32), new_vals
         graph = cls(
             num_states=int(num_states),
             start_state=int(start_state),
@@ -422,7 +431,14 @@ class WfstGraph:
         if "aux_labels_ragged" in d:
             rs = np.asarray(d["aux_labels_ragged"]["row_splits"]).astype(np.int64)
             vals = np.asarray(d["aux_labels_ragged"]["values"]).astype(np.int32)
-            aux = [[int(w) for w in vals[rs[i] : rs[i + 1]] if w > 0] for i in range(arcs.shape[0])]
+            if rs.shape[0] != arcs.shape[0] + 1:
+                raise ValueError("from_k2: aux_labels_ragged.row_splits must have num_arcs + 1 entries")
+            keep = vals > 0  # k2 puts -1 on final arcs; 0 is "no word"
+            row = np.repeat(np.arange(arcs.shape[0]), np.diff(rs))
+            lens = np.bincount(row[keep], minlength=arcs.shape[0])
+            rs2 = np.zeros(arcs.shape[0] + 1, dtype=np.int64)
+            np.cumsum(lens, out=rs2[1:])
+            aux = (rs2, vals[keep])
         elif "aux_labels" in d and d["aux_labels"] is not None:
             al = d["aux_labels"]
             if not hasattr(al, "shape"):
@@ -492,40 +508,35 @@ class WfstGraph:
         elif side.exists():
             side.unlink()
         with open(path, "w", encoding="utf-8") as f:
-            for s, d, l, a, w in zip(src.tolist(), self.dest.tolist(), self.ilabel.tolist(), aux.tolist(),
-                                     self.weight.astype(np.float32).tolist()):
-                f.write(f"{s} {d} {l} {a} {_f32_str(w)}\n")
+            # "%.9g" identifies every float32 uniquely (9 significant digits), so parsing is bit-exact
+            f.writelines(
+                f"{s} {d} {l} {a} {w:.9g}\n"
+                for s, d, l, a, w in zip(src.tolist(), self.dest.tolist(), self.ilabel.tolist(), aux.tolist(),
+                                         self.weight.astype(np.float32).tolist())
+            )
             f.write(f"{self.final_state}\n")
 
     @classmethod
     def from_k2_text(cls, path: Union[str, Path], *, num_tokens: Optional[int] = None,
                      words: Optional[Union[list[str], str, Path]] = None) -> "WfstGraph":
         """Read `write_k2_text` output (and its `.aux.json` compound table when present)."""
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                fields = line.split()
-                if len(fields) == 5:
-                    rows.append(fields)
-                elif len(fields) not in (0, 1):
-                    raise ValueError(f"from_k2_text: {path}:{lineno}: expected 'src dest label aux score'")
+        lines = [l.split() for l in Path(path).read_text(encoding="utf-8").splitlines()]
+        rows = [l for l in lines if len(l) == 5]
+        odd = [i for i, l in enumerate(lines, 1) if len(l) not in (0, 1, 5)]
+        if odd:
+            raise ValueError(f"from_k2_text: {path}:{odd[0]}: expected 'src dest label aux score'")
         if not rows:
             raise ValueError(f"from_k2_text: {path} holds no arcs")
-        a = np.asarray(rows)
-        score = np.asarray([np.float32(x) for x in a[:, 4]], dtype=np.float32)
-        arcs = np.stack([a[:, 0].astype(np.int32), a[:, 1].astype(np.int32), a[:, 2].astype(np.int32),
-                         score.view(np.int32)], axis=1)
-        aux = a[:, 3].astype(np.int64)
+        ints = np.asarray([r[:4] for r in rows], dtype=np.int64)
+        score = np.asarray([r[4] for r in rows], dtype=np.float64).astype(np.float32)
+        arcs = np.stack([ints[:, 0], ints[:, 1], ints[:, 2], score.view(np.int32).astype(np.int64)], axis=1).astype(np.int32)
+        aux = ints[:, 3]
         d = {"arcs": arcs, "aux_labels": aux.astype(np.int32)}
         side = Path(str(path) + ".aux.json")
         if side.exists():
             meta = json.loads(side.read_text())
             base, comp = int(meta["base"]), meta["compounds"]
-            lists = [comp[x - base] if x >= base else ([int(x)] if x > 0 else []) for x in aux.tolist()]
-            lens = np.asarray([len(x) for x in lists], dtype=np.int64)
-            rs = np.zeros(len(lists) + 1, dtype=np.int64)
-            np.cumsum(lens, out=rs[1:])
-            d["aux_labels_ragged"] = {"row_splits": rs, "values": np.asarray([w for x in lists for w in x], np.int32)}
+            d["aux_labels_ragged"] = _expand_compounds(aux, base, comp)
         return cls.from_k2(d, num_tokens=num_tokens, words=words)
 
     # ---- OpenFst -----------------------------------------------------------------------------------------
@@ -614,6 +625,41 @@ class WfstGraph:
 
 
 # -------------------------------------------------------------------------------------------------------------
+def _expand_compounds(aux: np.ndarray, base: int, compounds: list) -> dict:
+    """aux ids (>= base: compound index) -> ragged {row_splits, values} (0 and -1 mean no word)."""
+    aux = np.asarray(aux, dtype=np.int64)
+    clens = np.asarray([len(c) for c in compounds], dtype=np.int64)
+    coff = np.zeros(len(compounds) + 1, dtype=np.int64)
+    np.cumsum(clens, out=coff[1:])
+    cvals = np.asarray([w for c in compounds for w in c], dtype=np.int32)
+    is_c = aux >= base
+    lens = np.where(is_c, clens[np.where(is_c, aux - base, 0)] if len(compounds) else 0, (aux > 0).astype(np.int64))
+    rs = np.zeros(aux.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=rs[1:])
+    vals = np.zeros(int(rs[-1]), dtype=np.int32)
+    single = ~is_c & (aux > 0)
+    vals[rs[:-1][single]] = aux[single]
+    if is_c.any():
+        ci = aux[is_c] - base
+        dst_start = rs[:-1][is_c]
+        n = clens[ci]
+        idx_dst = np.repeat(dst_start, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+        idx_src = np.repeat(coff[:-1][ci], n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+        vals[idx_dst] = cvals[idx_src]
+    return {"row_splits": rs, "values": vals}
+
+
+def _permute_csr(splits: np.ndarray, vals: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reorder the rows of a CSR (row i of the result = row order[i] of the input), vectorised."""
+    splits = np.asarray(splits, dtype=np.int64)
+    lens = np.diff(splits)[order]
+    new_splits = np.zeros(order.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=new_splits[1:])
+    total = int(new_splits[-1])
+    idx = np.repeat(splits[:-1][order] - new_splits[:-1], lens) + np.arange(total, dtype=np.int64)
+    return new_splits, np.asarray(vals)[idx].astype(np.int32)
+
+
 def _f32_str(x: float) -> str:
     """Shortest decimal that parses back to the same float32."""
     v = np.float32(x)

@@ -49,11 +49,14 @@ def hlg_to_graph(fst_or_arrays, table: TokenTable, words: list[str], compounds: 
     if np.any(np.isfinite(a.final) & (np.arange(a.num_states) != finals[0])):
         raise ValueError("hlg_to_graph: states other than the super-final one are final")
     ilabel = np.where(fin_arcs, FINAL, a.ilabel - 1).astype(np.int32)
+    from decoders.graph import _expand_compounds
+
     base = len(words)
     aux = None
     olabel = a.olabel.astype(np.int32)
     if np.any(olabel >= base):
-        aux = [list(compounds[o - base]) if o >= base else ([int(o)] if o else []) for o in olabel.tolist()]
+        r = _expand_compounds(olabel, base, compounds)
+        aux = (r["row_splits"], r["values"])
     weight = (-a.cost).astype(np.float32)
     g = WfstGraph.from_arcs(a.src, a.dest, ilabel, np.where(olabel >= base, 0, olabel), weight,
                             num_states=a.num_states, start_state=a.start, final_state=int(finals[0]),
@@ -73,7 +76,7 @@ def _renumber_start_first(g: WfstGraph) -> WfstGraph:
     src = new_of_old[g.src()]
     aux = None
     if g.aux_splits is not None:
-        aux = [g.arc_words(a) for a in range(g.num_arcs)]
+        aux = (np.asarray(g.aux_splits, dtype=np.int64), np.asarray(g.aux_words, dtype=np.int32))
     return WfstGraph.from_arcs(src, new_of_old[g.dest], g.ilabel, g.olabel, g.weight, num_states=N,
                                start_state=0, final_state=N - 1, num_tokens=g.num_tokens, words=g.words,
                                info=g.info, aux=aux)
