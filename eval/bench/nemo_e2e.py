@@ -5,10 +5,12 @@ Measures, per batch size: end-to-end RTFx (audio seconds / wall seconds of acous
 Warm-up: one untimed pass over the first batch per batch size; every timed region ends with
 `torch.cuda.synchronize()` (inside the source's stages and `eval.metrics.Stopwatch`).
 
-Offline by design: with `--model tiny-bpe` / `tiny-char` it builds a tiny random-weight Conformer-CTC from
-a NeMo config (`make_tiny_nemo_model`, also used by the tests), saves it as `.nemo` and restores it through
-the harness (`eval.acoustic.nemo.build_source`), so the numbers measure the pipeline's plumbing and
-launch overheads, not a real model; pass a real `.nemo` path for real numbers. Audio is synthetic
+Offline by design: with `--model tiny-bpe` / `tiny-char` (or `small-*`: Conformer-CTC Small's shape, ~13M
+parameters) it builds a random-weight Conformer-CTC from a NeMo config (`make_tiny_nemo_model`, also used
+by the tests), saves it as `.nemo` and restores it through the harness (`eval.acoustic.nemo.build_source`).
+Tiny: the numbers measure the pipeline's plumbing and launch overheads; small: the acoustic cost of the
+real small model (same shapes, random weights; decoders see near-uniform posteriors, so decoding is slower
+than on a trained model). Pass a real `.nemo` path for real numbers. Audio is synthetic
 (speech-like amplitude-modulated harmonics + noise), durations drawn like LibriSpeech test utterances.
 
     python -m eval.bench.nemo_e2e --model tiny-bpe --batch-sizes 1 32 200 --num-utterances 400 \
@@ -62,17 +64,27 @@ def _train_sentencepiece(out_dir: Path, vocab_size: int, text: Sequence[str]) ->
     return out_dir
 
 
+# Encoder sizes: "tiny" for tests; "small" has Conformer-CTC Small's shape (16 layers, d_model 176, 4 heads,
+# conv kernel 31; ~13M parameters), so random weights still cost what the real small model costs to run.
+ENCODER_SIZES = {
+    "tiny": {"n_layers": 2, "d_model": 32, "n_heads": 2, "ff_expansion_factor": 2, "conv_kernel_size": 7},
+    "small": {"n_layers": 16, "d_model": 176, "n_heads": 4, "ff_expansion_factor": 4, "conv_kernel_size": 31},
+}
+
+
 def tiny_model_config(
     kind: str = "bpe",
     tokenizer_dir: Optional[Path] = None,
-    n_layers: int = 2,
-    d_model: int = 32,
+    size: str = "tiny",
     subsampling_factor: int = 4,
     n_mels: int = 80,
 ) -> dict:
     """NeMo model config of a tiny Conformer-CTC (same modules as stt_en_conformer_ctc_*, smaller)."""
     if kind not in ("bpe", "char"):
         raise ValueError(f"kind must be 'bpe' or 'char', got {kind!r}")
+    if size not in ENCODER_SIZES:
+        raise ValueError(f"size must be one of {sorted(ENCODER_SIZES)}, got {size!r}")
+    enc = ENCODER_SIZES[size]
     cfg = {
         "sample_rate": 16000,
         "preprocessor": {
@@ -84,12 +96,11 @@ def tiny_model_config(
         },
         "encoder": {
             "_target_": "nemo.collections.asr.modules.ConformerEncoder", "feat_in": n_mels, "feat_out": -1,
-            "n_layers": n_layers, "d_model": d_model, "subsampling": "striding",
-            "subsampling_factor": subsampling_factor, "subsampling_conv_channels": d_model,
-            "ff_expansion_factor": 2, "self_attention_model": "rel_pos", "n_heads": 2, "conv_kernel_size": 7,
+            **enc, "subsampling": "striding", "subsampling_factor": subsampling_factor,
+            "subsampling_conv_channels": enc["d_model"], "self_attention_model": "rel_pos",
             "dropout": 0.0, "dropout_emb": 0.0, "dropout_att": 0.0, "xscaling": True,
         },
-        "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": d_model},
+        "decoder": {"_target_": "nemo.collections.asr.modules.ConvASRDecoder", "feat_in": enc["d_model"]},
     }
     if kind == "char":
         cfg["labels"] = CHAR_LABELS
@@ -182,8 +193,9 @@ def run_benchmark(
     from eval.metrics import Stopwatch, rtfx
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="nemo_e2e_"))
-    if model_spec in ("tiny-bpe", "tiny-char"):
-        model_spec = str(make_tiny_nemo_model(workdir / f"{model_spec}.nemo", kind=model_spec.split("-")[1]))
+    size, _, kind = model_spec.partition("-")
+    if size in ENCODER_SIZES and kind in ("bpe", "char"):  # random-weight model built here
+        model_spec = str(make_tiny_nemo_model(workdir / f"{model_spec}.nemo", kind=kind, size=size))
     t0 = time.perf_counter()
     source = build_source({"model": model_spec, "precision": precision, "device": device})
     load_s = time.perf_counter() - t0
@@ -282,7 +294,8 @@ def build_tiny_graph(tokens, workdir: Path, topology: str = "compact", text: Seq
 
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="tiny-bpe", help="tiny-bpe | tiny-char | path to a .nemo | pretrained name")
+    ap.add_argument("--model", default="tiny-bpe",
+                    help="tiny-bpe | tiny-char | small-bpe | small-char (random weights) | .nemo path | pretrained name")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32, 200])
     ap.add_argument("--num-utterances", type=int, default=400)
     ap.add_argument("--decoders", nargs="+", default=["greedy"])
