@@ -128,11 +128,14 @@ def token_set_from_nemo_config(
 def token_set_from_nemo(
     model_or_path: Any, out_dir: Optional[Union[str, Path]] = None
 ) -> TokenSet:
-    """The model's TokenSet (blank LAST, NeMo's layout) from a `.nemo` path or a loaded NeMo ASRModel.
+    """The model's TokenSet (blank LAST, NeMo's layout) from a `.nemo` path, a pretrained model name (needs
+    NeMo and network access once) or a loaded NeMo ASRModel.
 
     out_dir: where a BPE model's sentencepiece file is written (default: `<file>.tokenizer/` beside the
     .nemo for a path; a temporary-free cache dir under ~/.cache for an in-memory model).
     """
+    if isinstance(model_or_path, str) and not model_or_path.endswith(".nemo") and not Path(model_or_path).exists():
+        return _token_set_from_model(_pretrained(model_or_path), out_dir)
     if isinstance(model_or_path, (str, Path)):
         nemo_path = Path(model_or_path)
         cfg = read_nemo_config(nemo_path)
@@ -142,6 +145,24 @@ def token_set_from_nemo(
             sp_path = _extract_sentencepiece(nemo_path, cfg, target)
         return token_set_from_nemo_config(cfg, sp_model_path=sp_path, source=str(nemo_path))
     return _token_set_from_model(model_or_path, out_dir)
+
+
+def _pretrained(name: str) -> Any:
+    """A pretrained NeMo model by name (NeMo downloads it once into its cache)."""
+    try:
+        from nemo.collections.asr.models import ASRModel
+    except ImportError as e:
+        raise RuntimeError(
+            f"{name!r} is not a .nemo file, and resolving a pretrained model name needs NeMo "
+            f"(pip install -e '.[nemo]'): {e}"
+        ) from e
+    try:
+        return ASRModel.from_pretrained(name, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - NeMo raises bare ValueError/Exception for network failures
+        raise RuntimeError(
+            f"could not get pretrained NeMo model {name!r} ({type(e).__name__}: {e}); without NGC / Hugging Face "
+            "access, download the .nemo file elsewhere and pass its path"
+        ) from e
 
 
 def _default_out_dir(nemo_path: Path) -> Path:

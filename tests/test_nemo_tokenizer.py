@@ -111,3 +111,15 @@ def test_bpe_and_char_graphs_do_not_match(tiny_models, tmp_path):
     char = token_set_from_nemo(tiny_models["char"])
     with pytest.raises(ValueError, match="vocabulary mismatch"):
         check_vocab_matches(char, bpe)
+
+
+def test_pretrained_name_without_network_is_a_clear_error(monkeypatch):
+    pytest.importorskip("nemo.collections.asr")
+    from nemo.collections.asr.models import ASRModel
+
+    def offline(*a, **k):
+        raise ValueError("Not able to download url right now, please try again.")
+
+    monkeypatch.setattr(ASRModel, "from_pretrained", offline)
+    with pytest.raises(RuntimeError, match="stt_en_conformer_ctc_small.*download the .nemo file elsewhere"):
+        token_set_from_nemo("stt_en_conformer_ctc_small")
