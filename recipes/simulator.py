@@ -1,23 +1,32 @@
 """CTC posterior simulator: reference text -> (T, V) log-posteriors shaped like a Conformer-CTC's at 40 ms.
 
 What a real CTC model's output looks like, and what we imitate (each point is a knob in `SimulatorConfig`):
-- Most frames are blank with P(blank) > 0.98; at 40 ms frames and ~2.7 words/s a BPE model emits ~4-5
-  tokens/s, so ~80 % of frames are blank. Char models emit ~16 tokens/s, so far more frames are non-blank
-  (documented, expected).
+- Most frames are blank with P(blank) > 0.98; at 40 ms frames and ~2.5-3 words/s a BPE model emits 3-8
+  tokens/s (BPE-1024 on `bench`: ~72 % of frames have P(blank) > 0.98; BPE-128 on `tiny`: ~63 %). Char models
+  emit ~16 tokens/s, so far more frames are non-blank (~35 % have P(blank) > 0.98; documented, expected).
 - Tokens appear as single-frame spikes (sometimes two frames, which CTC collapses), with a few "shoulder"
   frames around them carrying a little of the token's mass; blank frames keep a small mass ("leak") on the
   neighbouring spikes' tokens and on the tokens similar to them.
 - The non-top mass of a spike goes to *similar* tokens (same letters / same sound class) and to blank.
-- Errors are per word: with probability `word_error_rate` one token of the word is substituted by a similar
-  token (the correct one stays the runner-up, so an LM can recover it), deleted (the token survives as a
-  weak sub-blank bump) or followed by an inserted similar token. `ambiguity_rate` adds correct spikes with a
-  close competitor (an LM may get these wrong). Because errors are drawn per *word*, the greedy WER is close
-  to `word_error_rate` whatever the token set.
+- Errors are per word: with probability `word_error_rate` a word is wrong. Most erroneous words
+  (`real_word_share`, when the config knows the vocabulary) are word-level errors of the kind a real model
+  makes and a lexicon cannot repair: another vocabulary word of similar spelling (edit distance <= 2, frequent
+  words likelier), a swallowed word, an inserted frequent short word. The reference keeps a log-uniform
+  "evidence" mass in [evidence_min, evidence_max] next to the confident wrong spikes, so an LM restores it
+  only when the acoustics leave room. The rest are token-level errors: a token substituted by a similar token
+  (the correct one stays runner-up), deleted (it survives as a sub-blank bump) or followed by an inserted
+  similar token -- mostly non-words, which lexicon-constrained search repairs. `ambiguity_rate` adds correct
+  spikes with a close competitor (an LM may get these wrong). Because errors are drawn per *word*, the
+  greedy WER is close to `word_error_rate` whatever the token set.
 - Everything is deterministic from (cfg.seed, utterance key), independent of the order of calls, and
   independent of the blank position: blank-first output is exactly the column permutation of blank-last.
 
-Greedy WER bands produced by the presets (see `SimulatorConfig.preset`, measured by tests on `tiny`):
-  clean: word_error_rate 0.04  -> greedy WER ~ 3-6 %;   other: word_error_rate 0.11 -> greedy WER ~ 8-15 %.
+Greedy WER bands produced by the presets (tested on `tiny`; measured on `bench` too):
+  clean: word_error_rate 0.04 -> greedy WER ~ 3-6 %;   other: word_error_rate 0.11 -> greedy WER ~ 8-15 %.
+LM fusion helps about as much as on real data: Flashlight lexicon beam search (beam 32) + the workload's
+3-gram at lm_weight 0.3 brought tiny/BPE from 4.1 % to 3.4 % (clean) and 12.3 % to 10.8 % (other), 12-17 %
+relative, as an n-gram LM does for a strong Conformer-CTC (with token-level errors only, lexicon + LM removed ~95 % of them: too easy, hence the word-level
+confusions).
 """
 from __future__ import annotations
 
@@ -25,6 +34,7 @@ import hashlib
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Optional
 
 import numpy as np
 
@@ -51,27 +61,43 @@ class SimulatorConfig:
     floor_logp: float = -16.0  # log mass of unrelated tokens, relative to the frame's top
     floor_spread: float = 1.5
     num_competitors: int = 3
+    # word-level confusions: with a vocabulary (words.txt, rank-ordered), this share of the erroneous words
+    # become another *real* word of similar spelling / a dropped word / an inserted frequent short word,
+    # which a lexicon cannot fix and an LM fixes only when the acoustic evidence allows; the rest are
+    # token-level (mostly non-words, which lexicon-constrained search repairs)
+    words_path: Optional[str] = None
+    real_word_share: float = 0.9
+    # mass of the reference token on a word-level error frame, relative to the top: log-uniform in
+    # [evidence_min, evidence_max]; small = unrecoverable, large = an LM can restore the reference
+    evidence_min: float = 1e-5
+    evidence_max: float = 0.2
     frame_shift_s: float = 0.04
     seed: int = 0
 
     def __post_init__(self):
         for name in ("word_error_rate", "substitution_share", "deletion_share", "insertion_share", "ambiguity_rate",
-                     "shoulder_prob", "double_spike_prob"):
+                     "shoulder_prob", "double_spike_prob", "real_word_share"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"SimulatorConfig.{name} must be in [0, 1], got {v}")
         if not 0.0 < self.peak_error_median < 1.0:
             raise ValueError(f"SimulatorConfig.peak_error_median must be in (0, 1), got {self.peak_error_median}")
+        if not 0.0 < self.evidence_min <= self.evidence_max < 1.0:
+            raise ValueError(
+                f"SimulatorConfig needs 0 < evidence_min <= evidence_max < 1, got {self.evidence_min}, {self.evidence_max}"
+            )
         if self.frame_shift_s <= 0:
             raise ValueError(f"SimulatorConfig.frame_shift_s must be > 0, got {self.frame_shift_s}")
 
     @classmethod
-    def preset(cls, name: str, seed: int = 0) -> "SimulatorConfig":
+    def preset(cls, name: str, seed: int = 0, words_path: Optional[str] = None) -> "SimulatorConfig":
         """"clean" ~ LibriSpeech test-clean for a good Conformer-CTC; "other" noisier and less confident."""
+        words_path = None if words_path is None else str(words_path)
         if name == "clean":
-            return cls(seed=seed)
+            return cls(seed=seed, words_path=words_path)
         if name == "other":
             return cls(
+                words_path=words_path,
                 word_error_rate=0.11,
                 ambiguity_rate=0.08,
                 peak_error_median=0.10,
@@ -164,9 +190,48 @@ def similar_tokens(tokens: TokenSet, k: int = 8) -> tuple[np.ndarray, np.ndarray
 @dataclass
 class _Event:
     top: int  # column with the highest posterior (blank for a deletion bump)
-    ref: int  # reference column (-1 for an insertion)
+    ref: int  # reference column this frame carries evidence for (-1: none, e.g. an insertion)
     kind: str  # "tok" | "sub" | "del" | "ins" | "amb"
     word_end: bool = False
+    evidence: float = 0.0  # sub/del: posterior of `ref` relative to the top (sub) or to blank (del)
+
+
+class _Vocabulary:
+    """Rank-ordered word list + a symmetric-deletion index: words within edit distance ~2 of a word."""
+
+    def __init__(self, words_path: str):
+        with open(words_path, encoding="utf-8") as f:
+            self.words = [line.split()[0] for line in f if line.strip()]
+        self.rank = {w: i for i, w in enumerate(self.words)}
+        self.index: dict[str, list[int]] = {}
+        for i, w in enumerate(self.words):
+            for v in {w[:j] + w[j + 1 :] for j in range(len(w))} | {w}:
+                self.index.setdefault(v, []).append(i)
+        self.by_prefix: dict[str, list[int]] = {}
+        for i, w in enumerate(self.words):
+            self.by_prefix.setdefault(w[:2], []).append(i)
+        self.short_frequent = [w for w in self.words[:200] if len(w) <= 3][:40] or self.words[:10]
+        self._cache: dict[str, list[int]] = {}
+
+    def confusable(self, word: str) -> list[int]:
+        """Ids of vocabulary words of similar spelling (sharing a one-letter deletion; failing that, the first
+        two letters and about the length), rank order."""
+        if word not in self._cache:
+            ids: set[int] = set()
+            for v in {word[:j] + word[j + 1 :] for j in range(len(word))} | {word}:
+                ids.update(self.index.get(v, ()))
+            own = self.rank.get(word)
+            ids.discard(own if own is not None else -1)
+            if not ids:  # no close neighbour (small vocabularies): same first two letters, similar length
+                ids = {i for i in self.by_prefix.get(word[:2], ()) if abs(len(self.words[i]) - len(word)) <= 2}
+                ids.discard(own if own is not None else -1)
+            self._cache[word] = sorted(ids)
+        return self._cache[word]
+
+
+@lru_cache(maxsize=4)
+def _vocabulary(words_path: str) -> _Vocabulary:
+    return _Vocabulary(words_path)
 
 
 def _word_columns(text: str, tokens: TokenSet) -> list[list[int]]:
@@ -215,23 +280,67 @@ def simulate_utterance(text: str, duration_s: float, tokens: TokenSet, cfg: Simu
     shares = np.array([cfg.substitution_share, cfg.deletion_share, cfg.insertion_share], dtype=np.float64)
     shares = shares / shares.sum() if shares.sum() > 0 else np.array([1.0, 0.0, 0.0])
     space = tokens._index.get(" ", -1) if tokens.kind == "char" else -1
+    vocab = _vocabulary(cfg.words_path) if cfg.words_path else None
+    words = text.split()
+    log_ev = (math.log(cfg.evidence_min), math.log(cfg.evidence_max))
     events: list[_Event] = []
-    for cols in word_cols:
-        letters = [i for i, c in enumerate(cols) if c != space]
-        err_kind, err_pos = None, -1
-        if letters and rng.random() < cfg.word_error_rate:
-            err_kind = ("sub", "del", "ins")[int(rng.choice(3, p=shares))]
-            err_pos = letters[int(rng.integers(len(letters)))]
+
+    def emit_correct(cols: list[int], word_end_at_last: bool = True) -> None:
+        for i, c in enumerate(cols):
+            amb = c != space and rng.random() < cfg.ambiguity_rate
+            events.append(_Event(c, c, "amb" if amb else "tok", word_end_at_last and i == len(cols) - 1))
+
+    for wi, (word, cols) in enumerate(zip(words, word_cols)):
+        letters = [c for c in cols if c != space]
+        tail = cols[len(letters):]  # the char set's trailing space (empty for BPE / the last word)
+        if not letters or rng.random() >= cfg.word_error_rate:
+            emit_correct(cols)
+            continue
+        op = ("sub", "del", "ins")[int(rng.choice(3, p=shares))]
+        word_level = vocab is not None and rng.random() < cfg.real_word_share
+        if word_level and op == "sub":
+            cands = vocab.confusable(word)
+            if cands:
+                weights = 1.0 / np.sqrt(np.asarray(cands, dtype=np.float64) + 10.0)  # frequent words likelier
+                other = vocab.words[cands[int(rng.choice(len(cands), p=weights / weights.sum()))]]
+                wrong = tokens.encode(other)
+                ev = math.exp(rng.uniform(*log_ev))
+                for j, c in enumerate(wrong):
+                    r = letters[j] if j < len(letters) else -1
+                    events.append(_Event(c, c, "tok") if c == r else _Event(c, r, "sub", evidence=ev))
+                for r in letters[len(wrong):]:
+                    events.append(_Event(blank, r, "del", evidence=ev))
+                events[-1].word_end = not tail
+                emit_correct(tail)
+                continue
+        if word_level and op == "del":  # the whole word (and its separator) is swallowed
+            ev = math.exp(rng.uniform(*log_ev))
+            for r in cols:
+                events.append(_Event(blank, r, "del", evidence=ev))
+            events[-1].word_end = True
+            continue
+        if word_level and op == "ins":  # a frequent short word appears after this one
+            emit_correct(cols)
+            extra = tokens.encode(vocab.short_frequent[int(rng.integers(len(vocab.short_frequent)))])
+            if space >= 0:
+                extra = ([space] + extra) if not tail else (extra + [space])
+            ev = math.exp(rng.uniform(*log_ev))
+            for c in extra:  # confident spikes; blank (the reference) keeps `ev` of the top's mass
+                events.append(_Event(c, blank, "sub", evidence=ev))
+            events[-1].word_end = True
+            continue
+        # token level: one token substituted by a similar one (the reference stays runner-up), dropped to a
+        # sub-blank bump, or followed by a similar token
+        pos = int(rng.integers(len(letters)))
         for i, c in enumerate(cols):
             last = i == len(cols) - 1
-            if i == err_pos and err_kind == "sub":
-                events.append(_Event(neighbour(c), c, "sub", last))
-            elif i == err_pos and err_kind == "del":
-                events.append(_Event(blank, c, "del", last))
+            if i == pos and op == "sub":
+                events.append(_Event(neighbour(c), c, "sub", last, evidence=rng.uniform(0.3, 0.85)))
+            elif i == pos and op == "del":
+                events.append(_Event(blank, c, "del", last, evidence=rng.uniform(0.5, 0.9)))
             else:
-                amb = c != space and rng.random() < cfg.ambiguity_rate
-                events.append(_Event(c, c, "amb" if amb else "tok", last and not (i == err_pos and err_kind == "ins")))
-                if i == err_pos and err_kind == "ins":
+                emit_correct([c], word_end_at_last=last and not (i == pos and op == "ins"))
+                if i == pos and op == "ins":
                     events.append(_Event(neighbour(c, exclude=c), -1, "ins", last))
 
     # ---- frame budget: drop insertions, then deletion bumps, if the utterance is too short ---------
@@ -312,19 +421,21 @@ def simulate_utterance(text: str, duration_s: float, tokens: TokenSet, cfg: Simu
                     else:
                         row[comps] += cw * (1 - beta) * rest
             elif e.kind == "sub":
-                p_top = rng.uniform(0.4, 0.7)
+                p_top = rng.uniform(0.4, 0.7) if e.evidence >= 0.3 else 1.0 - rng.uniform(0.02, 0.3)
                 row[e.top] = p_top
-                row[e.ref] = min(p_top * rng.uniform(0.3, 0.85), 0.95 - p_top)  # runner-up, below the top
-                rest = 1.0 - p_top - row[e.ref]
+                p_ref = min(p_top * e.evidence, 0.95 - p_top) if e.ref >= 0 else 0.0  # runner-up, below the top
+                rest = 1.0 - p_top - p_ref
                 row[blank] = 0.5 * rest
+                if e.ref >= 0:
+                    row[e.ref] = p_ref + (0.5 * rest if e.ref == blank else 0.0)
                 if comps:
                     others = [c for c in comps if c != e.top]
                     if others:
                         row[others] += 0.5 * rest / len(others)
             elif e.kind == "del":
-                p_blank = rng.uniform(0.5, 0.9)
+                p_blank = rng.uniform(0.5, 0.9) if e.evidence >= 0.3 else 1.0 - rng.uniform(0.02, 0.3)
                 row[blank] = p_blank
-                row[e.ref] = (1 - p_blank) * rng.uniform(0.5, 0.9)
+                row[e.ref] = min(p_blank * e.evidence, (1 - p_blank) * 0.9)
                 if comps:
                     row[comps] += cw * (1 - p_blank - row[e.ref])
             else:  # ins

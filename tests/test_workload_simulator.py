@@ -152,3 +152,22 @@ def test_blank_first_is_a_column_permutation_of_blank_last(tiny, kind):
         b = simulate_utterance(u["text"], u["duration"], first, cfg, key=u["id"])
         np.testing.assert_array_equal(b, a[:, perm])
         assert first.decode(greedy_columns(b, first.blank_id)) == last.decode(greedy_columns(a, last.blank_id))
+
+
+def test_word_level_errors_are_real_words(tiny):
+    """Word-level substitutions/insertions produce vocabulary words (a lexicon cannot repair them); token-level
+    ones mostly produce non-words."""
+    ts = tiny.token_set("bpe")
+    vocab = set(tiny.words())
+    utts = tiny.utterances("clean")[:80]
+    frac_oov = []
+    for share in (1.0, 0.0):
+        cfg = SimulatorConfig(word_error_rate=0.3, ambiguity_rate=0.0, real_word_share=share, deletion_share=0.0,
+                              words_path=str(tiny.words_path), seed=5)
+        wrong = [w for u in utts
+                 for w in ts.decode(greedy_columns(simulate_utterance(u["text"], u["duration"], ts, cfg, u["id"]), ts.blank_id)).split()
+                 if w not in u["text"].split()]
+        assert len(wrong) > 50
+        frac_oov.append(sum(w not in vocab for w in wrong) / len(wrong))
+
+    assert frac_oov[0] < 0.1 < 0.5 < frac_oov[1]
