@@ -221,7 +221,7 @@ def graph_on_device(graph: WfstGraph, device: Union[str, torch.device]) -> dict:
         if host is None:
             host = _graph_arrays(graph)
             graph.__dict__["_wfst_host_arrays"] = host
-        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in host.items()}
+        tensors = {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in host.items()}
         tensors["has_eps"] = bool(np.any(host["eps_begin"] < host["final_begin"]))
         _graph_cache[key] = tensors
         weakref.finalize(graph, _graph_cache.pop, key, None)
