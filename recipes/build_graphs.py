@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from recipes.graphs.build import build_token_set_graphs, token_set_dir_name
+from recipes.graphs.build import DEFAULT_MAX_HLG_ARCS, build_token_set_graphs, token_set_dir_name
 from recipes.graphs.info import size_table
 from recipes.graphs.topologies import TOPOLOGIES
 from recipes.tokens import TokenSet
@@ -50,6 +50,7 @@ def build_graphs(
     blanks: Optional[Sequence[str]] = None,
     force: bool = False,
     max_order: int = -1,
+    max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS,
     workload_root: str | Path = "data/workload",
     **_ignored: Any,
 ) -> dict:
@@ -74,7 +75,7 @@ def build_graphs(
             out_dir = Path(out_root) / scale / token_set_dir_name(tokens)
             t0 = time.perf_counter()
             res = build_token_set_graphs(out_dir, tokens, words, Path(workload.arpa_path), topologies=topos,
-                                         force=force, max_order=max_order)
+                                         force=force, max_order=max_order, max_hlg_arcs=max_hlg_arcs)
             log.info("graphs for %s/%s ready in %.1f s", scale, token_set_dir_name(tokens), time.perf_counter() - t0)
             for topo, info in res.items():
                 infos[(scale, token_set_dir_name(tokens), topo)] = info
@@ -126,6 +127,7 @@ class BuildGraphsConfig:
     out_root: str = "data/graphs"
     force: bool = False
     max_order: int = -1
+    max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS  # refuse epsilon-free HLGs estimated above this many arcs
     # LibriSpeech-style recipe (instead of the embedded workload) when `arpa` is set
     arpa: Optional[str] = None
     nemo_model: Optional[str] = None
@@ -155,7 +157,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         else:
             infos = build_graphs(scale=c.workload.scale, workload_root=c.workload.root, token_kinds=c.token_kinds,
                                  blanks=c.blanks, topologies=c.topologies, out_root=c.out_root, force=c.force,
-                                 max_order=c.max_order)
+                                 max_order=c.max_order, max_hlg_arcs=c.max_hlg_arcs)
         print(size_table(infos))
         print(f"total {time.perf_counter() - t0:.1f} s")
 

@@ -132,3 +132,18 @@ def test_lexicon_bpe(tmp_path):
         assert "".join(spell).replace("\u2581", "") == w and spell[0].startswith("\u2581")
         assert ts.encode(w) == [ts.tokens.index(p) for p in spell]
     assert "zzz" not in lex
+
+
+def test_hlg_refused_when_too_big_and_inputs_change_rebuilds(tmp_path):
+    tokens = toy_tokens()
+    arpa = write_toy_arpa(tmp_path / "toy.arpa")
+    infos = build_token_set_graphs(tmp_path / "out", tokens, TOY_WORDS, arpa, topologies=["compact"], max_hlg_arcs=5)
+    info = infos["compact"]
+    assert "skipped" in info["HLG"] and "max_hlg_arcs=5" in info["HLG"]["skipped"]
+    assert (tmp_path / "out" / "compact" / "TLG.bin").is_file()
+    assert not (tmp_path / "out" / "compact" / "HLG.bin").exists()
+    # same inputs: skipped stage; changed word list: rebuilt (content hashes, not file existence)
+    again = build_token_set_graphs(tmp_path / "out", tokens, TOY_WORDS, arpa, topologies=["compact"], max_hlg_arcs=5)
+    assert again["compact"]["build_s"] == info["build_s"]
+    changed = build_token_set_graphs(tmp_path / "out", tokens, TOY_WORDS + ["bb"], arpa, topologies=["compact"])
+    assert changed["compact"]["num_words"] == len(TOY_WORDS) + 1 and "states" in changed["compact"]["HLG"]

@@ -21,7 +21,9 @@ from typing import Optional, Sequence
 import kaldifst
 import numpy as np
 
-from recipes.graphs.compile import compile_G, compile_HLG, compile_L, compile_LG, compile_TLG, prepare_LG_for_HLG
+from recipes.graphs.compile import (
+    compile_G, compile_HLG, compile_L, compile_LG, compile_TLG, estimate_epsfree_arcs, prepare_LG_for_HLG,
+)
 from recipes.graphs.convert import hlg_to_graph, tlg_to_graph
 from recipes.graphs.fstutil import fst_size
 from recipes.graphs.info import word_label_positions
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 
 GRAPH_FILES = ("TLG.fst", "TLG.bin", "HLG.bin", "HLG.pt", "HLG.k2.txt", "words.txt", "tokens.txt",
                "tokens_k2.txt", "lexicon.txt", "graph_info.json")
+HLG_FILES = ("HLG.bin", "HLG.pt", "HLG.k2.txt")
+DEFAULT_MAX_HLG_ARCS = 20_000_000  # estimated epsilon-free LG arcs above which the HLG is not built
 
 
 def _sha256(path) -> str:
@@ -55,11 +59,13 @@ class LangArtifacts:
     table: TokenTable
     words: WordTable
     LG: object
-    LG_epsfree: object
+    LG_epsfree: object  # None when the HLG was refused (see hlg_skipped)
     compounds: list
     sizes: dict = field(default_factory=dict)
     lexicon_report: dict = field(default_factory=dict)
     build_s: float = 0.0
+    hlg_skipped: Optional[str] = None
+    rebuilt: bool = False  # True when this call (re)built the lang stage: dependent stages rebuild too
 
 
 def build_lang(
@@ -70,21 +76,28 @@ def build_lang(
     *,
     force: bool = False,
     max_order: int = -1,
+    max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS,
+    sources: Optional[dict] = None,
 ) -> LangArtifacts:
-    """Stage 1: lexicon, L, G, LG and the epsilon-free LG' (shared by every topology)."""
+    """Stage 1: lexicon, L, G, LG and the epsilon-free LG' (shared by every topology). The epsilon-free LG'
+    (hence the HLG) is refused when its estimated size exceeds max_hlg_arcs (recorded, TLG still built)."""
     lang_dir = Path(lang_dir)
     lang_dir.mkdir(parents=True, exist_ok=True)
     done = lang_dir / "lang_info.json"
     t0 = time.perf_counter()
-    if done.exists() and not force:
-        meta = json.loads(done.read_text())
+    meta = json.loads(done.read_text()) if done.exists() else None
+    if meta is not None and not force and sources is not None and meta.get("sources") != sources:
+        log.info("lang stage: inputs changed since %s was built, rebuilding", lang_dir)
+        meta = None
+    if meta is not None and not force:
         log.info("lang stage: %s exists, skipping", lang_dir)
         LG = kaldifst.StdVectorFst.read(str(lang_dir / "LG.fst"))
-        LGp = kaldifst.StdVectorFst.read(str(lang_dir / "LG_epsfree.fst"))
+        skipped = meta.get("hlg_skipped")
+        LGp = None if skipped else kaldifst.StdVectorFst.read(str(lang_dir / "LG_epsfree.fst"))
         words = WordTable(meta["words"])
         table = TokenTable(tokens, meta["num_disambig"])
         return LangArtifacts(lang_dir, table, words, LG, LGp, [tuple(c) for c in meta["compounds"]],
-                             meta["sizes"], meta["lexicon_report"], meta["build_s"])
+                             meta["sizes"], meta["lexicon_report"], meta["build_s"], skipped)
     arpa_words = read_arpa_words(arpa_path)
     all_words = list(dict.fromkeys(list(word_list) + arpa_words))
     report = LexiconReport()
@@ -111,16 +124,25 @@ def build_lang(
     LG = compile_LG(L, G)
     sizes["LG"] = fst_size(LG)
     LG.write(str(lang_dir / "LG.fst"))
-    LGp, compounds = prepare_LG_for_HLG(LG, table, words)
-    sizes["LG_epsfree"] = fst_size(LGp)
-    LGp.write(str(lang_dir / "LG_epsfree.fst"))
+    est = estimate_epsfree_arcs(LG, table)
+    sizes["LG_epsfree_estimated_arcs"] = est
+    skipped = None
+    if est > max_hlg_arcs:
+        skipped = (f"epsilon-free LG would have ~{est} arcs (> max_hlg_arcs={max_hlg_arcs}): HLG not built; "
+                   "use the TLG (epsilons) or raise max_hlg_arcs")
+        log.warning(skipped)
+        LGp, compounds = None, []
+    else:
+        LGp, compounds = prepare_LG_for_HLG(LG, table, words)
+        sizes["LG_epsfree"] = fst_size(LGp)
+        LGp.write(str(lang_dir / "LG_epsfree.fst"))
     rep = {"num_words": report.num_words, "num_oov": len(report.oov_words), "oov_words": report.oov_words[:50],
            "max_disambig": max_disambig, "optional_space": optional_space}
     build_s = time.perf_counter() - t0
     done.write_text(json.dumps({"words": words.words, "num_disambig": table.num_disambig, "sizes": sizes,
                                 "compounds": [list(c) for c in compounds], "lexicon_report": rep,
-                                "build_s": build_s}, indent=1))
-    return LangArtifacts(lang_dir, table, words, LG, LGp, compounds, sizes, rep, build_s)
+                                "build_s": build_s, "hlg_skipped": skipped, "sources": sources}, indent=1))
+    return LangArtifacts(lang_dir, table, words, LG, LGp, compounds, sizes, rep, build_s, skipped, rebuilt=True)
 
 
 def build_topology_graphs(
@@ -130,6 +152,7 @@ def build_topology_graphs(
     topology: str,
     *,
     sources: dict,
+    arpa_path: Optional[Path] = None,
     force: bool = False,
 ) -> dict:
     """Stage 2 (per topology): TLG and HLG in every format + graph_info.json. Returns graph_info."""
@@ -137,9 +160,13 @@ def build_topology_graphs(
         raise ValueError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
     out_dir = Path(out_dir)
     info_path = out_dir / "graph_info.json"
-    if info_path.exists() and not force and all((out_dir / f).exists() for f in GRAPH_FILES):
-        log.info("%s: graph_info.json exists, skipping", out_dir)
-        return json.loads(info_path.read_text())
+    needed = [f for f in GRAPH_FILES if not (lang.hlg_skipped and f in HLG_FILES)]
+    if info_path.exists() and not force and all((out_dir / f).exists() for f in needed):
+        old = json.loads(info_path.read_text())
+        if old.get("sources") == sources and not lang.rebuilt:
+            log.info("%s: graph_info.json exists, skipping", out_dir)
+            return old
+        log.info("%s: inputs changed, rebuilding", out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     table, words = lang.table, lang.words
@@ -152,12 +179,15 @@ def build_topology_graphs(
     tlg = tlg_to_graph(TLG, table, symbols, info={**base_info, "kind": "TLG"})
     tlg.save(out_dir / "TLG.bin")
     t1 = time.perf_counter()
-    HLG = compile_HLG(lang.LG_epsfree, topology, table)
-    hlg = hlg_to_graph(HLG, table, symbols, lang.compounds, info={**base_info, "kind": "HLG"})
+    hlg = None
+    if lang.LG_epsfree is not None:
+        HLG = compile_HLG(lang.LG_epsfree, topology, table)
+        hlg = hlg_to_graph(HLG, table, symbols, lang.compounds, info={**base_info, "kind": "HLG"})
+        del HLG
+        hlg.save(out_dir / "HLG.bin")
+        hlg.save_k2(out_dir / "HLG.pt")
+        hlg.write_k2_text(out_dir / "HLG.k2.txt")  # multi-word arcs: compound ids in HLG.k2.txt.aux.json
     t_hlg = time.perf_counter() - t1
-    hlg.save(out_dir / "HLG.bin")
-    hlg.save_k2(out_dir / "HLG.pt")
-    hlg.write_k2_text(out_dir / "HLG.k2.txt")  # multi-word arcs: compound ids in HLG.k2.txt.aux.json
     for name in ("words.txt", "tokens.txt", "lexicon.txt"):
         shutil.copyfile(lang.lang_dir / name, out_dir / name)
     tokens.write_tokens_txt(out_dir / "tokens_k2.txt")
@@ -173,15 +203,16 @@ def build_topology_graphs(
         "numbering": {"TLG.fst": "Kaldi: <eps>=0, token id = column + 1, then #k (tokens.txt)",
                       "HLG.*": "k2: label = column, -1 = final (tokens_k2.txt)"},
         "TLG": {**sizes(tlg), "openfst": fst_size(TLG), "build_s": round(t_tlg, 3)},
-        "HLG": {**sizes(hlg), "build_s": round(t_hlg, 3),
-                },
+        "HLG": {**sizes(hlg), "build_s": round(t_hlg, 3)} if hlg is not None else
+               {"skipped": lang.hlg_skipped, "estimated_arcs": lang.sizes.get("LG_epsfree_estimated_arcs")},
         "word_label_position_LG": word_label_positions(lang.LG, table, symbols, lang.lang_dir / "lexicon.txt"),
         "lang": {"sizes": lang.sizes, "lexicon": lang.lexicon_report, "build_s": round(lang.build_s, 3)},
         "build_s": round(time.perf_counter() - t0, 3),
         "sources": sources,
+        "source_paths": {"arpa": str(arpa_path) if arpa_path else None, "sp_model": tokens.sp_model_path},
     }
     info_path.write_text(json.dumps(info, indent=1))
-    log.info("%s: TLG %s | HLG %s", out_dir, sizes(tlg), sizes(hlg))
+    log.info("%s: TLG %s | HLG %s", out_dir, sizes(tlg), sizes(hlg) if hlg is not None else lang.hlg_skipped)
     return info
 
 
@@ -194,15 +225,19 @@ def build_token_set_graphs(
     topologies: Sequence[str] = TOPOLOGIES,
     force: bool = False,
     max_order: int = -1,
+    max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS,
 ) -> dict[str, dict]:
     """All stages for one token set; returns {topology: graph_info}."""
     out_dir = Path(out_dir)
-    sources = {"arpa": str(arpa_path), "arpa_sha256": _sha256(arpa_path), "tokens": tokens.tokens[:0] or None,
+    # content hashes decide whether a stage is up to date (paths may differ between machines/runs)
+    sources = {"arpa_sha256": _sha256(arpa_path),
                "tokens_sha256": hashlib.sha256("\n".join(tokens.tokens).encode()).hexdigest()[:16],
-               "words_sha256": hashlib.sha256("\n".join(word_list).encode()).hexdigest()[:16]}
-    sources.pop("tokens")
+               "blank_id": tokens.blank_id,
+               "words_sha256": hashlib.sha256("\n".join(word_list).encode()).hexdigest()[:16],
+               "max_order": max_order, "max_hlg_arcs": max_hlg_arcs}
     if tokens.sp_model_path:
-        sources["sp_model"] = str(tokens.sp_model_path)
         sources["sp_model_sha256"] = _sha256(tokens.sp_model_path)
-    lang = build_lang(out_dir / "lang", tokens, word_list, arpa_path, force=force, max_order=max_order)
-    return {t: build_topology_graphs(out_dir / t, lang, tokens, t, sources=sources, force=force) for t in topologies}
+    lang = build_lang(out_dir / "lang", tokens, word_list, arpa_path, force=force, max_order=max_order,
+                      max_hlg_arcs=max_hlg_arcs, sources=sources)
+    return {t: build_topology_graphs(out_dir / t, lang, tokens, t, sources=sources, arpa_path=arpa_path, force=force)
+            for t in topologies}

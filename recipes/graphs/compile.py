@@ -131,6 +131,23 @@ def _csr(src: np.ndarray, num_states: int) -> tuple[np.ndarray, np.ndarray]:
     return order, splits
 
 
+def estimate_epsfree_arcs(LG, table: TokenTable) -> int:
+    """Arcs of LG after removing its disambiguation (back-off) arcs: every state inherits the arcs of the
+    states its #k chain reaches (the classic blow-up of epsilon removal on a back-off LM). Computed on the
+    back-off DAG without building anything, so huge HLGs can be refused before they exhaust memory."""
+    a = fst_to_arrays(LG)
+    dis = a.ilabel >= table.first_disambig_label
+    real = np.bincount(a.src[~dis], minlength=a.num_states).astype(np.float64)
+    fin = np.isfinite(a.final).astype(np.float64)  # explicit final arcs
+    clos = real + fin
+    for _ in range(16):  # back-off chains are as long as the LM order
+        new = real + fin + np.bincount(a.src[dis], weights=clos[a.dest[dis]], minlength=a.num_states)
+        if np.array_equal(new, clos):
+            break
+        clos = new
+    return int(clos.sum())
+
+
 def prepare_LG_for_HLG(LG, table: TokenTable, words: WordTable) -> tuple["kaldifst.StdVectorFst", list[tuple]]:
     """LG -> LG': disambiguation symbols to eps, finals as explicit `final_label` arcs into one final state,
     eps:eps arcs removed (OpenFst rmepsilon), residual eps:word arcs folded forward (see module doc).

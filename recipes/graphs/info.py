@@ -69,6 +69,9 @@ def size_table(infos: dict) -> str:
     for (scale, tok, topo), info in sorted(infos.items()):
         for kind in ("TLG", "HLG"):
             k = info[kind]
+            if "skipped" in k:
+                rows.append(f"| {scale} | {tok} | {topo} | {kind} | - | ~{k.get('estimated_arcs')} (not built) | - | - | - |")
+                continue
             rows.append(f"| {scale} | {tok} | {topo} | {kind} | {k['states']} | {k['arcs']} | {k['epsilon_arcs']} | "
                         f"{k['multiword_arcs']} | {k['build_s']:.2f} |")
     return "\n".join(rows)
