@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/types.h>
 
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -36,6 +37,9 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.beam = (int)beam;
   d.max_len = (int)max_len;
   d.blank_skip_threshold = 1.0f;
+  // BEAMDEC_CTC_WARP_SELECT=0 forces the general selection for every beam (A/B and fallback switch)
+  const char* env = std::getenv("BEAMDEC_CTC_WARP_SELECT");
+  d.warp_select = (env && env[0] == '0') ? 0 : 1;
   return d;
 }
 

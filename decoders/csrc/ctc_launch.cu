@@ -42,6 +42,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.beam = d.beam;
   fa.C = candidate_count(d.beam, d.V);
   fa.max_len = d.max_len;
+  fa.warp_select = d.warp_select;
   fa.lengths = d.lengths;
   fa.mask = d.mask;
   fa.mask_b_stride = d.mask_b_stride;

@@ -53,6 +53,7 @@ struct FrameArgs {
   int32_t* pre_ids;        // (kTile, rows, C)
   float* pre_lp;           // (kTile, rows, C)
   int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
+  int warp_select;         // 1: beams <= 16 select with one warp merging per-beam streams
   StateRefs states;
 };
 
@@ -232,7 +233,8 @@ struct DecodeShared {
   float n_pb[kMaxBeam], n_pnb[kMaxBeam], n_lp_last[kMaxBeam];
   int n_last[kMaxBeam], n_len[kMaxBeam], n_slot[kMaxBeam], n_src[kMaxBeam], n_tok[kMaxBeam], n_copy[kMaxBeam];
   unsigned long long n_hash[kMaxBeam], n_phash[kMaxBeam];
-  int uses[kMaxBeam], free_slots[kMaxBeam], win[kMaxBeam];
+  int uses[kMaxBeam], free_slots[kMaxBeam], win[kMaxBeam], lastpos[kMaxBeam];
+  unsigned long long exmask[kMaxBeam];  // merged extensions per source beam (list positions < 64)
   int ids[2][2 * kMaxBeam + 1];  // double-buffered: the next decoded frame's list is prefetched
   float lps[2][2 * kMaxBeam + 1];
   float lp_blank[2];
@@ -253,6 +255,7 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
   const int row = blockIdx.x, tid = threadIdx.x;
   const int beam = a.beam, C = a.C, max_len = a.max_len;
   const int NS = beam * (C + 1);
+  const bool warp_select = a.warp_select && beam <= 16;
   const StateLayout L{beam, max_len};
   int32_t* w = a.states.row(row);
   int32_t* tokens = w + L.tokens();
@@ -349,60 +352,138 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
       }
       s.A[j] = log_add(s.pb[j], s.pnb[j]);
       s.mcount[j] = 0;
-      s.fold[j] = -INFINITY;
       s.parent[j] = -1;
+      s.lastpos[j] = -1;
+      s.exmask[j] = 0ull;
+    }
+    __syncthreads();
+
+    // phase 2: merge pairs, all (j, q) pairs in parallel: beam j with prefix p + c equals the extension of
+    // beam q (prefix p) by c. Also where each beam's last char sits in this frame's candidate list.
+    for (int x = tid; x < nb * nb; x += NT) {
+      const int j = x / nb, q = x - (x / nb) * nb;
+      if (s.len[j] > 0 && s.len[q] == s.len[j] - 1 && s.hash[q] == s.phash[j]) {
+        s.parent[j] = q;
+        atomicAdd(&s.mcount[q], 1);
+      }
+    }
+    for (int x = tid; x < nb * cnt; x += NT) {
+      const int j = x / cnt, i = x - (x / cnt) * cnt;
+      if (s.len[j] > 0 && ids[i] == s.last[j]) s.lastpos[j] = i;
+    }
+    __syncthreads();
+    if (tid < nb) {  // fold each merged extension into the beam it equals; exclude it from its source
+      const int j = tid, k = s.parent[j];
+      float fold = -INFINITY;
       s.excl[j] = -1;
-    }
-    __syncthreads();
-
-    // phase 2: merge pairs. Beam j with prefix p + c equals the extension of beam k (prefix p) by c.
-    if (tid < nb && s.len[tid] > 0) {
-      const int j = tid;
-      int k = -1;
-      for (int q = 0; q < nb; ++q)
-        if (s.hash[q] == s.phash[j] && s.len[q] == s.len[j] - 1) k = q;
       if (k >= 0) {
-        const int c = s.last[j];
-        s.fold[j] = s.lp_last[j] + (c == s.last[k] ? s.pb[k] : s.A[k]);
-        s.parent[j] = k;
-        atomicAdd(&s.mcount[k], 1);
-        for (int i = 0; i < cnt; ++i)
-          if (ids[i] == c) {
-            s.excl[j] = i;
-            break;
-          }
+        fold = s.lp_last[j] + (s.last[j] == s.last[k] ? s.pb[k] : s.A[k]);
+        const int p = s.lastpos[j];  // position of c = last[j] in the list
+        if (p >= 0) {
+          s.excl[j] = p;
+          if (p < 64) atomicOr(&s.exmask[k], 1ull << p);
+        }
       }
+      s.fold[j] = fold;
     }
     __syncthreads();
 
-    // phase 3: score every candidate slot
-    for (int q = tid; q < NS; q += NT) {
-      float sc = -INFINITY;
-      if (q < beam) {
-        if (q < nb) {
-          const float snb = log_add(s.len[q] > 0 ? s.lp_last[q] + s.pnb[q] : -INFINITY, s.fold[q]);
-          sc = log_add(lp_blank + s.A[q], snb);
-        }
-      } else {
-        const int e = q - beam;
-        const int k = e / C, i = e - k * C;
-        if (k < nb && i < cnt && i < beam + 1 + s.mcount[k] && s.len[k] < max_len) {
-          const int c = ids[i];
-          sc = lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
-        }
-      }
-      uint32_t key = sc == -INFINITY ? 0u : float_key(sc);
-      if (first && beam > 1 && q == 0 && key != 0u) key = 0xFFFFFFFFu;  // reserved empty-prefix slot
-      s_cand_key[q] = key;
-    }
-    __syncthreads();
-    if (tid < nb && s.excl[tid] >= 0) s_cand_key[beam + s.parent[tid] * C + s.excl[tid]] = 0u;  // merged
-    __syncthreads();
-
-    // phase 4/5: the top `beam` keys (ties: lowest slot). Few live candidates: compact + rank by counting;
-    // many: radix select + ordered gather.
+    // phase 3-5: the top `beam` candidates (stays and extensions; ties: deterministic)
     int nw;
-    {
+    if (warp_select) {
+      // beam <= 16 (C <= 33): one warp merges the per-beam candidate streams. Within beam k ordinary
+      // extensions score lps[i] + A_k, i.e. in list order; the last char (scored from pb_k) and the stay
+      // are single extra heads. 3*nb <= 48 heads, two per lane; beam rounds of warp max.
+      if (tid < 32) {
+        const int lane = tid;
+        uint32_t key[2];
+        int ptr[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int hid = lane + 32 * h;
+          const int k = hid / 3, type = hid - (hid / 3) * 3;
+          key[h] = 0u;
+          ptr[h] = 0;
+          if (k < nb) {
+            if (type == 0) {  // stay
+              const float snb = log_add(s.len[k] > 0 ? s.lp_last[k] + s.pnb[k] : -INFINITY, s.fold[k]);
+              const float sc = log_add(lp_blank + s.A[k], snb);
+              key[h] = sc == -INFINITY ? 0u : float_key(sc);
+              if (first && beam > 1 && k == 0 && key[h] != 0u) key[h] = 0xFFFFFFFFu;
+            } else if (s.len[k] < max_len) {
+              const unsigned long long ex = s.exmask[k];
+              if (type == 1) {  // first ordinary extension
+                int i = 0;
+                while (i < cnt && (ids[i] == s.last[k] || ((ex >> i) & 1ull))) ++i;
+                ptr[h] = i;
+                if (i < cnt) {
+                  const float sc = lps[i] + s.A[k];
+                  key[h] = sc == -INFINITY ? 0u : float_key(sc);
+                }
+              } else {  // the last char again (needs the blank-ending path)
+                const int p = s.lastpos[k];
+                if (p >= 0 && !((ex >> p) & 1ull)) {
+                  const float sc = lps[p] + s.pb[k];
+                  key[h] = sc == -INFINITY ? 0u : float_key(sc);
+                  ptr[h] = p;
+                }
+              }
+            }
+          }
+        }
+        int r = 0;
+        for (; r < beam; ++r) {
+          const int hb = key[1] > key[0] ? 1 : 0;
+          const uint32_t mine = key[hb];
+          const uint32_t best = __reduce_max_sync(0xFFFFFFFFu, mine);
+          if (best == 0u) break;
+          const unsigned who = __ballot_sync(0xFFFFFFFFu, mine == best);
+          if (lane == __ffs(who) - 1) {
+            const int hid = lane + 32 * hb;
+            const int k = hid / 3, type = hid - (hid / 3) * 3;
+            s.win[r] = type == 0 ? k : beam + k * C + ptr[hb];
+            key[hb] = 0u;
+            if (type == 1) {  // advance to the next ordinary extension of beam k
+              const unsigned long long ex = s.exmask[k];
+              int i = ptr[hb] + 1;
+              while (i < cnt && (ids[i] == s.last[k] || ((ex >> i) & 1ull))) ++i;
+              ptr[hb] = i;
+              if (i < cnt) {
+                const float sc = lps[i] + s.A[k];
+                key[hb] = sc == -INFINITY ? 0u : float_key(sc);
+              }
+            }
+          }
+        }
+        if (lane == 0) s.sel[0] = r;
+      }
+      __syncthreads();
+      nw = s.sel[0];
+    } else {
+      // general: score every candidate slot, then select
+      for (int q = tid; q < NS; q += NT) {
+        float sc = -INFINITY;
+        if (q < beam) {
+          if (q < nb) {
+            const float snb = log_add(s.len[q] > 0 ? s.lp_last[q] + s.pnb[q] : -INFINITY, s.fold[q]);
+            sc = log_add(lp_blank + s.A[q], snb);
+          }
+        } else {
+          const int e = q - beam;
+          const int k = e / C, i = e - k * C;
+          if (k < nb && i < cnt && i < beam + 1 + s.mcount[k] && s.len[k] < max_len) {
+            const int c = ids[i];
+            sc = lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
+          }
+        }
+        uint32_t key = sc == -INFINITY ? 0u : float_key(sc);
+        if (first && beam > 1 && q == 0 && key != 0u) key = 0xFFFFFFFFu;  // reserved empty-prefix slot
+        s_cand_key[q] = key;
+      }
+      __syncthreads();
+      if (tid < nb && s.excl[tid] >= 0) s_cand_key[beam + s.parent[tid] * C + s.excl[tid]] = 0u;  // merged
+      __syncthreads();
+      // few live candidates: compact + rank by counting; many: radix select + ordered gather
       const int per = (NS + NT - 1) / NT;
       const int beg = min(NS, tid * per), end = min(NS, beg + per);
       int live = 0;
