@@ -171,3 +171,14 @@ def test_word_level_errors_are_real_words(tiny):
         frac_oov.append(sum(w not in vocab for w in wrong) / len(wrong))
 
     assert frac_oov[0] < 0.1 < 0.5 < frac_oov[1]
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_manifest_durations_leave_room_for_every_reference(tiny, kind):
+    """The duration comes from the text (speaking rate), not the token set; even for chars, the frames always
+    cover tokens + blanks between repeated tokens."""
+    ts = tiny.token_set(kind)
+    for name in ("clean", "other"):
+        cfg = tiny.simulator_config(name)
+        for u in tiny.utterances(name):
+            assert num_frames(u["duration"], cfg) >= required_frames(ts.encode(u["text"])), u["id"]
