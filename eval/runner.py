@@ -106,19 +106,24 @@ def _enum_value(v: Any) -> str:
     return str(getattr(v, "value", v))
 
 
-def prepare_graphs(cfg: DictConfig, workload: Any, graph_dir: Path) -> Optional[str]:
-    """Build the graph directory when missing and `recipes.build_graphs` exists. Returns a reason
-    string when no graph is available (so graph decoders can be listed as unavailable)."""
-    if (graph_dir / "graph_info.json").is_file():
+def prepare_graphs(cfg: DictConfig, workload: Any, graph_dir: Path, tokens: Any = None) -> Optional[str]:
+    """Make sure `graph_dir` holds graphs for this workload's LM and token set: build them when missing,
+    rebuild (force) when stale, using `recipes.build_graphs`. Returns None when usable graphs are there,
+    else the reason (graph decoders are then listed as unavailable with it)."""
+    arpa_path = _first_path(cfg.data.arpa_path, workload and workload.arpa_path)
+    exists = (graph_dir / "graph_info.json").is_file()
+    stale = graph_mismatch(graph_dir, arpa_path, tokens) if exists else None
+    if exists and stale is None:
         return None
+    what = f"graphs in {graph_dir} are stale ({stale})" if stale else f"no graphs at {graph_dir}"
     if not cfg.graph.build_if_missing:
-        return f"graph directory {graph_dir} does not exist and graph.build_if_missing=false"
+        return f"{what} and graph.build_if_missing=false"
     try:
         from recipes.build_graphs import build_graphs
     except ImportError as e:
-        return f"no graphs at {graph_dir} and recipes.build_graphs is not importable ({e})"
+        return f"{what} and recipes.build_graphs is not importable ({e})"
     if workload is None:
-        return f"no graphs at {graph_dir}, and building them needs the synthetic workload"
+        return f"{what}, and building them needs the synthetic workload (or set graph.graph_dir)"
     import inspect
 
     kwargs = dict(
@@ -127,39 +132,52 @@ def prepare_graphs(cfg: DictConfig, workload: Any, graph_dir: Path) -> Optional[
         token_kind=_enum_value(cfg.model.token_kind),
         blank=_enum_value(cfg.model.blank),
         topologies=[_enum_value(cfg.graph.topology)],
-        topology=_enum_value(cfg.graph.topology),
         out_root=Path(cfg.graph.root),
-        root=Path(cfg.graph.root),
+        force=bool(stale),
     )
     params = inspect.signature(build_graphs).parameters
     if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in params}
-    log.info("building graphs into %s", graph_dir)
+    log.info("%s: building them (minutes at the first run, cached afterwards)", what)
     build_graphs(**kwargs)
     if not (graph_dir / "graph_info.json").is_file():
         return f"recipes.build_graphs ran but {graph_dir}/graph_info.json is missing"
-    return None
+    return graph_mismatch(graph_dir, arpa_path, tokens)
+
+
+def _sha256_16(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def graph_mismatch(graph_dir: Path, arpa_path: Optional[Path], tokens: Any = None) -> Optional[str]:
-    """Reason string when graph_dir was built from another LM than `arpa_path` (graph_info.json's
-    sources.arpa), else None. Graph directories are keyed by scale, not by workload root, so a graph from
-    another workload copy must not be used silently."""
+    """Why graph_dir does not fit (another token set, another LM file, or the same LM path with other
+    contents: graph_info.json's sources), else None. Graph directories are keyed by scale and token set,
+    not by workload copy or generator version, so a graph must never be reused silently."""
     info_path = graph_dir / "graph_info.json"
-    if arpa_path is None or not info_path.is_file():
+    if not info_path.is_file():
         return None
     try:
         info = json.loads(info_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
+    except (OSError, json.JSONDecodeError) as e:
+        return f"unreadable {info_path}: {e}"
     if tokens is not None:
         want = (tokens.kind, tokens.blank_id, tokens.vocab_size)
         have = (info.get("token_kind", want[0]), info.get("blank_id", want[1]), info.get("vocab_size", want[2]))
         if have != want:
-            return f"graphs in {graph_dir} are for tokens (kind, blank, V)={have}, the acoustic source has {want}"
-    built_from = info.get("sources", {}).get("arpa")
-    if built_from and Path(built_from).resolve() != Path(arpa_path).resolve():
-        return f"graphs in {graph_dir} were built from {built_from}, not {arpa_path}; rebuild them or set graph.graph_dir"
+            return f"built for tokens (kind, blank, V)={have}, the acoustic source has {want}"
+    sources = info.get("sources", {})
+    if arpa_path is not None and sources.get("arpa"):
+        if Path(sources["arpa"]).resolve() != Path(arpa_path).resolve():
+            return f"built from {sources['arpa']}, not {arpa_path}"
+        sha = sources.get("arpa_sha256")
+        if sha and Path(arpa_path).is_file() and _sha256_16(Path(arpa_path)) != sha[:16]:
+            return f"{arpa_path} changed since the graphs were built"
     return None
 
 
@@ -446,10 +464,11 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
 
     wanted = {split_decoder_label(lb)[0] for lb in labels} & GRAPH_DECODERS
     if any(importlib.util.find_spec(ADAPTER_MODULES[n]) is not None for n in wanted):
-        graph_reason = prepare_graphs(cfg, workload, graph_dir)
+        graph_reason = prepare_graphs(cfg, workload, graph_dir, tokens)
     arpa_path = _first_path(cfg.data.arpa_path, workload and workload.arpa_path)
     if graph_reason is None and graph_dir.is_dir():
-        graph_reason = graph_mismatch(graph_dir, arpa_path, tokens)
+        mismatch = graph_mismatch(graph_dir, arpa_path, tokens)
+        graph_reason = f"graphs in {graph_dir} do not fit: {mismatch}" if mismatch else None
     lexicon_path = graph_dir / "lexicon.txt"
     if graph_reason is not None:
         lexicon_path = Path("/nonexistent")  # never mix a foreign graph's lexicon into LM decoders

@@ -38,7 +38,7 @@ def test_decoder_overrides_apply_to_listed_decoders():
     )
     fl = resolve_decoder_config("flashlight", cfg)
     assert fl.beam_size == 7 and fl.name == "flashlight"
-    assert fl.lm_weight == pytest.approx(0.3)  # from conf/decoder/flashlight.yaml
+    assert fl.lm_weight == pytest.approx(0.5)  # from conf/decoder/flashlight.yaml
 
 
 def test_missing_boost_file_is_reported():

@@ -34,8 +34,8 @@ class FlashlightConfig:
     beam_size: int = 32  # hypotheses kept per frame (the paper used 2500 on LibriSpeech)
     beam_size_token: int = 0  # tokens tried per frame; 0 = all
     beam_threshold: float = 17.0  # score gap to the best hypothesis (the paper's beam)
-    lm_weight: float = 0.3  # natural-log LM scale (tuned on the tiny synthetic workload)
-    word_score: float = 1.0  # per-word insertion bonus (natural log)
+    lm_weight: float = 0.5  # natural-log LM scale (grid-tuned on the tiny synthetic workload)
+    word_score: float = 2.0  # per-word insertion bonus (natural log)
     unk_score: float = float("-inf")  # -inf: no out-of-lexicon words
     sil_score: float = 0.0
     log_add: bool = False
