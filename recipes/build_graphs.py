@@ -51,6 +51,7 @@ def build_graphs(
     force: bool = False,
     max_order: int = -1,
     max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS,
+    push_labels: bool = False,
     workload_root: str | Path = "data/workload",
     **_ignored: Any,
 ) -> dict:
@@ -75,7 +76,8 @@ def build_graphs(
             out_dir = Path(out_root) / scale / token_set_dir_name(tokens)
             t0 = time.perf_counter()
             res = build_token_set_graphs(out_dir, tokens, words, Path(workload.arpa_path), topologies=topos,
-                                         force=force, max_order=max_order, max_hlg_arcs=max_hlg_arcs)
+                                         force=force, max_order=max_order, max_hlg_arcs=max_hlg_arcs,
+                                         push_labels=push_labels)
             log.info("graphs for %s/%s ready in %.1f s", scale, token_set_dir_name(tokens), time.perf_counter() - t0)
             for topo, info in res.items():
                 infos[(scale, token_set_dir_name(tokens), topo)] = info
@@ -128,6 +130,7 @@ class BuildGraphsConfig:
     force: bool = False
     max_order: int = -1
     max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS  # refuse epsilon-free HLGs estimated above this many arcs
+    push_labels: bool = False  # OpenFst label pushing of LG (pynini): words as early as possible
     # LibriSpeech-style recipe (instead of the embedded workload) when `arpa` is set
     arpa: Optional[str] = None
     nemo_model: Optional[str] = None
@@ -157,7 +160,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         else:
             infos = build_graphs(scale=c.workload.scale, workload_root=c.workload.root, token_kinds=c.token_kinds,
                                  blanks=c.blanks, topologies=c.topologies, out_root=c.out_root, force=c.force,
-                                 max_order=c.max_order, max_hlg_arcs=c.max_hlg_arcs)
+                                 max_order=c.max_order, max_hlg_arcs=c.max_hlg_arcs, push_labels=c.push_labels)
         print(size_table(infos))
         print(f"total {time.perf_counter() - t0:.1f} s")
 

@@ -147,3 +147,24 @@ def test_hlg_refused_when_too_big_and_inputs_change_rebuilds(tmp_path):
     assert again["compact"]["build_s"] == info["build_s"]
     changed = build_token_set_graphs(tmp_path / "out", tokens, TOY_WORDS + ["bb"], arpa, topologies=["compact"])
     assert changed["compact"]["num_words"] == len(TOY_WORDS) + 1 and "states" in changed["compact"]["HLG"]
+
+
+def test_push_labels_option(tmp_path):
+    pytest.importorskip("pynini")
+    tokens = toy_tokens()
+    arpa = write_toy_arpa(tmp_path / "toy.arpa")
+    plain = build_token_set_graphs(tmp_path / "a", tokens, TOY_WORDS, arpa, topologies=["normal"])["normal"]
+    pushed = build_token_set_graphs(tmp_path / "b", tokens, TOY_WORDS, arpa, topologies=["normal"],
+                                    push_labels=True)["normal"]
+    assert pushed["sources"]["push_labels"] is True
+    # pushing never delays words; our L already emits on the first token
+    assert pushed["word_label_position_LG"]["mean_offset_tokens"] <= plain["word_label_position_LG"]["mean_offset_tokens"] + 1e-9
+    tlg_a = WfstGraph.load(tmp_path / "a" / "normal" / "TLG.bin")
+    tlg_b = WfstGraph.load(tmp_path / "b" / "normal" / "TLG.bin")
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        labels = sample_label_sequence(tlg_a, rng, max_frames=12)
+        if labels is None:
+            continue
+        pa, pb = forced_best_path(tlg_a, labels), forced_best_path(tlg_b, labels)
+        assert pb.reached_final and pa.graph_score == pytest.approx(pb.graph_score, abs=1e-3)

@@ -78,6 +78,7 @@ def build_lang(
     max_order: int = -1,
     max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS,
     sources: Optional[dict] = None,
+    push_labels: bool = False,
 ) -> LangArtifacts:
     """Stage 1: lexicon, L, G, LG and the epsilon-free LG' (shared by every topology). The epsilon-free LG'
     (hence the HLG) is refused when its estimated size exceeds max_hlg_arcs (recorded, TLG still built)."""
@@ -121,7 +122,7 @@ def build_lang(
     L = compile_L(entries, table, words, optional_space=optional_space)
     sizes["L_disambig"] = fst_size(L)
     L.write(str(lang_dir / "L_disambig.fst"))
-    LG = compile_LG(L, G)
+    LG = compile_LG(L, G, push_labels=push_labels)
     sizes["LG"] = fst_size(LG)
     LG.write(str(lang_dir / "LG.fst"))
     est = estimate_epsfree_arcs(LG, table)
@@ -226,6 +227,7 @@ def build_token_set_graphs(
     force: bool = False,
     max_order: int = -1,
     max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS,
+    push_labels: bool = False,
 ) -> dict[str, dict]:
     """All stages for one token set; returns {topology: graph_info}."""
     out_dir = Path(out_dir)
@@ -234,10 +236,10 @@ def build_token_set_graphs(
                "tokens_sha256": hashlib.sha256("\n".join(tokens.tokens).encode()).hexdigest()[:16],
                "blank_id": tokens.blank_id,
                "words_sha256": hashlib.sha256("\n".join(word_list).encode()).hexdigest()[:16],
-               "max_order": max_order, "max_hlg_arcs": max_hlg_arcs}
+               "max_order": max_order, "max_hlg_arcs": max_hlg_arcs, "push_labels": push_labels}
     if tokens.sp_model_path:
         sources["sp_model_sha256"] = _sha256(tokens.sp_model_path)
     lang = build_lang(out_dir / "lang", tokens, word_list, arpa_path, force=force, max_order=max_order,
-                      max_hlg_arcs=max_hlg_arcs, sources=sources)
+                      max_hlg_arcs=max_hlg_arcs, sources=sources, push_labels=push_labels)
     return {t: build_topology_graphs(out_dir / t, lang, tokens, t, sources=sources, arpa_path=arpa_path, force=force)
             for t in topologies}

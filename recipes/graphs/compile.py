@@ -98,9 +98,28 @@ def compile_L(
     return L
 
 
-def compile_LG(L, G) -> "kaldifst.StdVectorFst":
+def push_output_labels(fst) -> "kaldifst.StdVectorFst":
+    """OpenFst label pushing towards the initial state (pynini: kaldifst has no push): at every state the
+    longest common prefix of the outgoing paths' word labels moves onto the arcs that lead to it, so words
+    are emitted as early as possible (paper, word boosting limitation 3)."""
+    try:
+        import pynini
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise RuntimeError("push_labels=true needs pynini (pip install 'ctc-decoding-harness[graphs]')") from e
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "in.fst"), os.path.join(d, "out.fst")
+        fst.write(src)
+        pushed = pynini.push(pynini.Fst.read(src), push_labels=True)
+        pushed.write(dst)
+        out = kaldifst.StdVectorFst.read(dst)
+    if out is None:
+        raise RuntimeError("push_output_labels: could not read back the pushed FST")
+    return out
+
+
+def compile_LG(L, G, *, push_labels: bool = False) -> "kaldifst.StdVectorFst":
     """LG = minimize(det(L o G)), ilabel-sorted (Kaldi: fsttablecompose | fstdeterminizestar --use-log |
-    fstminimizeencoded)."""
+    fstminimizeencoded); optionally output labels pushed towards the start (`push_output_labels`)."""
     LG = kaldifst.compose(L, G, connect=True)
     log_size("L o G", LG)
     # kaldifst's return value is inverted: True means "stopped early at max_states" (partial FST)
@@ -109,6 +128,9 @@ def compile_LG(L, G) -> "kaldifst.StdVectorFst":
     log_size("det(LG)", LG)
     kaldifst.minimize_encoded(LG)
     log_size("min(det(LG))", LG)
+    if push_labels:
+        LG = push_output_labels(LG)
+        log_size("push_labels(LG)", LG)
     kaldifst.arcsort(LG, sort_type="ilabel")
     return LG
 
