@@ -254,3 +254,20 @@ def test_harness_run_with_nemo_file_model(setup, tmp_path):
     assert rows and rows[0]["utterances"] == len(NUM_SAMPLES)
     assert rows[0]["rtfx_end_to_end"] > 0 and 0 <= rows[0]["wer"]
     assert (Path(tmp_path) / "default" / "r" / "hyps.jsonl").is_file()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_cuda_source_matches_cpu_and_reports_stage_memory(setup, bpe_source, precision):
+    utts = _utterances(setup["manifest"])
+    gpu = build_acoustic_source("nemo", _eval_cfg(setup["models"]["bpe"], device="cuda", precision=precision),
+                                dataset="t")
+    got = next(gpu.batches(utts, 5))
+    ref = next(bpe_source.batches(utts, 5))  # CPU fp32, same (sorted) order
+    assert got.log_probs.device.type == "cuda" and got.log_probs.dtype == torch.float32
+    assert [u.id for u in got.utterances] == [u.id for u in ref.utterances]
+    assert torch.equal(got.lengths.cpu(), ref.lengths)
+    tol = 1e-3 if precision == "fp32" else 0.5  # TF32/cuDNN vs CPU; half precision ~3 digits
+    assert (got.log_probs.cpu() - ref.log_probs).abs().max() < tol
+    assert {"features", "encoder", "ctc_head"} <= set(got.stage_memory_bytes)
+    assert all(v > 0 for v in got.stage_memory_bytes.values())

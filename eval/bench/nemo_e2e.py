@@ -187,6 +187,7 @@ def run_benchmark(
     graph_dir: Optional[Path] = None,
     seed: int = 0,
     workdir: Optional[Path] = None,
+    out_path: Optional[Path] = None,
 ) -> list[dict]:
     from eval.acoustic.base import Utterance
     from eval.acoustic.nemo import build_source
@@ -194,8 +195,9 @@ def run_benchmark(
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="nemo_e2e_"))
     size, _, kind = model_spec.partition("-")
-    if size in ENCODER_SIZES and kind in ("bpe", "char"):  # random-weight model built here
-        model_spec = str(make_tiny_nemo_model(workdir / f"{model_spec}.nemo", kind=kind, size=size))
+    if size in ENCODER_SIZES and kind in ("bpe", "char"):  # random-weight model built here (once per workdir)
+        path = workdir / f"{model_spec}.nemo"
+        model_spec = str(path if path.is_file() else make_tiny_nemo_model(path, kind=kind, size=size))
     t0 = time.perf_counter()
     source = build_source({"model": model_spec, "precision": precision, "device": device})
     load_s = time.perf_counter() - t0
@@ -262,6 +264,10 @@ def run_benchmark(
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if out_path is not None:  # appended as soon as measured: a later timeout loses nothing
+            Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+            with open(out_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
     return rows
 
 
@@ -292,10 +298,20 @@ def build_tiny_graph(tokens, workdir: Path, topology: str = "compact", text: Seq
     return out / topology
 
 
+def parse_run(spec: str) -> tuple[str, str, list[int]]:
+    """"MODEL[:PRECISION[:B1,B2,...]]" -> (model, precision, batch sizes); missing parts come from the flags."""
+    model, _, rest = spec.partition(":")
+    precision, _, sizes = rest.partition(":")
+    return model, precision, [int(x) for x in sizes.split(",") if x]
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny-bpe",
                     help="tiny-bpe | tiny-char | small-bpe | small-char (random weights) | .nemo path | pretrained name")
+    ap.add_argument("--runs", nargs="+", default=None,
+                    help="several MODEL[:PRECISION[:BATCHES]] runs in one process, e.g. tiny-bpe:fp32:1,32,200 "
+                    "small-bpe:bf16:200 (overrides --model; missing parts default to the flags)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 32, 200])
     ap.add_argument("--num-utterances", type=int, default=400)
     ap.add_argument("--decoders", nargs="+", default=["greedy"])
@@ -303,19 +319,19 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--graph-dir", type=Path, default=None)
     ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--out", type=Path, default=None, help="append result rows (JSONL) here")
+    ap.add_argument("--out", type=Path, default=None, help="append result rows (JSONL) here, one per batch size")
     args = ap.parse_args(argv)
-    if args.num_utterances < max(args.batch_sizes):
-        ap.error(f"--num-utterances ({args.num_utterances}) must be >= the largest batch size")
-    rows = run_benchmark(
-        args.model, args.batch_sizes, args.num_utterances, args.decoders, args.precision, args.device,
-        args.graph_dir, workdir=args.workdir,
-    )
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
+    runs = [parse_run(r) for r in args.runs] if args.runs else [(args.model, "", [])]
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="nemo_e2e_"))
+    for model, precision, sizes in runs:
+        precision = precision or args.precision
+        sizes = sizes or args.batch_sizes
+        if precision not in ("fp32", "fp16", "bf16"):
+            ap.error(f"precision must be fp32, fp16 or bf16, got {precision!r}")
+        if args.num_utterances < max(sizes):
+            ap.error(f"--num-utterances ({args.num_utterances}) must be >= the largest batch size {max(sizes)}")
+        run_benchmark(model, sizes, args.num_utterances, args.decoders, precision, args.device, args.graph_dir,
+                      workdir=workdir, out_path=args.out)
 
 
 if __name__ == "__main__":

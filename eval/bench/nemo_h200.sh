@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call for the NeMo path on the offline H200 host (see .ci/gpu-host/requirements-nemo.txt):
+# install the carried wheels, GPU tests of tests/test_nemo_e2e.py, then eval.bench.nemo_e2e.
+#   bash eval/bench/nemo_h200.sh short   # acoustic path only, greedy decoding (~1 min)
+#   bash eval/bench/nemo_h200.sh full    # + a run with the CUDA decoders (may JIT-build the extension)
+# Needs `.whl` and `.whl-nemo` carried; writes logs to $OUT.
+set -uo pipefail
+mode=${1:-short}
+OUT=${OUT:-/tmp/nemo_h200_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+t0=$(date +%s)
+for d in .whl-nemo .whl; do
+  ls $d/*.whl >/dev/null 2>&1 || { echo "missing wheels in $d"; exit 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-nemo $d/*.whl \
+    || { echo "pip install $d failed"; exit 1; }
+done
+export PYTHONPATH=.:/tmp/site-nemo:${PYTHONPATH:-}
+echo "wheels installed in $(( $(date +%s) - t0 )) s"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import torch, nemo, lightning; print('torch', torch.__version__, 'nemo', nemo.__version__, 'lightning', lightning.__version__)"
+timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nemo_e2e.py 2>&1 | tail -15
+echo "gpu tests done at $(( $(date +%s) - t0 )) s"
+timeout 120 python3 -m eval.bench.nemo_e2e --runs tiny-bpe:fp32:1,32,200 small-bpe:fp32:200 small-bpe:bf16:200 \
+  --num-utterances 400 --decoders greedy --workdir /tmp/nemo_bench --out "$OUT/nemo_e2e.jsonl" 2>&1 \
+  | grep -v "NeMo W\|NeMo I\|^I0000\|warn" | tail -20
+echo "bench done at $(( $(date +%s) - t0 )) s"
+if [ "$mode" = full ]; then
+  timeout 90 python3 -m eval.bench.nemo_e2e --runs small-bpe:bf16:200 --num-utterances 400 \
+    --decoders greedy ctc_beam wfst torchaudio_ctc --workdir /tmp/nemo_bench --out "$OUT/nemo_e2e_decoders.jsonl" 2>&1 \
+    | grep -v "NeMo W\|NeMo I\|^I0000\|warn\|kaldilm\|^\[I\]" | tail -12
+  echo "decoder bench done at $(( $(date +%s) - t0 )) s"
+fi
