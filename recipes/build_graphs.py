@@ -150,7 +150,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     @hydra.main(version_base=None, config_name="build_graphs_cli")
     def _app(cfg: BuildGraphsConfig) -> None:
         c = OmegaConf.to_object(cfg)
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
         t0 = time.perf_counter()
         if c.arpa:
             infos = build_graphs_for_model(c.arpa, c.out_root, nemo_model=c.nemo_model, sp_model_path=c.sp_model,

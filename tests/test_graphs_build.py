@@ -168,3 +168,17 @@ def test_push_labels_option(tmp_path):
             continue
         pa, pb = forced_best_path(tlg_a, labels), forced_best_path(tlg_b, labels)
         assert pb.reached_final and pa.graph_score == pytest.approx(pb.graph_score, abs=1e-3)
+
+
+def test_model_recipe_cli_with_sentencepiece(tmp_path):
+    """LibriSpeech-style path (tokenizer model + ARPA) through the Hydra CLI, on the toy LM."""
+    spm = pytest.importorskip("sentencepiece")
+    from recipes.build_graphs import main
+
+    (tmp_path / "c.txt").write_text("\n".join(["a ab ba bab nab", "nab a ab", "ba bab"] * 40))
+    spm.SentencePieceTrainer.train(input=str(tmp_path / "c.txt"), model_prefix=str(tmp_path / "m"), vocab_size=12,
+                                   model_type="bpe", minloglevel=2)
+    arpa = write_toy_arpa(tmp_path / "toy.arpa")
+    main([f"arpa={arpa}", f"sp_model={tmp_path / 'm.model'}", f"out_root={tmp_path / 'g'}", "topologies=[compact]"])
+    info = json.loads((tmp_path / "g" / "bpe_blanklast" / "compact" / "graph_info.json").read_text())
+    assert info["token_kind"] == "bpe" and info["num_words"] == len(TOY_WORDS) and info["HLG"]["epsilon_arcs"] == 0
