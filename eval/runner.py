@@ -425,7 +425,12 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
     """
     cfg = validate_config(cfg)
     exp = cfg.experiment
-    run_name = exp.run or _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_name = exp.run
+    if not run_name:  # timestamped; never reuse a directory (Hydra multirun jobs can start in the same second)
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        run_name, k = stamp, 1
+        while (Path(exp.output_dir) / exp.name / run_name).exists():
+            run_name, k = f"{stamp}-{k}", k + 1
     run_dir = Path(exp.output_dir) / exp.name / run_name
     env = environment_info()
 
