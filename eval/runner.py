@@ -502,10 +502,15 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
                 source = first_source[1]
             else:
                 source = make_source(dataset, manifest)
-            boosts_by_value = {r.boost_value: make_boosts(cfg, utterances, r.boost_value) if r.boost_value is not None else None for r in active}
+            # per boost value: utterance id -> {word: boost} (by id: sources may reorder, e.g. sort by length)
+            boosts_by_value: dict = {}
+            for r in active:
+                if r.boost_value is not None and r.boost_value not in boosts_by_value:
+                    table = make_boosts(cfg, utterances, r.boost_value)
+                    boosts_by_value[r.boost_value] = {u.id: b for u, b in zip(utterances, table)} if table else None
             for r in active:
                 r.reset()
-            acoustic_seconds, audio_seconds, frames, n_done = 0.0, 0.0, 0, 0
+            acoustic_seconds, audio_seconds, frames = 0.0, 0.0, 0
             n_batches = (len(utterances) + exp.batch_size - 1) // exp.batch_size
             bar = tqdm(
                 source.batches(utterances, exp.batch_size), total=n_batches, disable=not exp.progress,
@@ -519,8 +524,8 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
                 for r in active:
                     if r.decoder is None:
                         continue  # failed earlier on this dataset
-                    boosts = boosts_by_value[r.boost_value]
-                    batch_boosts = boosts[n_done : n_done + len(batch.utterances)] if boosts else None
+                    boosts = boosts_by_value.get(r.boost_value)
+                    batch_boosts = [boosts.get(u.id, {}) for u in batch.utterances] if boosts else None
                     try:
                         if r.device not in on_device:  # host->device copy, billed to end-to-end only
                             watch = Stopwatch(r.device)
@@ -561,7 +566,6 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
                             )
                             + "\n"
                         )
-                n_done += len(batch.utterances)
             for r in active:
                 if r.decoder is None:
                     continue

@@ -141,3 +141,35 @@ def test_make_boosts_modes(tmp_path):
     cfg = validate_config(compose_config(["boost.mode=per_utterance_file", f"boost.per_utterance_file={per}"]))
     assert make_boosts(cfg, utts, 1.5) == [{}, {"dog": 3.0}]
     assert make_boosts(validate_config(compose_config([])), utts, 0.0) is None
+
+
+def test_per_utterance_boosts_follow_ids_when_the_source_reorders(tmp_path, monkeypatch):
+    """Regression: boosts were sliced by position, so a source that sorts utterances (NeMo sorts by
+    length) handed each utterance another utterance's boosts."""
+    from _eval_fakes import FakeSource
+
+    from decoders.types import Hypothesis
+    from eval.adapters.base import _REGISTRY
+
+    class Spy:
+        name = "spy"
+
+        def decode(self, log_probs, lengths, boosts=None):
+            return [Hypothesis(tokens=[], words=sorted(b), score=0.0) for b in boosts]
+
+    monkeypatch.setitem(ADAPTER_MODULES, "spy", "tests.none")
+    monkeypatch.setitem(_REGISTRY, "spy", lambda cfg, ctx: Spy())
+
+    class Reversed(FakeSource):
+        def batches(self, utterances, batch_size):
+            return super().batches(list(reversed(utterances)), batch_size)
+
+    wl = FakeWorkload(tmp_path / "wl")
+    per = tmp_path / "per.jsonl"
+    per.write_text("".join(json.dumps({"id": f"clean-{i}", "boosts": {f"w{i}": 1.0}}) + "\n" for i in range(5)))
+    cfg = compose_config([f"experiment.output_dir={tmp_path / 'runs'}", f"graph.root={tmp_path / 'g'}", "experiment.run=r",
+                          "experiment.progress=false", "experiment.batch_size=2", "experiment.decoders=[spy]",
+                          "data.sets=[clean]", "boost.mode=per_utterance_file", f"boost.per_utterance_file={per}"])
+    out = run_experiment(cfg, workload=wl, source_factory=lambda c, **kw: Reversed(kw["tokens"], corrupt=False))
+    hyps = {h["id"]: h["hyp"] for h in map(json.loads, open(out.run_dir / "hyps.jsonl"))}
+    assert hyps == {f"clean-{i}": f"w{i}" for i in range(5)}
