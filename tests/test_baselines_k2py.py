@@ -92,3 +92,24 @@ def test_k2py_through_harness_on_tiny(tmp_path):
     rows = [json.loads(l) for l in open(run_dir / "results.jsonl")]
     sets = {r.get("dataset") for r in rows if r.get("decoder") == "k2py"}
     assert {"clean", "other"} <= sets
+
+
+def test_k2py_partial_result_is_counted(toy):
+    """Online k2py with allow_partial returns the best partial path when pruning removed the final state
+    (offline intersect_dense_pruned would return nothing); the adapter counts it."""
+    out, tokens = toy
+    ctx = DecodingContext(tokens=tokens, graph_dir=out / "compact")
+    n = tokens.encode("n")[0]
+    frames = [tokens.blank_id, n, tokens.blank_id, n, tokens.blank_id]
+    V = tokens.vocab_size
+    lp = np.full((len(frames), V), np.log(0.001 / (V - 1)), np.float32)
+    lp[np.arange(len(frames)), frames] = np.log(0.999)
+    x, lens = torch.from_numpy(lp)[None], torch.tensor([len(frames)])
+    wide = build_decoder("k2py", {}, ctx)
+    wide.decode(x, lens)
+    assert wide.pop_stats()["partial_count"] == 0  # a complete (all-blank) path survives a wide beam
+    narrow = build_decoder("k2py", {"search_beam": 0.5, "min_active_states": 0, "max_active_states": 1}, ctx)
+    (h,) = narrow.decode(x, lens)
+    assert narrow.pop_stats()["partial_count"] == 1 and list(h.words) == ["nab"]
+    with pytest.raises(ValueError, match="max_active"):
+        build_decoder("kaldi", {"max_active": 1, "min_active": 0}, ctx)

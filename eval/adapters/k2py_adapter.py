@@ -25,12 +25,13 @@ Online vs offline semantics (k2/csrc/intersect_pruned.cu and the online intersec
 How the harness accounts for it: every utterance is decoded as ONE chunk followed by `finish()` (same
 forward pass as offline: identical pruning decisions frame by frame); the forced pass tells whether the
 returned path ends in the final state, and utterances that did not (partial results, where offline k2
-would return an empty hypothesis) are counted in `pop_stats()["partial_count"]` (reported by the runner
-alongside the overflow count) so that a comparison with an offline decoder can exclude or flag them.
+would return an empty hypothesis) are counted in `pop_stats()["partial_count"]` and logged as a warning, so
+that a comparison with an offline decoder can exclude or flag them (the runner itself records only
+`overflow_count`, which is always 0 here: k2py has no fixed-capacity buffers to overflow).
 """
 from __future__ import annotations
 
-import json
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ import torch
 from decoders.graph import WfstGraph
 from decoders.types import Hypothesis
 from eval.adapters.base import DecodingContext, register_decoder
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -136,6 +139,8 @@ class K2pyDecoder:
             path = self._forced(frame_labels, lp)
             if not path.reached_final:
                 self._partial += 1
+                log.warning("k2py: utterance %d of the batch ended in a non-final state (partial result; offline "
+                            "intersect_dense_pruned would return nothing)", b)
             tokens, steps = [], []
             prev = None
             for t, lab in enumerate(frame_labels):

@@ -73,6 +73,9 @@ class KaldiDecoder:
             raise ValueError(f"kaldi: decoder must be 'faster' or 'lattice', got {c.decoder!r}")
         if c.beam <= 0:
             raise ValueError(f"kaldi: beam must be > 0, got {c.beam}")
+        if not 0 <= c.min_active < c.max_active or c.max_active < 2:
+            raise ValueError(f"kaldi: need 0 <= min_active < max_active and max_active >= 2 "
+                             f"(got {c.min_active}, {c.max_active})")
         if ctx.graph_dir is None:
             raise FileNotFoundError("kaldi adapter needs DecodingContext.graph_dir (the TLG directory)")
         import kaldi_decoder  # noqa: F401  (fail early when the package is missing)
