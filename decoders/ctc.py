@@ -243,6 +243,16 @@ class CtcStreamingDecoder:
         """Reuse a state's memory for a new utterance."""
         state.tensor.zero_()
 
+    def _check_state(self, state: "CtcStreamState", name: str = "state") -> None:
+        """Shape/dtype checks here, before the op: the C++ checks name the argument too, but on the H200
+        host (torch 2.11) an argument error thrown from the CUDA op was seen to crash the process."""
+        words = state_bytes(self.config.beam_size, self.max_seq_len) // 4
+        t = getattr(state, "tensor", None)
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 2 or t.shape[1] != words:
+            raise ValueError(f"{name} must be a CtcStreamState from create_state of a decoder with beam_size="
+                             f"{self.config.beam_size}, max_seq_len={self.max_seq_len} ((rows, {words}) int32), got "
+                             f"{getattr(t, 'dtype', type(state).__name__)} {tuple(getattr(t, 'shape', ()))}")
+
     def _check_chunk(self, log_probs: torch.Tensor, vocab_size: int) -> None:
         _check_log_probs(log_probs)
         if log_probs.shape[2] != vocab_size:
@@ -255,7 +265,10 @@ class CtcStreamingDecoder:
         state: "CtcStreamState",
         speech_mask: Optional[torch.Tensor] = None,  # (B, chunk_T) bool, False = skip the frame
     ) -> None:
+        self._check_state(state)
         self._check_chunk(log_probs, state.vocab_size)
+        if log_probs.shape[0] != state.tensor.shape[0]:
+            raise ValueError(f"log_probs has batch {log_probs.shape[0]} but state has {state.tensor.shape[0]} rows")
         if log_probs.device != state.tensor.device:
             raise ValueError(f"log_probs is on {log_probs.device} but state is on {state.tensor.device}")
         if speech_mask is not None:
@@ -284,6 +297,9 @@ class CtcStreamingDecoder:
         _check_log_probs(chunks, "chunks")
         V = chunks.shape[2]
         for s in states:
+            self._check_state(s, "states[i]")
+            if s.tensor.device != chunks.device:
+                raise ValueError(f"states[i] is on {s.tensor.device} but chunks are on {chunks.device}")
             if s.tensor.shape[0] != 1 or s.vocab_size != V:
                 raise ValueError(f"states: each must be a single-row state for V={V}, got rows={s.tensor.shape[0]}, "
                                  f"V={s.vocab_size}")
@@ -296,6 +312,7 @@ class CtcStreamingDecoder:
 
     def finalize(self, state: "CtcStreamState") -> CtcResult:
         """N-best of everything decoded so far (the state stays valid; more chunks may follow)."""
+        self._check_state(state)
         c = self.config
         outs = load_ops().ctc_finalize(state.tensor, c.beam_size, c.nbest, self.max_seq_len)
         return _to_result(*outs)

@@ -202,6 +202,23 @@ def test_op_level_errors_name_the_argument(ops):
         ops.ctc_decode_chunk(torch.zeros(1, 5, dtype=torch.int32), lp, None, 2, 0, 10)
 
 
+def test_streaming_api_errors_name_the_argument(ops):
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=3))
+    other = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=4)).create_state(1, 5)
+    lp = random_log_probs(1, 4, 5)
+    with pytest.raises(ValueError, match="state"):
+        dec.decode_chunk(lp, state=other)
+    with pytest.raises(ValueError, match="state"):
+        dec.finalize(other)
+    st = dec.create_state(2, 5)
+    with pytest.raises(ValueError, match="batch"):
+        dec.decode_chunk(lp, state=st)
+    with pytest.raises(ValueError, match="V="):
+        dec.decode_chunk(random_log_probs(2, 4, 6), state=st)
+    with pytest.raises(ValueError, match="speech_mask"):
+        dec.decode_chunk(random_log_probs(2, 4, 5), state=st, speech_mask=torch.ones(2, 3, dtype=torch.bool))
+
+
 def test_opcheck_registered_ops(ops):
     lp = random_log_probs(2, 6, 5, seed=11)
     lengths = torch.tensor([6, 4])

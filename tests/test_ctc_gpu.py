@@ -124,13 +124,14 @@ def test_gpu_errors_name_the_argument(ops, word):
 
 @pytest.mark.parametrize("beam", [1, 2, 5, 10, 16])
 def test_gpu_warp_select_equals_general_select(ops, beam, monkeypatch):
-    """beam <= 16 selects with one warp merging per-beam streams; the slot-table path must agree."""
+    """The opt-in one-warp merge selection (beam <= 16) agrees with the default slot-table path on inputs
+    without exact ties (with exact ties it may keep a different equal-scoring set: see ctc_cuda.cpp)."""
     lp = random_log_probs(4, 300, 1025, seed=beam, peaky=2.0).cuda()
     lengths = torch.tensor([300, 299, 17, 1])
     cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 3), blank_skip_threshold=0.95)
-    warp = ctc_beam_search(lp, lengths, cfg)
-    monkeypatch.setenv("BEAMDEC_CTC_WARP_SELECT", "0")
     general = ctc_beam_search(lp, lengths, cfg)
+    monkeypatch.setenv("BEAMDEC_CTC_WARP_SELECT", "1")
+    warp = ctc_beam_search(lp, lengths, cfg)
     assert_results_match(warp, general)
 
 

@@ -24,7 +24,7 @@ struct DecodeLaunch {
   int64_t state_row_words;
   int32_t* const* stream_states;
   void* workspace;  // ctc_prepass_workspace_bytes(rows, beam, V)
-  int warp_select = 1;  // beams <= 16: warp-merge selection (0: the general slot-table selection)
+  int warp_select = 0;  // 1: beams <= 16 use the warp-merge selection (opt-in; see ctc_cuda.cpp)
 };
 
 size_t ctc_prepass_workspace_bytes(int rows, int beam, int vocab);

@@ -12,9 +12,12 @@
 //      therefore beaten by >= beam ordinary extensions of the same beam and can never survive; since
 //      m_k <= beam - 1, the top 2*beam + 1 chars hold every possible survivor. Merged extensions are
 //      scored exactly from lp[c] (folded into the stay of the beam they equal).
-// Per frame (decode kernel): snapshot + collapse after skipped frames -> parent search by prefix hash ->
-// fold merged extensions -> score beam*(C+1) candidate slots -> radix select of the top `beam` keys ->
-// ordered gather (ties: lowest slot) -> state update with slot-based token storage (copy only on forks).
+// Per frame (decode kernel): collapse after skipped frames -> merge pairs by prefix hash, all pairs in
+// parallel -> fold merged extensions -> score beam*(C+1) candidate slots -> top `beam` keys (ties: lowest
+// slot): compact + rank-by-count when <= 256 candidates are live, else radix select + ordered gather ->
+// state update with slot-based token storage (copy only on forks). The next decoded frame's candidate
+// list, lp[blank] and lp[last] are prefetched during the current frame. An opt-in one-warp merge of the
+// per-beam candidate streams (beam <= 16, BEAMDEC_CTC_WARP_SELECT=1) measured slower and is off.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 

@@ -186,7 +186,7 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-torchaudio", action="store_true", help="skip the torchaudio comparison")
-    p.add_argument("--ab-select", action="store_true", help="also time the general selection (A/B)")
+    p.add_argument("--ab-select", action="store_true", help="also time the opt-in warp selection (A/B)")
     p.add_argument("--torchaudio-timeout-s", type=int, default=120)
     p.add_argument("--torchaudio-one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -200,10 +200,10 @@ def main(argv=None) -> None:
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda)
     print(env, flush=True)
     rows = bench_offline(args.warmup, args.repeats) + bench_streaming(args.warmup, args.repeats)
-    if args.ab_select:  # A/B: the general slot-table selection for every beam
-        os.environ["BEAMDEC_CTC_WARP_SELECT"] = "0"
+    if args.ab_select:  # A/B: the opt-in one-warp merge selection for beams <= 16
+        os.environ["BEAMDEC_CTC_WARP_SELECT"] = "1"
         for r in bench_offline(args.warmup, args.repeats) + bench_streaming(args.warmup, args.repeats):
-            r["kind"] += "_general_select"
+            r["kind"] += "_warp_select"
             rows.append(r)
         os.environ.pop("BEAMDEC_CTC_WARP_SELECT")
     args.out.parent.mkdir(parents=True, exist_ok=True)
