@@ -237,7 +237,7 @@ class DecoderRun:
     decode_watch: Optional[Stopwatch] = None
     transfer_seconds: float = 0.0
     memory: MemoryStats = field(default_factory=MemoryStats)
-    overflow_count: int = 0
+    stats: dict = field(default_factory=dict)  # summed pop_stats() counters (overflow_count, ...)
     refs: list = field(default_factory=list)
     hyps: list = field(default_factory=list)
 
@@ -245,7 +245,7 @@ class DecoderRun:
         self.decode_watch = Stopwatch(self.device)
         self.transfer_seconds = 0.0
         self.memory = MemoryStats()
-        self.overflow_count = 0
+        self.stats = {}
         self.refs, self.hyps = [], []
 
 
@@ -294,14 +294,13 @@ def build_decoder_runs(
     return expanded
 
 
-def _pop_overflow(decoder: Any) -> int:
-    """Overflow count since the last call: `decoder.pop_stats()["overflow_count"]` when the decoder
-    reports stats that way, else 0."""
+def _pop_stats(decoder: Any) -> dict:
+    """Counters since the last call from `decoder.pop_stats()` when the decoder has it (e.g.
+    {"overflow_count": n, "partial_count": m}); numeric values only."""
     pop = getattr(decoder, "pop_stats", None)
-    if callable(pop):
-        stats = pop() or {}
-        return int(stats.get("overflow_count", 0))
-    return 0
+    if not callable(pop):
+        return {}
+    return {k: v for k, v in (pop() or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def hypothesis_text(h: Hypothesis, tokens) -> str:
@@ -329,7 +328,7 @@ def make_result_row(
     acoustic_seconds: float,
     transfer_seconds: float,
     memory: MemoryStats,
-    overflow_count: int,
+    stats: dict,
     env: dict,
     batch_size: int,
     warmup_batches: int,
@@ -364,7 +363,8 @@ def make_result_row(
         "peak_rss_bytes": memory.peak_rss_bytes,
         "rss_increase_bytes": memory.rss_increase_bytes,
         "cuda_peak_bytes": memory.cuda_peak_bytes,
-        "overflow_count": overflow_count,
+        "overflow_count": int(stats.get("overflow_count", 0)),
+        "decoder_stats": dict(stats),
         "batch_size": batch_size,
         "warmup_batches": warmup_batches,
         "hardware_key": hardware_key(env, run_.device),
@@ -536,12 +536,13 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
                         r.transfer_seconds += transfer
                         if batch_idx < exp.warmup_batches:
                             r.decoder.decode(lp, lens, boosts=batch_boosts)
-                            _pop_overflow(r.decoder)
+                            _pop_stats(r.decoder)  # warm-up counts are not the run's
                         probe = MemoryProbe(r.device)
                         with probe, r.decode_watch:
                             hyps = r.decoder.decode(lp, lens, boosts=batch_boosts)
                         r.memory = r.memory.merge(probe.stats)
-                        r.overflow_count += _pop_overflow(r.decoder)
+                        for k, v in _pop_stats(r.decoder).items():
+                            r.stats[k] = r.stats.get(k, 0) + v
                     except Exception as e:  # noqa: BLE001
                         if not exp.skip_unavailable:
                             raise
@@ -574,7 +575,7 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
                     experiment=exp.name, run=run_name, run_=r, dataset=dataset, wer=stats,
                     audio_seconds=audio_seconds, frames=frames, decoder_seconds=r.decode_watch.wall_seconds,
                     decoder_cuda_seconds=r.decode_watch.cuda_seconds, acoustic_seconds=acoustic_seconds,
-                    transfer_seconds=r.transfer_seconds, memory=r.memory, overflow_count=r.overflow_count,
+                    transfer_seconds=r.transfer_seconds, memory=r.memory, stats=r.stats,
                     env=env, batch_size=exp.batch_size, warmup_batches=exp.warmup_batches,
                 )
                 row["_wer_stats"] = stats
@@ -598,7 +599,7 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
             decoder_cuda_seconds=None if cuda_s[0] is None else sum(cuda_s),
             acoustic_seconds=sum(p["acoustic_seconds"] for p in parts),
             transfer_seconds=sum(p["end_to_end_seconds"] - p["acoustic_seconds"] - p["decoder_seconds"] for p in parts),
-            memory=mem, overflow_count=sum(p["overflow_count"] for p in parts), env=env,
+            memory=mem, stats=_sum_stats(p["decoder_stats"] for p in parts), env=env,
             batch_size=exp.batch_size, warmup_batches=exp.warmup_batches,
         )
         rows.append(total)
@@ -621,6 +622,14 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
         f.write(OmegaConf.to_yaml(OmegaConf.create(json.loads(json.dumps(resolved, default=_json_default)))))
     log.info("wrote %s", run_dir)
     return RunOutput(run_dir=run_dir, rows=rows, unavailable=unavailable)
+
+
+def _sum_stats(dicts) -> dict:
+    out: dict = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _first_path(*candidates) -> Optional[Path]:

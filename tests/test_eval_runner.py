@@ -157,6 +157,9 @@ def test_per_utterance_boosts_follow_ids_when_the_source_reorders(tmp_path, monk
         def decode(self, log_probs, lengths, boosts=None):
             return [Hypothesis(tokens=[], words=sorted(b), score=0.0) for b in boosts]
 
+        def pop_stats(self):
+            return {"overflow_count": 1, "partial_count": 2, "note": "ignored"}
+
     monkeypatch.setitem(ADAPTER_MODULES, "spy", "tests.none")
     monkeypatch.setitem(_REGISTRY, "spy", lambda cfg, ctx: Spy())
 
@@ -173,3 +176,6 @@ def test_per_utterance_boosts_follow_ids_when_the_source_reorders(tmp_path, monk
     out = run_experiment(cfg, workload=wl, source_factory=lambda c, **kw: Reversed(kw["tokens"], corrupt=False))
     hyps = {h["id"]: h["hyp"] for h in map(json.loads, open(out.run_dir / "hyps.jsonl"))}
     assert hyps == {f"clean-{i}": f"w{i}" for i in range(5)}
+    # decoder counters: one per timed batch (3 batches of <= 2), the warm-up decode not counted
+    [row] = [r for r in out.rows if r["status"] == "ok"]
+    assert row["overflow_count"] == 3 and row["decoder_stats"] == {"overflow_count": 3, "partial_count": 6}
