@@ -16,8 +16,14 @@ Semantics (the CPU reference in decoders/csrc/ctc_cpu.cpp is the executable spec
   `None` means `STREAMING_MAX_SEQ_LEN`. `CtcResult.hit_max_seq_len` flags rows where a hypothesis reached it;
 - a row with no decoded frame (length 0, or every frame skipped) returns the empty hypothesis, score 0;
   N-best slots without a hypothesis have score -inf and no tokens.
-- ties: hypotheses with exactly equal scores may come out in a different order on CPU and CUDA (each
-  path breaks ties by its own candidate order); scores agree to float rounding.
+- ties: candidates with exactly equal scores are ranked by a fixed candidate order: stays before
+  extensions, lower beam first, and (for equal log-probs) lower token id first, on CPU and CUDA alike.
+  Corner cases differ (CUDA orders one beam's extensions by log-prob rank, the CPU by token id; beyond 256
+  live candidates CUDA keeps winners in slot order, not rank order), so: exact ties in the final N-best
+  may come out in a different order; exact ties at the pruning boundary can keep a different but
+  equal-scoring set of prefixes, and from there later scores can differ (seen only on constructed inputs
+  such as uniform log-probs). Without exact ties both paths agree to float rounding (tested: 1e-4 abs +
+  1e-5 rel; long utterances accumulate float32 error proportional to the score's magnitude).
 - CUDA detail: merge pairs are found by 64-bit prefix hashes (a strong mixer; a collision among the
   < beam^2 pairs compared per frame has probability ~1e-17), not by comparing token lists.
 
@@ -51,6 +57,8 @@ class CtcBeamSearchConfig:
     nbest: hypotheses returned per row, 1..beam_size.
     max_seq_len: cap on tokens per hypothesis; None: T offline (never cuts), STREAMING_MAX_SEQ_LEN streaming.
     paged: paged token storage (not implemented in this version; refused rather than silently ignored).
+        The flat store is already single-buffered (slots with copy-on-fork), 40,424 bytes per stream at
+        beam 10 / max_seq_len 1000.
     """
 
     beam_size: int = 10

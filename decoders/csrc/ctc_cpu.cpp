@@ -35,35 +35,6 @@ namespace beamdec {
 
 using ctc::log_add;
 
-void ctc_check_config(int64_t beam_size, int64_t blank_id, int64_t vocab_size, int64_t nbest, int64_t max_seq_len) {
-  TORCH_CHECK_VALUE(beam_size >= 1 && beam_size <= ctc::kMaxBeam, "beam_size must be in [1, ", ctc::kMaxBeam,
-                    "], got ", beam_size);
-  TORCH_CHECK_VALUE(vocab_size >= 2, "log_probs: vocabulary size V (last dim) must be >= 2 (blank + one token), got ",
-                    vocab_size);
-  TORCH_CHECK_VALUE(blank_id >= 0 && blank_id < vocab_size, "blank_id must be in [0, V=", vocab_size, "), got ",
-                    blank_id);
-  TORCH_CHECK_VALUE(nbest >= 1 && nbest <= beam_size, "nbest must be in [1, beam_size=", beam_size, "], got ", nbest);
-  TORCH_CHECK_VALUE(max_seq_len >= 1 && max_seq_len <= (1 << 24), "max_seq_len must be in [1, 2^24], got ",
-                    max_seq_len);
-}
-
-void ctc_check_log_probs(const at::Tensor& log_probs, const char* name) {
-  TORCH_CHECK_VALUE(log_probs.dim() == 3, name, " must be 3-D (B, T, V), got shape ", log_probs.sizes());
-  TORCH_CHECK_VALUE(log_probs.scalar_type() == at::kFloat || log_probs.scalar_type() == at::kHalf, name,
-                    " must be float32 or float16, got ", log_probs.scalar_type());
-}
-
-void ctc_check_state(const at::Tensor& state, int64_t beam_size, int64_t max_seq_len, const char* name) {
-  TORCH_CHECK_VALUE(state.dim() == 2 && state.scalar_type() == at::kInt, name,
-                    " must be a 2-D int32 tensor (rows, words) made by CtcStreamingDecoder.create_state, got ",
-                    state.scalar_type(), " ", state.sizes());
-  TORCH_CHECK_VALUE(state.is_contiguous(), name, " must be contiguous");
-  const int64_t words = ctc::state_words((int)beam_size, (int)max_seq_len);
-  TORCH_CHECK_VALUE(state.size(1) == words, name, " has ", state.size(1), " words per row but beam_size=",
-                    beam_size, ", max_seq_len=", max_seq_len, " need ", words,
-                    " (was it created with another config?)");
-}
-
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
