@@ -239,7 +239,13 @@ def build_token_set_graphs(
                "max_order": max_order, "max_hlg_arcs": max_hlg_arcs, "push_labels": push_labels}
     if tokens.sp_model_path:
         sources["sp_model_sha256"] = _sha256(tokens.sp_model_path)
-    lang = build_lang(out_dir / "lang", tokens, word_list, arpa_path, force=force, max_order=max_order,
-                      max_hlg_arcs=max_hlg_arcs, sources=sources, push_labels=push_labels)
-    return {t: build_topology_graphs(out_dir / t, lang, tokens, t, sources=sources, arpa_path=arpa_path, force=force)
-            for t in topologies}
+    from filelock import FileLock
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # one builder per token-set directory at a time (the harness may build on demand while a CLI runs)
+    with FileLock(str(out_dir / ".build.lock")):
+        lang = build_lang(out_dir / "lang", tokens, word_list, arpa_path, force=force, max_order=max_order,
+                          max_hlg_arcs=max_hlg_arcs, sources=sources, push_labels=push_labels)
+        return {t: build_topology_graphs(out_dir / t, lang, tokens, t, sources=sources, arpa_path=arpa_path,
+                                         force=force)
+                for t in topologies}
