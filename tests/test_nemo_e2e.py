@@ -267,7 +267,7 @@ def test_cuda_source_matches_cpu_and_reports_stage_memory(setup, bpe_source, pre
     assert got.log_probs.device.type == "cuda" and got.log_probs.dtype == torch.float32
     assert [u.id for u in got.utterances] == [u.id for u in ref.utterances]
     assert torch.equal(got.lengths.cpu(), ref.lengths)
-    tol = 1e-3 if precision == "fp32" else 0.5  # TF32/cuDNN vs CPU; half precision ~3 digits
+    tol = 2e-2 if precision == "fp32" else 0.5  # cuDNN convolutions may use TF32; half precision ~3 digits
     assert (got.log_probs.cpu() - ref.log_probs).abs().max() < tol
     assert {"features", "encoder", "ctc_head"} <= set(got.stage_memory_bytes)
     assert all(v > 0 for v in got.stage_memory_bytes.values())
