@@ -19,14 +19,14 @@ export PYTHONPATH=.:/tmp/site-nemo:${PYTHONPATH:-}
 echo "wheels installed in $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch, nemo, lightning; print('torch', torch.__version__, 'nemo', nemo.__version__, 'lightning', lightning.__version__)"
-timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nemo_e2e.py 2>&1 | tail -15
+timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nemo_e2e.py 2>&1 | tail -15
 echo "gpu tests done at $(( $(date +%s) - t0 )) s"
-timeout 120 python3 -m eval.bench.nemo_e2e --runs tiny-bpe:fp32:1,32,200 small-bpe:fp32:200 small-bpe:bf16:200 \
+timeout 70 python3 -m eval.bench.nemo_e2e --runs tiny-bpe:fp32:1,32,200 small-bpe:fp32:200 small-bpe:bf16:200 \
   --num-utterances 400 --decoders greedy --workdir /tmp/nemo_bench --out "$OUT/nemo_e2e.jsonl" 2>&1 \
   | grep -v "NeMo W\|NeMo I\|^I0000\|warn" | tail -20
 echo "bench done at $(( $(date +%s) - t0 )) s"
 if [ "$mode" = full ]; then
-  timeout 90 python3 -m eval.bench.nemo_e2e --runs small-bpe:bf16:200 --num-utterances 400 \
+  timeout 50 python3 -m eval.bench.nemo_e2e --runs small-bpe:bf16:200 --num-utterances 400 \
     --decoders greedy ctc_beam wfst torchaudio_ctc --workdir /tmp/nemo_bench --out "$OUT/nemo_e2e_decoders.jsonl" 2>&1 \
     | grep -v "NeMo W\|NeMo I\|^I0000\|warn\|kaldilm\|^\[I\]" | tail -12
   echo "decoder bench done at $(( $(date +%s) - t0 )) s"
