@@ -222,3 +222,69 @@ def compose_with_boosts(graph: WfstGraph, boosts: dict[int, float]) -> WfstGraph
     kaldifst.arcsort(b, sort_type="ilabel")
     c = kaldifst.compose(a, b, connect=False)  # keep dead ends: the search must see the same states
     return from_openfst_text(c.to_str(), graph.num_tokens, graph.words)
+
+
+# ---- executable k2 semantics in Python (epsilon-free), with the two k2py deviations as switches ---------
+def k2_model_decode(graph: WfstGraph, lp: np.ndarray, length: int, search_beam: float, min_active: float,
+                    max_active: float, allow_partial: bool = True, final_logprob_on_real_frames: float = -math.inf,
+                    last_frames_rule: bool = True):
+    """(score, words, frame_labels) of the best path under k2 `intersect_dense_pruned` pruning, in float32.
+
+    A second, independent statement of the semantics in decoders/csrc/wfst_cpu.cpp (slow, dict-based), with
+    two switches that reproduce what the k2py wheel does differently from k2 proper:
+    - `final_logprob_on_real_frames`: the score of label -1 (FINAL arcs) on real frames. k2's DenseFsaVec
+      pads that column with -inf, so FINAL arcs are only taken on the extra final frame. k2py's bindings
+      (AlignSegments and OnlineDenseIntersecter) build their dense matrix with 0 there: FINAL arcs then
+      compete for the frame's maximum (tightening the cutoff) and put the dead-end final state into the
+      frontier (one more `active` state). Pass 0.0 to model k2py.
+    - `last_frames_rule`: k2's "min_active raised to max_active / 2 in the last 5 frames" needs the
+      utterance length; the online intersecter does not know it (k2py's OnlineDenseIntersecter, and k2's
+      online mode), so the rule is inert there. Pass False to model it.
+    Both only matter when pruning binds (tight beams / small max_active); at the default beams the best
+    path is the same.
+    """
+    f32 = np.float32
+    rs, il, dst, wt, ol = graph.row_splits, graph.ilabel, graph.dest, graph.weight, graph.olabel
+    cur = {graph.start_state: (f32(0.0), (), ())}  # state -> (score, words, labels)
+    beam = f32(search_beam)
+    final_t = length + 1
+    for t in range(length + 1):
+        final = t == length
+        redirect = final and allow_partial and not any(il[a] == FINAL for s in cur for a in range(rs[s], rs[s + 1]))
+        cands = []
+        for s, (sc, ws, labs) in cur.items():
+            for a in range(rs[s], rs[s + 1]):
+                d = int(dst[a])
+                if final:
+                    if redirect:
+                        ac, d = f32(0.0), graph.final_state
+                    else:
+                        ac = f32(0.0) if il[a] == FINAL else f32(-np.inf)
+                    lab = ()
+                else:
+                    ac = f32(final_logprob_on_real_frames) if il[a] == FINAL else f32(lp[t, il[a]])
+                    lab = (int(il[a]),)
+                end = f32(sc + f32(ac + f32(wt[a])))
+                cands.append((d, end, ws + ((int(ol[a]),) if ol[a] > 0 else ()), labs + lab))
+        active = len(cur)
+        cur_min = max(min_active, max_active / 2) if (last_frames_rule and t + 5 >= final_t) else min_active
+        if active <= max_active:
+            if active >= cur_min or active == 0:
+                beam = f32(0.8 * float(beam) + 0.2 * search_beam)
+            else:
+                beam = f32(max(float(beam), search_beam) * 1.25)
+        elif not last_frames_rule or t + 5 < final_t:
+            beam = f32(min(float(beam), search_beam) * 0.8)
+        if t == final_t - 1:
+            beam = f32(1e10)
+        best = max((c[1] for c in cands), default=f32(-np.inf))
+        cutoff = best - beam
+        nxt: dict = {}
+        for d, end, ws, labs in cands:
+            if end > cutoff and (d not in nxt or end > nxt[d][0]):
+                nxt[d] = (end, ws, labs)
+        cur = nxt
+    if graph.final_state not in cur:
+        return -math.inf, [], []
+    sc, ws, labs = cur[graph.final_state]
+    return float(sc), list(ws), list(labs)
