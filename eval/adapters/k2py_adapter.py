@@ -10,24 +10,31 @@ Result: the best path's words and score. k2py reports the best path's per-frame 
 forced pass (`recipes.graphs.paths.forced_best_path`): score = graph score + sum of log-probs along the
 path, words = the aux labels of that path (including words sitting on final arcs).
 
-Online vs offline semantics (k2/csrc/intersect_pruned.cu and the online intersecter):
+Online vs offline semantics (k2/csrc/intersect_pruned.cu; k2py deviations pinned by
+tests/test_wfst_cpu.py::k2_model_decode):
 - Offline `intersect_dense_pruned` appends one extra frame to the dense FSA on which only label -1 has a
-  finite score (0): the final arcs are taken on step T, pruned by the same dynamic beam (cutoff = best
-  end score - dynamic beam, the beam adapting towards search_beam while the active-state count stays
-  within [min_active, max_active]); a path that does not reach the final state is not in the lattice,
-  so an utterance whose final state was pruned away yields an EMPTY result.
-- `OnlineDenseIntersecter` runs the same forward pass chunk by chunk with the utterance length unknown,
-  keeps the dynamic beam across chunks, and takes the final step only in `finish()`. With allow_partial
-  (k2py's default, kept here) an utterance whose final state is not active at the end returns the best
-  PARTIAL path (best active state on the last frame) instead of nothing.
-- Output-beam pruning happens in backward passes over 30-frame windows offline and per chunk online; it
-  never removes the best path (its backward score is 0), so the 1-best is unaffected.
-How the harness accounts for it: every utterance is decoded as ONE chunk followed by `finish()` (same
-forward pass as offline: identical pruning decisions frame by frame); the forced pass tells whether the
-returned path ends in the final state, and utterances that did not (partial results, where offline k2
-would return an empty hypothesis) are counted in `pop_stats()["partial_count"]` and logged as a warning, so
-that a comparison with an offline decoder can exclude or flag them (the runner itself records only
-`overflow_count`, which is always 0 here: k2py has no fixed-capacity buffers to overflow).
+  finite score (0; -inf on real frames): FINAL arcs are taken only on step T, pruned by the same dynamic
+  beam (cutoff = best end score - dynamic beam; the beam drifts towards search_beam while the active-state
+  count stays within [min_active, max_active], shrinks x0.8 above max_active, grows x1.25 below
+  min_active). In the last frames k2 raises min_active (to max_active / 2 over the last 5 frames), which
+  needs the utterance length. A path that does not reach the final state is not in the lattice: an
+  utterance whose final state was pruned away yields an EMPTY result.
+- `OnlineDenseIntersecter` runs the same forward pass chunk by chunk with the utterance length unknown:
+  (1) the last-5-frames min_active rule is inert (no T); (2) k2py's dense matrix holds 0, not -inf, in the
+  label -1 column on REAL frames, so FINAL arcs compete for each frame's best score (tightening that
+  frame's cutoff) and the dead-end final state joins the frontier as one more active state; (3) the final
+  step happens in `finish()`, and with allow_partial (k2py's default, kept here) an utterance whose final
+  state is not reached returns the best PARTIAL path instead of nothing.
+- Output-beam pruning (backward passes over 30-frame windows offline, per chunk online) never removes the
+  best path (its backward score is 0), so the 1-best is unaffected.
+All three only matter when pruning binds (tight beams / small max_active); at the defaults the best path is
+the offline one (checked here: identical words and scores to kaldi-decoder's Viterbi on the TLG, 80 tiny
+utterances x 3 topologies). How the harness accounts for it: every utterance is decoded as ONE chunk
+followed by `finish()`; the forced pass tells whether the returned path ends in the final state, and
+utterances that did not (partial results, where offline k2 would return an empty hypothesis) are counted in
+`pop_stats()["partial_count"]` and logged as a warning, so that a comparison with an offline decoder can
+exclude or flag them (the runner itself records only `overflow_count`, always 0 here). Our WFST decoder's
+tests model deviations (1)-(2) explicitly when they compare with k2py at tight beams.
 """
 from __future__ import annotations
 
