@@ -16,8 +16,8 @@ tests/test_wfst_cpu.py::k2_model_decode):
   finite score (0; -inf on real frames): FINAL arcs are taken only on step T, pruned by the same dynamic
   beam (cutoff = best end score - dynamic beam; the beam drifts towards search_beam while the active-state
   count stays within [min_active, max_active], shrinks x0.8 above max_active, grows x1.25 below
-  min_active). In the last frames k2 raises min_active (to max_active / 2 over the last 5 frames), which
-  needs the utterance length. A path that does not reach the final state is not in the lattice: an
+  min_active). Recent k2 also raises min_active in the last frames (to max_active / 2 over the last 5, as
+  modelled by our WFST tests; not in every k2 version), which needs the utterance length. A path that does not reach the final state is not in the lattice: an
   utterance whose final state was pruned away yields an EMPTY result.
 - `OnlineDenseIntersecter` runs the same forward pass chunk by chunk with the utterance length unknown:
   (1) the last-5-frames min_active rule is inert (no T); (2) k2py's dense matrix holds 0, not -inf, in the
