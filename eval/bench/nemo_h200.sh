@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/nemo_h200_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 t0=$(date +%s)
-for d in .whl-nemo .whl; do
+for d in ${NEMO_H200_WHEEL_DIRS-.whl-nemo .whl}; do  # NEMO_H200_WHEEL_DIRS="" skips (dry run elsewhere)
   ls $d/*.whl >/dev/null 2>&1 || { echo "missing wheels in $d"; exit 1; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-nemo $d/*.whl \
     || { echo "pip install $d failed"; exit 1; }
@@ -18,7 +18,7 @@ done
 export PYTHONPATH=.:/tmp/site-nemo:${PYTHONPATH:-}
 echo "wheels installed in $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -c "import torch, nemo, lightning; print('torch', torch.__version__, 'nemo', nemo.__version__, 'lightning', lightning.__version__)"
+python3 -c "import importlib.metadata as m; print({p: m.version(p) for p in ('torch', 'nemo_toolkit', 'lightning', 'numpy')})"
 timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nemo_e2e.py 2>&1 | tail -15
 echo "gpu tests done at $(( $(date +%s) - t0 )) s"
 timeout 70 python3 -m eval.bench.nemo_e2e --runs tiny-bpe:fp32:1,32,200 small-bpe:fp32:200 small-bpe:bf16:200 \
