@@ -182,3 +182,17 @@ def test_model_recipe_cli_with_sentencepiece(tmp_path):
     main([f"arpa={arpa}", f"sp_model={tmp_path / 'm.model'}", f"out_root={tmp_path / 'g'}", "topologies=[compact]"])
     info = json.loads((tmp_path / "g" / "bpe_blanklast" / "compact" / "graph_info.json").read_text())
     assert info["token_kind"] == "bpe" and info["num_words"] == len(TOY_WORDS) and info["HLG"]["epsilon_arcs"] == 0
+
+
+def test_gzipped_arpa(tmp_path):
+    import gzip
+
+    from recipes.graphs.compile import compile_G
+    from recipes.graphs.symbols import WordTable
+
+    arpa = write_toy_arpa(tmp_path / "toy.arpa")
+    gz = tmp_path / "toy.arpa.gz"
+    gz.write_bytes(gzip.compress(arpa.read_bytes()))
+    WordTable.from_words(TOY_WORDS).write(tmp_path / "words.txt")
+    a, b = compile_G(arpa, tmp_path / "words.txt"), compile_G(gz, tmp_path / "words.txt")
+    assert a.num_states == b.num_states and a.to_str() == b.to_str()

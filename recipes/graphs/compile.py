@@ -39,6 +39,14 @@ def compile_G(arpa_path: str | Path, words_txt: str | Path, max_order: int = -1)
 
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "G.fst")
+        if str(arpa_path).endswith(".gz"):  # e.g. LibriSpeech's 3-gram.pruned.3e-7.arpa.gz
+            import gzip
+            import shutil
+
+            plain = os.path.join(d, "lm.arpa")
+            with gzip.open(arpa_path, "rb") as fin, open(plain, "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+            arpa_path = plain
         kaldilm.arpa2fst(
             input_arpa=str(arpa_path),
             output_fst=out,
