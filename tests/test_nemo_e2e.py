@@ -122,6 +122,24 @@ def test_reduced_precision_autocast_stays_close(setup, bpe_source):
         build_acoustic_source("nemo", _eval_cfg(setup["models"]["bpe"], beam=3), dataset="t")
 
 
+def test_float16_output_and_preloaded_audio(setup, bpe_source):
+    utts = _utterances(setup["manifest"])
+    src = build_acoustic_source("nemo", _eval_cfg(setup["models"]["bpe"], output_dtype="float16", preload_audio=True),
+                                dataset="t")
+    calls = []
+    loader = src.audio_loader
+    src.audio_loader = lambda u: calls.append(u.id) or loader(u)
+    for _ in range(2):  # second pass: audio served from the preloaded copies
+        got = {u.id: (b.log_probs[i], int(b.lengths[i])) for b in src.batches(utts, 5) for i, u in enumerate(b.utterances)}
+    assert sorted(calls) == sorted(u.id for u in utts)
+    assert src.stage_seconds["load_audio"] > 0
+    for b in bpe_source.batches(utts, 5):
+        for i, u in enumerate(b.utterances):
+            lp, n = got[u.id]
+            assert lp.dtype == torch.float16 and n == int(b.lengths[i])
+            torch.testing.assert_close(lp[:n].float(), b.log_probs[i, :n], atol=1e-2, rtol=1e-2)
+
+
 def test_model_errors_are_clear(setup, monkeypatch):
     with pytest.raises(FileNotFoundError, match="missing.nemo"):
         build_acoustic_source("nemo", _eval_cfg(setup["dir"] / "missing.nemo"), dataset="t")
