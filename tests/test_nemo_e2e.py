@@ -289,3 +289,24 @@ def test_cuda_source_matches_cpu_and_reports_stage_memory(setup, bpe_source, pre
     assert (got.log_probs.cpu() - ref.log_probs).abs().max() < tol
     assert {"features", "encoder", "ctc_head"} <= set(got.stage_memory_bytes)
     assert all(v > 0 for v in got.stage_memory_bytes.values())
+
+
+def test_harness_run_with_wfst_on_the_model_tokenizer_graph(setup, tmp_path):
+    """Graph built from the .nemo's own tokenizer, handed to the harness with the ARPA it was built from."""
+    pytest.importorskip("eval.adapters.wfst")
+    from eval.config import compose_config
+    from eval.runner import run_experiment
+
+    model = setup["models"]["char"]
+    graph = build_tiny_graph(token_set_from_nemo(model), tmp_path / "g")
+    cfg = compose_config([
+        "model=nemo_file", f"model.nemo_model={model}", "model.token_kind=char", "model.params.device=cpu",
+        f"+data.manifests.test={setup['manifest']}", f"data.arpa_path={graph.parent / 'tiny.arpa'}",
+        f"graph.graph_dir={graph}", "graph.topology=compact", "graph.build_if_missing=false",
+        "experiment.decoders=[greedy,wfst]", f"experiment.output_dir={tmp_path}", "experiment.run=r",
+        "experiment.progress=false",
+    ])
+    out = run_experiment(cfg)
+    rows = {r["decoder"]: r for r in out.rows if r["dataset"] == "test"}
+    assert set(rows) >= {"greedy", "wfst"}, getattr(out, "unavailable", None)
+    assert rows["wfst"]["utterances"] == len(NUM_SAMPLES) and rows["wfst"]["rtfx_decoder"] > 0
