@@ -32,8 +32,9 @@ the offline one (checked here: identical words and scores to kaldi-decoder's Vit
 utterances x 3 topologies). How the harness accounts for it: every utterance is decoded as ONE chunk
 followed by `finish()`; the forced pass tells whether the returned path ends in the final state, and
 utterances that did not (partial results, where offline k2 would return an empty hypothesis) are counted in
-`pop_stats()["partial_count"]` and logged as a warning, so that a comparison with an offline decoder can
-exclude or flag them (the runner itself records only `overflow_count`, always 0 here). Our WFST decoder's
+`pop_stats()["partial_count"]` (the runner sums it into each result row's decoder_stats) and logged as a
+warning, so that a comparison with an offline decoder can exclude or flag them (`overflow_count` is always 0
+here: k2py has no fixed-capacity buffers). Our WFST decoder's
 tests model deviations (1)-(2) explicitly when they compare with k2py at tight beams.
 """
 from __future__ import annotations
