@@ -294,7 +294,7 @@ def simulate_utterance(text: str, duration_s: float, tokens: TokenSet, cfg: Simu
             amb = c != space and rng.random() < cfg.ambiguity_rate
             events.append(_Event(c, c, "amb" if amb else "tok", word_end_at_last and i == len(cols) - 1))
 
-    for wi, (word, cols) in enumerate(zip(words, word_cols)):
+    for word, cols in zip(words, word_cols):
         letters = [c for c in cols if c != space]
         tail = cols[len(letters):]  # the char set's trailing space (empty for BPE / the last word)
         if not letters or rng.random() >= cfg.word_error_rate:

@@ -20,11 +20,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -35,7 +34,6 @@ from recipes.simulator import (
     SimulatorConfig,
     blank_confident_ratio,
     greedy_columns,
-    required_frames,
     simulate_utterance,
 )
 from recipes.text import GeneratorParams, SentenceGenerator, make_vocabulary, sentences_to_text
