@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from decoders.graph import (
-    EPSILON, FINAL, IMAGE_MAGIC, CorruptGraphError, WfstGraph, _HEADER_FMT, _HEADER_SIZE, _section_offsets,
+    EPSILON, FINAL, CorruptGraphError, WfstGraph, _HEADER_FMT, _HEADER_SIZE, _section_offsets,
 )
 
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from decoders.graph import EPSILON, FINAL, WfstGraph
+from decoders.graph import WfstGraph
 from recipes.graphs.build import GRAPH_FILES, build_token_set_graphs
 from recipes.graphs.paths import _Index, forced_best_path, sample_label_sequence
 from recipes.graphs.toy import TOY_WORDS, toy_tokens, write_toy_arpa

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import kaldifst
-import numpy as np
 
 from recipes.graphs.compile import (
     compile_G, compile_HLG, compile_L, compile_LG, compile_TLG, estimate_epsfree_arcs, prepare_LG_for_HLG,

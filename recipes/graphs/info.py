@@ -1,8 +1,6 @@
 """Graph reports: how far left word labels sit, and size tables."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from recipes.lexicon import read_lexicon

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from decoders.graph import EPSILON, FINAL, WfstGraph
+from decoders.graph import EPSILON, WfstGraph
 
 
 @dataclass
