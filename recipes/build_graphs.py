@@ -151,6 +151,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     def _app(cfg: BuildGraphsConfig) -> None:
         c = OmegaConf.to_object(cfg)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)
+        # hydra's "disabled" job logging disables loggers that existed when it configured logging (ours):
+        # re-enable them so that the size of every graph after every FST step is logged
+        for name in list(logging.root.manager.loggerDict):
+            if name.startswith("recipes"):
+                logging.getLogger(name).disabled = False
         t0 = time.perf_counter()
         if c.arpa:
             infos = build_graphs_for_model(c.arpa, c.out_root, nemo_model=c.nemo_model, sp_model_path=c.sp_model,
