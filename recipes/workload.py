@@ -6,12 +6,22 @@ recipes/simulator.py for the acoustic side). Deterministic from the seed (same s
 words.txt, corpus.txt, lm_3gram.arpa, bpe.model and the manifests) and cached: a second call finds the
 outputs and the matching parameter hash in params.json and just loads them.
 
-Scales:
-- tiny:  2k words, ~10k LM sentences, 200 utterances per set, BPE 128 (CI; a few seconds).
-- small: 20k words, 100k sentences, 500 utterances per set, BPE 256.
-- bench: 200k words, 1.2M sentences (21.5M tokens), ~1.5M n-grams after pruning at 3e-7, LibriSpeech-sized test sets
-  (2620 clean / 2939 other utterances, ~5 h each), BPE 1024. Minutes; needs only numpy + sentencepiece, so
-  it is regenerated from the seed on the GPU host instead of being carried.
+Scales (numbers for seed 0; stats.json has them all):
+- tiny:  2k words, 10k LM sentences (178k tokens), 123k n-grams (2k / 49k / 72k) after pruning at 1e-6,
+  200 utterances per set (~0.35 h each), BPE 128. CI; ~5 s including the statistics.
+- small: 20k words, 100k sentences (1.8M tokens), 443k n-grams (20k / 303k / 120k) at 1e-6, 500 utterances
+  per set (~1 h each), BPE 256.
+- bench: 200k words, 1.2M sentences (21.5M tokens), 1.52M n-grams (200k / 1.04M / 283k) after pruning at
+  3e-7 (like LibriSpeech's 3-gram.pruned.3e-7), LibriSpeech-sized test sets (2620 clean / 2939 other
+  utterances, 5.7 h / 6.2 h), BPE 1024. ~45 s of CPU (2-3 min wall on a busy 2-core machine), 3.5 GB peak
+  RSS; needs only numpy, sentencepiece, tqdm, filelock and jiwer, so the GPU host regenerates it from the
+  seed (`python3 -c "from recipes.workload import prepare_workload; prepare_workload('bench')"`) instead
+  of carrying 173 MB. Bytes are identical for the same seed and library versions (numpy's Generator
+  streams and sentencepiece's trainer may change across major versions).
+
+Outputs under <root>/<scale> (<root>/<scale>-seed<k> for seed k != 0): words.txt ("word count", descending
+count), corpus.txt, lm_3gram.arpa, bpe.model, sets/{clean,other}.jsonl (NeMo manifests, audio_filepath null),
+stats.json, params.json (the cache key, written last).
 
 CLI: `python -m recipes.workload scale=tiny root=data/workload seed=0 force=false`
 """
