@@ -318,3 +318,28 @@ def test_cuda_launcher_compiles_with_nvcc(tmp_path):
            str(ROOT / "decoders/include"), "-o", str(tmp_path / "wfst_launch.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_epsilon_depth_and_pass_count():
+    """Closure passes = longest epsilon chain + 1 on acyclic epsilon subgraphs (results unchanged),
+    the configured bound on cyclic ones."""
+    from decoders.wfst import epsilon_depth
+
+    n = 7
+    chain = WfstGraph.from_arcs([0, 1, 2, 0, 3, 5], [1, 2, 3, 4, 6, 6], [EPSILON, EPSILON, EPSILON, 0, 0, FINAL],
+                                [0] * 6, [-0.1] * 6, num_states=n, start_state=0, final_state=n - 1, num_tokens=2)
+    assert epsilon_depth(chain) == 3
+    assert WfstDecoder(chain, WfstDecoderConfig(eps_iterations=8))._eps_passes(WfstDecoderConfig()) == 4
+    cyc = WfstGraph.from_arcs([0, 1, 0, 2], [1, 0, 2, 3], [EPSILON, EPSILON, 0, FINAL], [0] * 4, [-0.1] * 4,
+                              num_states=4, start_state=0, final_state=3, num_tokens=2)
+    assert epsilon_depth(cyc) == -1
+    assert WfstDecoder(cyc, WfstDecoderConfig())._eps_passes(WfstDecoderConfig(eps_iterations=5)) == 5
+    rng = np.random.default_rng(31)
+    for _ in range(10):  # the reduced pass count changes nothing (the bound would only matter unconverged)
+        g = random_graph(rng, epsilon=True)
+        lp = random_log_probs(rng, 2, 6, g.num_tokens)
+        d = epsilon_depth(g)
+        a = WfstDecoder(g, WfstDecoderConfig(eps_iterations=64)).decode(lp, [6, 3])
+        assert d == -1 or WfstDecoder(g, WfstDecoderConfig(eps_iterations=64))._eps_passes(
+            WfstDecoderConfig(eps_iterations=64)) == min(64, d + 1)
+        assert all(o == 0 for o in a.overflow)

@@ -1,6 +1,12 @@
 // Torch-free launcher of the CUDA WFST decoder: carves the caller's workspace and enqueues the whole
 // decode (init, every step, epsilon closures, backtrack) on `stream` without a host synchronisation.
 // Kernels: decoders/include/wfst_kernels.cuh.
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "wfst_kernels.cuh"
 #include "wfst_launch.h"
 
@@ -40,15 +46,18 @@ size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) {
   w.cands = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(B) * c.candidates));
   w.arena = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(c.arena)));
   w.arena_cursor = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
+  w.arrive = static_cast<unsigned int*>(take(sizeof(unsigned int)));
   if (ws) *ws = w;
   return off;
 }
 
+// Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures).
+// `steps` >= max(lengths) + 1: steps past a lane's final step are idle for it (phase kDone).
 template <typename scalar_t>
-cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
-                int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length,
-                const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
-                int32_t* result, int32_t num_sms, cudaStream_t stream) {
+cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
+                    int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t steps,
+                    const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
+                    int32_t* result, int32_t num_sms, cudaStream_t stream) {
   using namespace kernels;
   Workspace ws;
   carve(static_cast<char*>(workspace), B, caps, &ws);
@@ -59,36 +68,170 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
   if ((err = cudaMemsetAsync(ws.hash_val, 0, sizeof(unsigned long long) * static_cast<size_t>(B) * H, stream)))
     return err;
   if ((err = cudaMemsetAsync(ws.arena_cursor, 0, sizeof(unsigned long long), stream))) return err;
+  if ((err = cudaMemsetAsync(ws.arrive, 0, sizeof(unsigned int), stream))) return err;
 
   const int walk_grid = (num_sms > 0 ? num_sms : 80) * 8;
+  const char* fuse_env = std::getenv("BEAMDEC_WFST_FUSE");
+  const bool fuse = !(fuse_env && std::strcmp(fuse_env, "0") == 0);
   const int lane_grid = (B + 127) / 128;
   InitKernel<<<lane_grid, 128, 0, stream>>>(g, opt, ws, lengths, B, F, H);
 
-  auto closure = [&](int32_t t, int32_t buf) {
-    for (int32_t k = 0; k < opt.eps_iterations; ++k) {
-      ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, t, kModeEps, buf, F);
-      LaneScanKernel<<<1, kBlock, 0, stream>>>(ws, B);
-      ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeEps, F, C, H, B,
-                                                                   boost_keys, boost_values, boost_cap);
-      ResolveKernel<<<B, kBlock, 0, stream>>>(g, ws, kModeEps, buf, F, C, H, caps.arena, true);
+  if (fuse) {
+    // Fused pipeline: lane scans ride on the last block of Scan / Resolve; an epsilon pass is 2 launches.
+    auto closure = [&](int32_t t, int32_t buf) {
+      for (int32_t k = 0; k < opt.eps_iterations; ++k) {
+        ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeEps, F, C, H,
+                                                                     B, boost_keys, boost_values, boost_cap);
+        ResolveKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, kModeEps, buf, F, C, H, caps.arena, true, B, true);
+      }
+      ClearKernel<<<B, kBlock, 0, stream>>>(ws, F, H);
+    };
+    if (g.has_eps) {
+      ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, 0, kModeEps, 0, F, B, true);
+      closure(0, 0);
     }
-    ClearKernel<<<B, kBlock, 0, stream>>>(ws, F, H);
-  };
-
-  if (g.has_eps) closure(0, 0);
-  for (int32_t t = 0; t <= max_length; ++t) {
-    const int32_t buf = t & 1, out = buf ^ 1;
-    ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, t, kModeStep, buf, F);
-    LaneScanKernel<<<1, kBlock, 0, stream>>>(ws, B);
-    MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, B, boost_keys,
-                                                              boost_values, boost_cap);
-    ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeStep, F, C, H, B,
-                                                                 boost_keys, boost_values, boost_cap);
-    ResolveKernel<<<B, kBlock, 0, stream>>>(g, ws, kModeStep, out, F, C, H, caps.arena, g.has_eps);
-    if (g.has_eps) closure(t, out);
+    for (int32_t t = 0; t < steps; ++t) {
+      const int32_t buf = t & 1, out = buf ^ 1;
+      ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, t, kModeStep, buf, F, B, true);
+      MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, B, boost_keys,
+                                                                boost_values, boost_cap);
+      ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeStep, F, C, H,
+                                                                   B, boost_keys, boost_values, boost_cap);
+      ResolveKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, kModeStep, out, F, C, H, caps.arena, g.has_eps, B,
+                                              g.has_eps);
+      if (g.has_eps) closure(t, out);
+    }
+  } else {
+    // Unfused pipeline (BEAMDEC_WFST_FUSE=0): one kernel per stage, as first written.
+    auto closure = [&](int32_t t, int32_t buf) {
+      for (int32_t k = 0; k < opt.eps_iterations; ++k) {
+        ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, t, kModeEps, buf, F, B, false);
+        LaneScanKernel<<<1, kBlock, 0, stream>>>(ws, B);
+        ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeEps, F, C, H,
+                                                                     B, boost_keys, boost_values, boost_cap);
+        ResolveKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, kModeEps, buf, F, C, H, caps.arena, true, B, false);
+      }
+      ClearKernel<<<B, kBlock, 0, stream>>>(ws, F, H);
+    };
+    if (g.has_eps) closure(0, 0);
+    for (int32_t t = 0; t < steps; ++t) {
+      const int32_t buf = t & 1, out = buf ^ 1;
+      ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, t, kModeStep, buf, F, B, false);
+      LaneScanKernel<<<1, kBlock, 0, stream>>>(ws, B);
+      MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, B, boost_keys,
+                                                                boost_values, boost_cap);
+      ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeStep, F, C, H,
+                                                                   B, boost_keys, boost_values, boost_cap);
+      ResolveKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, kModeStep, out, F, C, H, caps.arena, g.has_eps, B, false);
+      if (g.has_eps) closure(t, out);
+    }
   }
   BacktrackKernel<<<lane_grid, 128, 0, stream>>>(g, ws, B, caps.words, caps.arena, result);
   return cudaGetLastError();
+}
+
+// ---- CUDA-graph replay of the whole decode ---------------------------------------------------------
+// The per-step loop is 5 launches per frame (plus 4 per epsilon pass on TLGs), each tiny: launch overhead
+// and inter-kernel gaps dominate. The decode is therefore captured once per shape (batch, step bucket,
+// epsilon passes, dtype, device) into a CUDA graph; later calls re-capture (host-only, cheap) and
+// cudaGraphExecUpdate the cached executable with the new pointers / parameters instead of instantiating
+// again, then launch it on the caller's stream. Steps are rounded up to a multiple of 32 so utterance
+// batches of similar length share one executable (extra steps are idle). BEAMDEC_WFST_CUDA_GRAPH=0 turns
+// it off (plain launches: same kernels, same numerics; what to profile).
+// Capture happens on a private non-blocking stream because the legacy default stream cannot be captured.
+struct GraphCache {
+  std::mutex mu;
+  std::map<std::tuple<int, int32_t, int32_t, int32_t, bool, bool, bool>, cudaGraphExec_t> execs;
+  std::map<int, cudaStream_t> capture_streams;
+};
+
+GraphCache& graph_cache() {
+  static GraphCache* cache = new GraphCache();  // leaked on purpose: no teardown-order issues at exit
+  return *cache;
+}
+
+bool graphs_enabled() {
+  const char* env = std::getenv("BEAMDEC_WFST_CUDA_GRAPH");
+  return !(env && std::strcmp(env, "0") == 0);
+}
+
+// Captures the decode and launches it as a graph; returns false (nothing enqueued on `stream`, CUDA error
+// state cleared) when any graph API call fails, so the caller can fall back to plain launches.
+template <typename scalar_t>
+bool run_graph(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
+               int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t steps, const int32_t* boost_keys,
+               const float* boost_values, int32_t boost_cap, void* workspace, int32_t* result, int32_t num_sms,
+               cudaStream_t stream) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return cudaGetLastError(), false;
+  GraphCache& cache = graph_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  cudaStream_t cap_stream;
+  auto it_s = cache.capture_streams.find(device);
+  if (it_s == cache.capture_streams.end()) {
+    if (cudaStreamCreateWithFlags(&cap_stream, cudaStreamNonBlocking) != cudaSuccess) return cudaGetLastError(), false;
+    cache.capture_streams[device] = cap_stream;
+  } else {
+    cap_stream = it_s->second;
+  }
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamBeginCapture(cap_stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+    return cudaGetLastError(), false;
+  const cudaError_t enq = enqueue<scalar_t>(g, opt, caps, lp, B, T, V, lengths, steps, boost_keys, boost_values,
+                                            boost_cap, workspace, result, num_sms, cap_stream);
+  const cudaError_t end = cudaStreamEndCapture(cap_stream, &graph);
+  if (enq != cudaSuccess || end != cudaSuccess || graph == nullptr) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return false;
+  }
+  const char* fuse_env = std::getenv("BEAMDEC_WFST_FUSE");
+  const bool fused = !(fuse_env && std::strcmp(fuse_env, "0") == 0);
+  const auto key = std::make_tuple(device, B, steps, opt.eps_iterations, g.has_eps, sizeof(scalar_t) == 2, fused);
+  auto it = cache.execs.find(key);
+  if (it != cache.execs.end()) {
+    cudaGraphExecUpdateResultInfo info;
+    if (cudaGraphExecUpdate(it->second, graph, &info) != cudaSuccess) {
+      cudaGetLastError();                // not updatable (e.g. capacities changed a memset): instantiate afresh
+      cudaGraphExecDestroy(it->second);  // freed once its in-flight launches complete
+      cache.execs.erase(it);
+      it = cache.execs.end();
+    }
+  }
+  if (it == cache.execs.end()) {
+    cudaGraphExec_t exec;
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+      cudaGraphDestroy(graph);
+      cudaGetLastError();
+      return false;
+    }
+    if (cache.execs.size() >= 64) {  // bound the cache (distinct shapes are few in practice)
+      for (auto& kv : cache.execs) cudaGraphExecDestroy(kv.second);
+      cache.execs.clear();
+    }
+    it = cache.execs.emplace(key, exec).first;
+  }
+  cudaGraphDestroy(graph);
+  if (cudaGraphLaunch(it->second, stream) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+template <typename scalar_t>
+cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
+                int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length,
+                const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
+                int32_t* result, int32_t num_sms, cudaStream_t stream) {
+  if (graphs_enabled()) {
+    const int32_t steps = (max_length + 1 + 31) / 32 * 32;
+    if (run_graph<scalar_t>(g, opt, caps, lp, B, T, V, lengths, steps, boost_keys, boost_values, boost_cap, workspace,
+                            result, num_sms, stream))
+      return cudaSuccess;
+  }
+  return enqueue<scalar_t>(g, opt, caps, lp, B, T, V, lengths, max_length + 1, boost_keys, boost_values, boost_cap,
+                           workspace, result, num_sms, stream);
 }
 
 }  // namespace

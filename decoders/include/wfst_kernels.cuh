@@ -1,12 +1,14 @@
 // Torch-free CUDA kernels of the WFST beam search. Same semantics as the CPU reference
 // (decoders/csrc/wfst_cpu.cpp, the executable spec); the per-step pipeline is
 //
-//   ScanKernel    (block per lane)  phase, k2 dynamic beam, per-token arc ranges + exclusive scan
-//   LaneScanKernel (one block)      exclusive scan of per-lane slot counts -> one global slot space
+//   ScanKernel    (block per lane)  phase, k2 dynamic beam, per-token arc ranges + exclusive scan;
+//                                   the last block to finish scans the lanes' slot counts (fused LaneScan)
+//   LaneScanKernel (one block)      [unfused path only] exclusive scan of per-lane slot counts
 //   MaxKernel     (1-D grid)        exact per-lane maximum over every candidate of the step
 //   ExpandKernel  (1-D grid)        admit end > max - beam, hash recombination by destination state
 //   ResolveKernel (block per lane)  claims -> next frontier + back-pointers (arena)
-//   [TLG: eps_iterations x (Scan(eps) -> LaneScan -> Expand(eps) -> EpsResolve), then ClearKernel]
+//   [TLG: passes x (Expand(eps) -> Resolve(eps) + next pass's scan, fused), then ClearKernel; the passes
+//    are the epsilon depth + 1, computed at graph upload (decoders/wfst.py)]
 //
 // The 1-D grids walk the flattened slot space of ALL lanes (each warp a contiguous span), so one hot lane
 // spreads over the whole device instead of serialising its batchmates. Every launch has a fixed,
@@ -64,6 +66,7 @@ struct Workspace {
   int2* cands;             // (B, C) {prev winner, arc}
   int2* arena;             // (arena,) {prev winner, arc}
   unsigned long long* arena_cursor;  // (1,)
+  unsigned int* arrive;              // (1,) blocks of the current per-lane kernel done (fused lane scan)
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -163,8 +166,8 @@ __global__ void InitKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const
 
 // Scan (block per lane). kModeStep: decide the step's phase, update the dynamic beam, give each token its
 // arc range for the phase. kModeEps: tokens changed by the last resolve expand their epsilon arcs.
-__global__ void __launch_bounds__(kBlock) ScanKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t t,
-                                                     int32_t mode, int32_t buf, int32_t F) {
+__device__ __forceinline__ void scan_lane(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws, int32_t t,
+                                          int32_t mode, int32_t buf, int32_t F) {
   const int b = blockIdx.x;
   LaneState& L = ws.lanes[b];
   const int32_t* st = ws.front_state[buf] + (int64_t)b * F;
@@ -260,18 +263,46 @@ __global__ void __launch_bounds__(kBlock) ScanKernel(DeviceGraph g, SearchOption
   }
 }
 
-// One block: exclusive scan of the lanes' slot counts.
-__global__ void __launch_bounds__(kBlock) LaneScanKernel(Workspace ws, int32_t batch) {
+// Exclusive scan of the lanes' slot counts into lane_offsets (one block).
+__device__ __forceinline__ void lane_scan_block(Workspace& ws, int32_t batch) {
   int running = 0;
   for (int base = 0; base < batch; base += kBlock) {
     int i = base + threadIdx.x;
-    int x = i < batch ? ws.lanes[i].total : 0;
+    int x = i < batch ? *reinterpret_cast<volatile int32_t*>(&ws.lanes[i].total) : 0;
     int chunk_total;
     int ex = block_exclusive_scan(x, chunk_total);
     if (i < batch) ws.lane_offsets[i] = running + ex;
     running += chunk_total;
   }
   if (threadIdx.x == 0) ws.lane_offsets[batch] = running;
+}
+
+// One block: exclusive scan of the lanes' slot counts.
+__global__ void __launch_bounds__(kBlock) LaneScanKernel(Workspace ws, int32_t batch) { lane_scan_block(ws, batch); }
+
+// Fused lane scan: called by EVERY block of a block-per-lane kernel (grid = batch) after its thread 0 wrote
+// its lane's `total`; the last block to arrive scans all lanes (threadFenceReduction pattern) and re-arms
+// the counter. Saves the LaneScanKernel launch.
+__device__ __forceinline__ void arrive_and_lane_scan(Workspace& ws, int32_t batch) {
+  __shared__ bool s_last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned prev = atomicAdd(ws.arrive, 1u);
+    s_last = prev == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  lane_scan_block(ws, batch);
+  if (threadIdx.x == 0) *ws.arrive = 0u;
+}
+
+__global__ void __launch_bounds__(kBlock) ScanKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t t,
+                                                     int32_t mode, int32_t buf, int32_t F, int32_t batch,
+                                                     bool fuse_lane_scan) {
+  scan_lane(g, opt, ws, t, mode, buf, F);
+  if (fuse_lane_scan) arrive_and_lane_scan(ws, batch);
 }
 
 // Largest index i in [lo, hi) with a[i] <= x (a non-decreasing, a[lo] <= x).
@@ -435,9 +466,8 @@ __global__ void __launch_bounds__(kWalkBlock)
 
 // Resolve (block per lane). kModeStep: the step's claims become the next frontier (buffer `out_buf`);
 // kModeEps: new claims become tokens, tokens whose hash payload strictly improved get a new back-pointer.
-__global__ void __launch_bounds__(kBlock) ResolveKernel(DeviceGraph g, Workspace ws, int32_t mode, int32_t out_buf,
-                                                        int32_t F, int32_t C, int32_t H, int64_t arena_cap,
-                                                        bool keep_hash) {
+__device__ __forceinline__ void resolve_lane(const DeviceGraph& g, Workspace& ws, int32_t mode, int32_t out_buf,
+                                             int32_t F, int32_t C, int32_t H, int64_t arena_cap, bool keep_hash) {
   const int b = blockIdx.x;
   LaneState& L = ws.lanes[b];
   __shared__ int32_t s_phase, s_n, s_first_new, s_eps_dirty, s_claims_overflow;
@@ -538,6 +568,21 @@ __global__ void __launch_bounds__(kBlock) ResolveKernel(DeviceGraph g, Workspace
         vw[h] = 0ull;
       }
     }
+  }
+}
+
+// Resolve kernel. With fuse_eps_scan (epsilon graphs) the same block then prepares the next epsilon pass
+// (ScanKernel's kModeEps part on the buffer just built) and the last block scans the lanes: an epsilon pass
+// is then Expand + Resolve (2 launches instead of 4).
+__global__ void __launch_bounds__(kBlock) ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t mode,
+                                                        int32_t out_buf, int32_t F, int32_t C, int32_t H,
+                                                        int64_t arena_cap, bool keep_hash, int32_t batch,
+                                                        bool fuse_eps_scan) {
+  resolve_lane(g, ws, mode, out_buf, F, C, H, arena_cap, keep_hash);
+  if (fuse_eps_scan) {
+    __syncthreads();  // thread 0's lane updates (n_front, eps_dirty) visible to the block
+    scan_lane(g, opt, ws, 0, kModeEps, out_buf, F);
+    arrive_and_lane_scan(ws, batch);
   }
 }
 

@@ -1,21 +1,31 @@
-"""WFST decoder benchmark (not a test): ours (CUDA) vs riva-asrlib-decoder vs k2py on the workload graphs.
+"""WFST decoder benchmark (not a test): ours (CUDA) vs riva-asrlib-decoder (CUDA) vs k2py (CPU), same log-probs.
 
-Decoder-only RTFx (audio seconds / decode wall seconds, after a warm-up, CUDA-synchronised), WER (jiwer)
-and peak VRAM per (graph, batch size); JSON out. Same log-probs for every decoder.
+Decoder-only RTFx (audio seconds / decode wall seconds, after a warm-up pass, CUDA-synchronised), WER (jiwer),
+and memory measured THE SAME WAY for every GPU decoder: `vram_delta_bytes` = drop of the device's free memory
+(torch.cuda.mem_get_info) from before the decoder is built (graph upload included) to after its timed passes
+(torch's caching allocator keeps what our decoder reserved, so for ours this is its reserved peak; Riva
+allocates its own pools). For ours also `torch_peak_bytes` (max_memory_allocated above the log-probs).
+Rows per (decoder, graph, batch size[, CUDA-graph mode]); JSON out.
 
-    python -m eval.bench.wfst_bench --scale tiny --kind char --out runs/wfst_bench.json
+    # log-probs of a workload set (or --lp-file made by --dump-lp on a machine that has the workload)
+    python -m eval.bench.wfst_bench --scale tiny --kind char --set other \
+        --graph-dir compact=data/graphs/tiny/char_blanklast/compact --graph-dir normal=data/graphs/tiny/char_blanklast/normal
+    python -m eval.bench.wfst_bench --lp-file lp.pt --decoders k2py --graph-dir compact=...   # k2py: CPU
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import time
 from pathlib import Path
 
 import torch
 
 
-def _load_set(scale: str, kind: str, set_name: str, max_utts: int):
+def load_set(scale: str, kind: str, set_name: str, max_utts: int) -> dict:
+    """{'lp': (B, T, V) float32, 'len': (B,), 'refs', 'dur', 'ids'} from the embedded workload's simulator."""
     from eval.acoustic.base import Utterance
     from eval.acoustic.simulator import SimulatorSource
     from recipes.workload import prepare_workload
@@ -24,51 +34,77 @@ def _load_set(scale: str, kind: str, set_name: str, max_utts: int):
     tokens = wl.token_set(kind, "last")
     utts = [Utterance(id=u["id"], text=u["text"], duration=float(u["duration"]))
             for u in wl.utterances(set_name)[:max_utts]]
-    src = SimulatorSource(tokens, wl.simulator_config(set_name))
-    batch = next(iter(src.batches(utts, len(utts))))
-    return utts, batch.log_probs.float(), batch.lengths.to(torch.int64), tokens
+    batch = next(iter(SimulatorSource(tokens, wl.simulator_config(set_name)).batches(utts, len(utts))))
+    return dict(lp=batch.log_probs.float(), len=batch.lengths.to(torch.int64), refs=[u.text for u in utts],
+                dur=[u.duration for u in utts], ids=[u.id for u in utts], vocab=tokens.vocab_size)
 
 
-def _wer(refs, hyps) -> float:
+def wer(refs, hyps) -> float:
     import jiwer
 
     return float(jiwer.wer([r or "<empty>" for r in refs], [h or "<empty>" for h in hyps]))
 
 
-def _timed(fn, repeats: int = 2):
-    fn()  # warm-up (build, graph upload)
-    torch.cuda.synchronize()
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _timed(fn, repeats: int):
+    fn()  # warm-up (extension load, graph upload, CUDA-graph instantiation)
+    _sync()
     best, out = float("inf"), None
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = fn()
-        torch.cuda.synchronize()
+        _sync()
         best = min(best, time.perf_counter() - t0)
     return best, out
 
 
-def bench_ours(graph_path: Path, lp, lengths, batch: int, cfg_kwargs: dict):
+def _free_bytes() -> int:
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    return int(torch.cuda.mem_get_info()[0])
+
+
+_GRAPHS: dict = {}  # host graphs loaded once per path (the device upload is still measured per run)
+
+
+def bench_ours(graph_path: Path, data: dict, n: int, batch: int, cfg_kwargs: dict, repeats: int) -> dict:
     from decoders.graph import WfstGraph
     from decoders.wfst import WfstDecoder, WfstDecoderConfig
 
-    g = WfstGraph.load(graph_path)
+    lp_dev = data["lp"][:n].cuda()
+    lengths = data["len"][:n]
+    free0 = _free_bytes()
+    base_alloc = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    g = _GRAPHS.get(str(graph_path)) or _GRAPHS.setdefault(str(graph_path), WfstGraph.load(graph_path))
     dec = WfstDecoder(g, WfstDecoderConfig(**cfg_kwargs), "cuda")
-    lp_dev = lp.cuda()
 
     def run():
-        words, overflow = [], 0
-        for i in range(0, lp.shape[0], batch):
+        words, overflow, rescued = [], 0, 0
+        for i in range(0, n, batch):
             r = dec.decode(lp_dev[i : i + batch], lengths[i : i + batch])
             words += [" ".join(w) for w in r.word_strings]
             overflow += sum(1 for o in r.overflow if o)
-        return words, overflow
+            rescued += len(r.rescued)
+        return words, overflow, rescued
 
-    torch.cuda.reset_peak_memory_stats()
-    sec, (hyps, overflow) = _timed(run)
-    return sec, hyps, torch.cuda.max_memory_allocated(), overflow
+    sec, (hyps, overflow, rescued) = _timed(run, repeats)
+    peak = torch.cuda.max_memory_allocated() - base_alloc
+    used = free0 - int(torch.cuda.mem_get_info()[0])
+    del dec
+    from decoders import wfst as _w
+
+    _w._graph_cache.clear()  # next run uploads (and is charged for) the graph again
+    return dict(seconds=sec, hyps=hyps, torch_peak_bytes=int(peak), vram_delta_bytes=int(used),
+                overflow_utts=overflow, rescued_utts=rescued)
 
 
-def bench_riva(fst: Path, words_txt: Path, lp, lengths, batch: int, vocab: int):
+def bench_riva(fst: Path, words_txt: Path, data: dict, n: int, batch: int, repeats: int) -> dict:
     from riva.asrlib.decoder.python_decoder import BatchedMappedDecoderCuda, BatchedMappedDecoderCudaConfig
 
     c = BatchedMappedDecoderCudaConfig()
@@ -80,20 +116,38 @@ def bench_riva(fst: Path, words_txt: Path, lp, lengths, batch: int, vocab: int):
     c.online_opts.num_channels = max(batch, 1) * 2
     c.online_opts.lattice_postprocessor_opts.acoustic_scale = 1.0
     c.n_input_per_chunk = 50
-    free0 = torch.cuda.mem_get_info()[0]
-    dec = BatchedMappedDecoderCuda(c, str(fst), str(words_txt), vocab)
-    lp_dev = lp.cuda()
+    lp_dev = data["lp"][:n].cuda()
+    lengths = data["len"][:n]
+    free0 = _free_bytes()
+    dec = BatchedMappedDecoderCuda(c, str(fst), str(words_txt), int(data["lp"].shape[2]))
 
     def run():
         out = []
-        for i in range(0, lp.shape[0], batch):
+        for i in range(0, n, batch):
             res = dec.decode_mbr(lp_dev[i : i + batch].contiguous(), lengths[i : i + batch].cpu())
             out += [" ".join(w[0] for w in sent) for sent in res]
         return out
 
-    sec, hyps = _timed(run)
-    used = free0 - torch.cuda.mem_get_info()[0]
-    return sec, hyps, used
+    sec, hyps = _timed(run, repeats)
+    used = free0 - int(torch.cuda.mem_get_info()[0])
+    del dec
+    return dict(seconds=sec, hyps=hyps, vram_delta_bytes=int(used))
+
+
+def bench_k2py(graph_dir: Path, data: dict, n: int) -> dict:
+    """k2py's OnlineDenseIntersecter through the harness adapter (CPU, one utterance at a time)."""
+    from eval.adapters.base import DecodingContext
+    from eval.adapters.k2py_adapter import K2pyConfig, K2pyDecoder
+
+    class _Tok:  # the adapter only reads vocab_size and blank_id
+        vocab_size = int(data["lp"].shape[2])
+        blank_id = vocab_size - 1
+
+    dec = K2pyDecoder(K2pyConfig(search_beam=17.0), DecodingContext(tokens=_Tok(), graph_dir=graph_dir))
+    t0 = time.perf_counter()
+    hyps = dec.decode(data["lp"][:n], data["len"][:n])
+    sec = time.perf_counter() - t0
+    return dict(seconds=sec, hyps=[" ".join(h.words) for h in hyps], partial=dec.pop_stats()["partial_count"])
 
 
 def main(argv=None) -> None:
@@ -102,42 +156,62 @@ def main(argv=None) -> None:
     ap.add_argument("--kind", default="char")
     ap.add_argument("--set", default="other")
     ap.add_argument("--max-utts", type=int, default=200)
+    ap.add_argument("--lp-file", default=None, help="torch.save'd dict from --dump-lp (skips the workload)")
+    ap.add_argument("--dump-lp", default=None, help="write the set's log-probs + references here and exit")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32, 200])
-    ap.add_argument("--topologies", nargs="+", default=["compact", "normal"])
-    ap.add_argument("--graph-root", default="data/graphs")
-    ap.add_argument("--no-riva", action="store_true")
+    ap.add_argument("--b1-utts", type=int, default=50, help="utterances decoded at batch 1 (time budget)")
+    ap.add_argument("--graph-dir", action="append", default=[], help="name=path (TLG.bin/HLG.bin/TLG.fst/words.txt)")
+    ap.add_argument("--graphs", nargs="+", default=["TLG", "HLG"])
+    ap.add_argument("--decoders", nargs="+", default=["ours", "riva"], help="ours riva k2py")
+    ap.add_argument("--cuda-graph-modes", nargs="+", default=["1"], help="BEAMDEC_WFST_CUDA_GRAPH values to A/B")
+    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", default="runs/wfst_bench.json")
     args = ap.parse_args(argv)
 
-    utts, lp, lengths, tokens = _load_set(args.scale, args.kind, args.set, args.max_utts)
-    audio_s = sum(u.duration for u in utts)
-    refs = [u.text for u in utts]
+    data = torch.load(args.lp_file) if args.lp_file else load_set(args.scale, args.kind, args.set, args.max_utts)
+    if args.dump_lp:
+        torch.save(data, args.dump_lp)
+        print(f"wrote {args.dump_lp}")
+        return
+    total = min(args.max_utts, data["lp"].shape[0])
     rows = []
-    for topo in args.topologies:
-        gdir = Path(args.graph_root) / args.scale / f"{args.kind}_blanklast" / topo
-        for gname in ("TLG", "HLG"):
-            if not (gdir / f"{gname}.bin").is_file():
-                continue
-            for b in args.batches:
-                sec, hyps, peak, ovf = bench_ours(gdir / f"{gname}.bin", lp, lengths, b,
-                                                  dict(search_beam=17.0, max_active=10000))
-                rows.append(dict(decoder="ours", graph=f"{topo}/{gname}", batch=b, rtfx=audio_s / sec,
-                                 wer=_wer(refs, hyps), peak_vram_bytes=int(peak), overflow_utts=ovf))
-                print(rows[-1], flush=True)
-        if not args.no_riva and (gdir / "TLG.fst").is_file():
-            for b in args.batches:
-                try:
-                    sec, hyps, used = bench_riva(gdir / "TLG.fst", gdir / "words.txt", lp, lengths, b,
-                                                 tokens.vocab_size)
-                    rows.append(dict(decoder="riva", graph=f"{topo}/TLG", batch=b, rtfx=audio_s / sec,
-                                     wer=_wer(refs, hyps), vram_delta_bytes=int(used)))
-                except Exception as e:  # report, keep benchmarking the rest
-                    rows.append(dict(decoder="riva", graph=f"{topo}/TLG", batch=b, error=repr(e)[:300]))
-                print(rows[-1], flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(scale=args.scale, kind=args.kind, set=args.set, utterances=len(utts),
-                                   audio_seconds=audio_s, rows=rows), indent=1))
+
+    def emit(row: dict, hyps, n: int):
+        audio = float(sum(data["dur"][:n]))
+        row.update(utterances=n, audio_seconds=audio, rtfx=audio / row.pop("seconds"), wer=wer(data["refs"][:n], hyps))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        out.write_text(json.dumps(dict(rows=rows), indent=1))
+
+    for spec in args.graph_dir:
+        name, _, path = spec.partition("=")
+        gdir = Path(path)
+        for b in args.batches:
+            n = min(total, args.b1_utts) if b == 1 else total
+            if "ours" in args.decoders:
+                for gname in args.graphs:
+                    if not (gdir / f"{gname}.bin").is_file():
+                        continue
+                    for mode in (args.cuda_graph_modes if b != 1 else args.cuda_graph_modes[:1]):
+                        os.environ["BEAMDEC_WFST_CUDA_GRAPH"] = mode
+                        r = bench_ours(gdir / f"{gname}.bin", data, n, b, dict(search_beam=17.0, max_active=10000),
+                                       args.repeats)
+                        hyps = r.pop("hyps")
+                        emit(dict(decoder="ours", graph=f"{name}/{gname}", batch=b, cuda_graph=mode, **r), hyps, n)
+            if "riva" in args.decoders and (gdir / "TLG.fst").is_file():
+                try:
+                    r = bench_riva(gdir / "TLG.fst", gdir / "words.txt", data, n, b, args.repeats)
+                    hyps = r.pop("hyps")
+                    emit(dict(decoder="riva", graph=f"{name}/TLG", batch=b, **r), hyps, n)
+                except Exception as e:  # report, keep benchmarking the rest
+                    rows.append(dict(decoder="riva", graph=f"{name}/TLG", batch=b, error=repr(e)[:300]))
+                    print(rows[-1], flush=True)
+        if "k2py" in args.decoders and (gdir / "HLG.k2.txt").is_file():
+            r = bench_k2py(gdir, data, total)
+            hyps = r.pop("hyps")
+            emit(dict(decoder="k2py(cpu)", graph=f"{name}/HLG", batch=1, **r), hyps, total)
     print(f"wrote {out}")
 
 

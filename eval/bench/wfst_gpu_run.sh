@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One device call for the WFST decoder (see eval/bench/wfst_bench.py): wheels, graphs (carried xz-compressed
+# under data/carry, since the images exceed the 64 MiB carry limit), extension build (WFST only), GPU tests,
+# compute-sanitizer on a small case, and the benchmark. Logs and JSON go to $OUT.
+#   prepare here:  data/carry/{whl/*.whl, g/<topology>/{TLG.bin,TLG.fst,HLG.bin}.xz + words.txt, lp_other_char.pt}
+#   run there:     bash eval/bench/wfst_gpu_run.sh        (carry: data/carry)
+set -o pipefail
+export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst
+OUT=${OUT:-runs/gpu}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  data/carry/whl/*.whl && export PYTHONPATH=/tmp/site:.:$PYTHONPATH || exit 1
+python3 - <<'PY'
+import lzma, pathlib, shutil
+for f in pathlib.Path("data/carry/g").glob("*/*"):
+    out = pathlib.Path("data/graphs/tiny/char_blanklast") / f.parent.name / f.name.removesuffix(".xz")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if f.suffix == ".xz":
+        with lzma.open(f) as i, open(out, "wb") as o:
+            shutil.copyfileobj(i, o, 1 << 22)
+    else:
+        shutil.copy(f, out)
+PY
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+S=$(date +%s); python3 -c "from decoders._ext import ops; ops()" 2>&1 | tail -5; echo "build_s=$(( $(date +%s) - S ))"
+S=$(date +%s); timeout ${TEST_S:-150} python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_wfst_gpu.py 2>&1 | tail -25
+echo "gpu_tests_s=$(( $(date +%s) - S ))"
+S=$(date +%s); timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m eval.bench.wfst_smoke 2>&1 | tail -6
+echo "sanitizer_rc=$? sanitizer_s=$(( $(date +%s) - S ))"
+G=data/graphs/tiny/char_blanklast
+timeout ${BENCH_S:-240} python3 -m eval.bench.wfst_bench --lp-file data/carry/lp_other_char.pt --b1-utts ${B1:-30} \
+  --graph-dir compact=$G/compact --graph-dir normal=$G/normal --cuda-graph-modes ${MODES:-1 0} --out "$OUT/wfst_bench.json" 2>&1 \
+  | grep -v Warning
