@@ -130,14 +130,15 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   return cudaGetLastError();
 }
 
-// ---- CUDA-graph replay of the whole decode ---------------------------------------------------------
-// The per-step loop is 5 launches per frame (plus 4 per epsilon pass on TLGs), each tiny: launch overhead
-// and inter-kernel gaps dominate. The decode is therefore captured once per shape (batch, step bucket,
-// epsilon passes, dtype, device) into a CUDA graph; later calls re-capture (host-only, cheap) and
-// cudaGraphExecUpdate the cached executable with the new pointers / parameters instead of instantiating
-// again, then launch it on the caller's stream. Steps are rounded up to a multiple of 32 so utterance
-// batches of similar length share one executable (extra steps are idle). BEAMDEC_WFST_CUDA_GRAPH=0 turns
-// it off (plain launches: same kernels, same numerics; what to profile).
+// ---- CUDA-graph replay of the whole decode (opt-in: BEAMDEC_WFST_CUDA_GRAPH=1) ---------------------------
+// The decode can be captured once per shape (batch, step bucket, epsilon passes, dtype, fusion, device) into a
+// CUDA graph; later calls re-capture (host-only) and cudaGraphExecUpdate the cached executable with the new
+// pointers / parameters instead of instantiating again, then launch it on the caller's stream. Steps are
+// rounded up to a multiple of 32 so batches of similar length share one executable (extra steps are idle).
+// Measured on the H200 (tiny char TLG/HLG, 200 utterances): with the fused pipeline (4 launches per frame
+// + 2 per epsilon pass) re-capture + update cost MORE than the launches they replace (batch 200 TLG:
+// 9.7k vs 11.0k RTFx plain; batch 32: 2.4k vs 2.9k), and the executable holds extra device memory, so
+// plain launches are the default. The loop never synchronises the host either way.
 // Capture happens on a private non-blocking stream because the legacy default stream cannot be captured.
 struct GraphCache {
   std::mutex mu;
@@ -152,7 +153,7 @@ GraphCache& graph_cache() {
 
 bool graphs_enabled() {
   const char* env = std::getenv("BEAMDEC_WFST_CUDA_GRAPH");
-  return !(env && std::strcmp(env, "0") == 0);
+  return env && std::strcmp(env, "1") == 0;
 }
 
 // Captures the decode and launches it as a graph; returns false (nothing enqueued on `stream`, CUDA error
