@@ -5,6 +5,7 @@
 #   prepare here:  data/carry/{whl/*.whl, g/<topology>/{TLG.bin,TLG.fst,HLG.bin}.xz + words.txt, lp_other_char.pt}
 #   run there:     bash eval/bench/wfst_gpu_run.sh        (carry: data/carry)
 set -o pipefail
+T0=$(date +%s); left() { echo $(( ${DEADLINE_S:-570} - ($(date +%s) - T0) )); }
 export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst
 OUT=${OUT:-runs/gpu}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -24,9 +25,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
 S=$(date +%s); python3 -c "from decoders._ext import ops; ops()" 2>&1 | tail -5; echo "build_s=$(( $(date +%s) - S ))"
 S=$(date +%s); timeout ${TEST_S:-150} python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_wfst_gpu.py 2>&1 | tail -25
 echo "gpu_tests_s=$(( $(date +%s) - S ))"
-S=$(date +%s); timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m eval.bench.wfst_smoke 2>&1 | tail -6
+S=$(date +%s); timeout ${SAN_S:-90} compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m eval.bench.wfst_smoke 2>&1 | tail -6
 echo "sanitizer_rc=$? sanitizer_s=$(( $(date +%s) - S ))"
 G=data/graphs/tiny/char_blanklast
-timeout ${BENCH_S:-240} python3 -m eval.bench.wfst_bench --lp-file data/carry/lp_other_char.pt --b1-utts ${B1:-30} \
-  --graph-dir compact=$G/compact --graph-dir normal=$G/normal --cuda-graph-modes ${MODES:-1 0} --out "$OUT/wfst_bench.json" 2>&1 \
+timeout $(left) python3 -m eval.bench.wfst_bench --lp-file data/carry/lp_other_char.pt --b1-utts ${B1:-30} \
+  --graph-dir compact=$G/compact --graph-dir normal=$G/normal --cuda-graph-modes ${MODES:-0} --fuse-modes ${FUSE:-1 0} --decoders ${DECODERS:-ours riva} --out "$OUT/wfst_bench.json" 2>&1 \
   | grep -v Warning
