@@ -24,6 +24,10 @@ Semantics (the CPU reference in decoders/csrc/ctc_cpu.cpp is the executable spec
   equal-scoring set of prefixes, and from there later scores can differ (seen only on constructed inputs
   such as uniform log-probs). Without exact ties both paths agree to float rounding (tested: 1e-4 abs +
   1e-5 rel; long utterances accumulate float32 error proportional to the score's magnitude).
+- token storage: flat (each beam's prefix in its own slot, copied when a beam forks) or paged (`paged=True`:
+  fixed-size pages shared between beams by reference count, copied on write; see ctc_common.cuh). Both
+  give identical results; paged forks copy a page table instead of a prefix, and `num_pages` can size the
+  pool below the worst case to save memory (a hypothesis that needed a page the pool did not have raises).
 - CUDA detail: merge pairs are found by 64-bit prefix hashes (a strong mixer; a collision among the
   < beam^2 pairs compared per frame has probability ~1e-17), not by comparing token lists.
 
@@ -41,10 +45,11 @@ import torch
 from decoders.types import Hypothesis
 
 MAX_BEAM_SIZE = 128
-STREAMING_MAX_SEQ_LEN = 1000  # tokens per stream; state = 4 * (16 + 9*beam + beam*max_seq_len) bytes
+STREAMING_MAX_SEQ_LEN = 1000  # tokens per stream; flat state = 4 * (16 + 9*beam + beam*max_seq_len) bytes
 _HEADER_WORDS = 16  # mirrors kHeaderWords in ctc_common.cuh
 _STATUS_BAD_VALUE = 1
 _STATUS_CAP_HIT = 2
+_STATUS_POOL_FULL = 4
 
 
 @dataclass
@@ -56,9 +61,11 @@ class CtcBeamSearchConfig:
     blank_skip_threshold: offline only; frames with P(blank) above it are skipped (>= 1.0 disables).
     nbest: hypotheses returned per row, 1..beam_size.
     max_seq_len: cap on tokens per hypothesis; None: T offline (never cuts), STREAMING_MAX_SEQ_LEN streaming.
-    paged: paged token storage (not implemented in this version; refused rather than silently ignored).
-        The flat store is already single-buffered (slots with copy-on-fork), 40,424 bytes per stream at
-        beam 10 / max_seq_len 1000.
+    paged: paged token storage (pages of `page_size` tokens shared by reference count, copy on write)
+        instead of flat per-beam slots; results are identical.
+    page_size: tokens per page (paged only).
+    num_pages: physical pages per row (paged only); None = beam * (ceil(max_seq_len / page_size) + 1),
+        which can never run out. Fewer save memory; a hypothesis that needed a missing page raises.
     """
 
     beam_size: int = 10
@@ -67,6 +74,8 @@ class CtcBeamSearchConfig:
     nbest: int = 1
     max_seq_len: Optional[int] = None
     paged: bool = False
+    page_size: int = 16
+    num_pages: Optional[int] = None
 
     def __post_init__(self):
         if not isinstance(self.beam_size, int) or not 1 <= self.beam_size <= MAX_BEAM_SIZE:
@@ -80,20 +89,31 @@ class CtcBeamSearchConfig:
             raise ValueError(f"blank_skip_threshold must be a probability >= 0 (>= 1 disables), got {thr}")
         if self.max_seq_len is not None and (not isinstance(self.max_seq_len, int) or self.max_seq_len < 1):
             raise ValueError(f"max_seq_len must be None or a positive int, got {self.max_seq_len!r}")
-        if self.paged:
-            raise NotImplementedError("paged=True: paged token storage is not implemented yet; use paged=False")
+        if not isinstance(self.page_size, int) or not 1 <= self.page_size <= 4096:
+            raise ValueError(f"page_size must be an int in [1, 4096], got {self.page_size!r}")
+        if self.num_pages is not None and (not isinstance(self.num_pages, int) or self.num_pages < 1):
+            raise ValueError(f"num_pages must be None or a positive int, got {self.num_pages!r}")
 
+    def storage_args(self, max_seq_len: int) -> tuple[int, int]:
+        """(page_size, num_pages) as the ops take them: (0, 0) for flat storage."""
+        if not self.paged:
+            return 0, 0
+        pages = self.num_pages if self.num_pages is not None else default_num_pages(self.beam_size, max_seq_len,
+                                                                                    self.page_size)
+        return self.page_size, pages
 
 @dataclass
 class CtcResult:
     """N-best per row. tokens[b][n]: token ids (blank-free, collapsed); scores (B, nbest) float32 log
     posteriors (-inf where there is no n-th hypothesis); lengths (B, nbest) int32 token counts;
-    hit_max_seq_len (B,) bool: some hypothesis of the row reached max_seq_len."""
+    hit_max_seq_len (B,) bool: some hypothesis of the row reached max_seq_len.
+    page_pool_exhausted (B,) bool: paged storage ran out of pages for some (possibly pruned) hypothesis."""
 
     tokens: list[list[list[int]]]
     scores: torch.Tensor
     lengths: torch.Tensor
     hit_max_seq_len: torch.Tensor
+    page_pool_exhausted: Optional[torch.Tensor] = None
 
     def hypotheses(self, row: int) -> list[Hypothesis]:
         return [
@@ -122,20 +142,25 @@ def _register_fakes() -> None:
 
     try:
         @torch.library.register_fake(lib + "ctc_decode_offline")
-        def _offline(log_probs, lengths, beam_size, blank_id, blank_skip_threshold, nbest, max_seq_len):
+        def _offline(log_probs, lengths, beam_size, blank_id, blank_skip_threshold, nbest, max_seq_len, page_size,
+                     num_pages):
             return outputs(log_probs, log_probs.shape[0], nbest, max_seq_len)
 
         @torch.library.register_fake(lib + "ctc_decode_chunk")
-        def _chunk(state, log_probs, speech_mask, beam_size, blank_id, max_seq_len):
+        def _chunk(state, log_probs, speech_mask, beam_size, blank_id, max_seq_len, page_size, num_pages):
             return None
 
         @torch.library.register_fake(lib + "ctc_decode_chunk_batched")
-        def _chunk_batched(states, log_probs, speech_mask, beam_size, blank_id, max_seq_len):
+        def _chunk_batched(states, log_probs, speech_mask, beam_size, blank_id, max_seq_len, page_size, num_pages):
             return None
 
         @torch.library.register_fake(lib + "ctc_finalize")
-        def _finalize(state, beam_size, nbest, max_seq_len):
+        def _finalize(state, beam_size, nbest, max_seq_len, page_size, num_pages):
             return outputs(state, state.shape[0], nbest, max_seq_len)
+
+        @torch.library.register_fake(lib + "ctc_debug_raise")
+        def _debug_raise(x, mode):
+            return None
     except RuntimeError as err:  # already registered (module reloaded)
         if "already" not in str(err):
             raise
@@ -176,7 +201,14 @@ def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor
     lens = lengths.tolist()
     tok = tokens.tolist()
     out = [[tok[b][n][: lens[b][n]] for n in range(nbest)] for b in range(B)]
-    return CtcResult(tokens=out, scores=scores, lengths=lengths, hit_max_seq_len=(status & _STATUS_CAP_HIT) != 0)
+    pool = (status & _STATUS_POOL_FULL) != 0
+    if bool(pool.any()):
+        lost = [b for b in pool.nonzero().flatten().tolist() if any(-1 in h for h in out[b])]
+        if lost:
+            raise RuntimeError(f"paged token storage ran out of pages (rows {lost[:8]}): a returned hypothesis "
+                               f"lost tokens; raise CtcBeamSearchConfig.num_pages (None = never runs out)")
+    return CtcResult(tokens=out, scores=scores, lengths=lengths, hit_max_seq_len=(status & _STATUS_CAP_HIT) != 0,
+                     page_pool_exhausted=pool)
 
 
 def ctc_beam_search(
@@ -206,14 +238,21 @@ def ctc_beam_search(
     ops = load_ops()
     outs = ops.ctc_decode_offline(
         log_probs.contiguous(), lengths, config.beam_size, config.blank_id,
-        float(config.blank_skip_threshold), config.nbest, max_seq_len,
+        float(config.blank_skip_threshold), config.nbest, max_seq_len, *config.storage_args(max_seq_len),
     )
     return _to_result(*outs)
 
 
-def state_bytes(beam_size: int, max_seq_len: int) -> int:
-    """Bytes of one stream's state (what create_state allocates per row)."""
-    return 4 * (_HEADER_WORDS + 9 * beam_size + beam_size * max_seq_len)
+def default_num_pages(beam_size: int, max_seq_len: int, page_size: int) -> int:
+    """Pages per row that paged storage can never exhaust (mirrors ctc::default_num_pages)."""
+    return beam_size * (-(-max_seq_len // page_size) + 1)
+
+
+def state_bytes(beam_size: int, max_seq_len: int, page_size: int = 0, num_pages: int = 0) -> int:
+    """Bytes of one stream's state (what create_state allocates per row); page_size 0 = flat storage."""
+    if page_size == 0:
+        return 4 * (_HEADER_WORDS + 9 * beam_size + beam_size * max_seq_len)
+    return 4 * (_HEADER_WORDS + 9 * beam_size + num_pages * (3 + page_size))
 
 
 class CtcStreamingDecoder:
@@ -234,15 +273,19 @@ class CtcStreamingDecoder:
         self.max_seq_len = self.config.max_seq_len or STREAMING_MAX_SEQ_LEN
 
     @property
+    def storage_args(self) -> tuple[int, int]:
+        return self.config.storage_args(self.max_seq_len)
+
+    @property
     def state_bytes_per_stream(self) -> int:
-        return state_bytes(self.config.beam_size, self.max_seq_len)
+        return state_bytes(self.config.beam_size, self.max_seq_len, *self.storage_args)
 
     def create_state(self, batch: int, vocab_size: int, device: torch.device | str = "cpu") -> "CtcStreamState":
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
         if vocab_size < 2 or not self.config.blank_id < vocab_size:
             raise ValueError(f"vocab_size must be >= 2 and > blank_id={self.config.blank_id}, got {vocab_size}")
-        words = state_bytes(self.config.beam_size, self.max_seq_len) // 4
+        words = self.state_bytes_per_stream // 4
         # Zeros = "nothing decoded yet"; the kernels initialise the beams on the first decoded frame.
         tensor = torch.zeros((batch, words), dtype=torch.int32, device=device)
         return CtcStreamState(tensor=tensor, vocab_size=vocab_size)
@@ -254,7 +297,7 @@ class CtcStreamingDecoder:
     def _check_state(self, state: "CtcStreamState", name: str = "state") -> None:
         """Shape/dtype checks here, before the op: the C++ checks name the argument too, but on the H200
         host (torch 2.11) an argument error thrown from the CUDA op was seen to crash the process."""
-        words = state_bytes(self.config.beam_size, self.max_seq_len) // 4
+        words = self.state_bytes_per_stream // 4
         t = getattr(state, "tensor", None)
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 2 or t.shape[1] != words:
             raise ValueError(f"{name} must be a CtcStreamState from create_state of a decoder with beam_size="
@@ -283,7 +326,8 @@ class CtcStreamingDecoder:
             speech_mask = speech_mask.to(device=log_probs.device, dtype=torch.bool)
         c = self.config
         load_ops().ctc_decode_chunk(
-            state.tensor, log_probs.contiguous(), speech_mask, c.beam_size, c.blank_id, self.max_seq_len
+            state.tensor, log_probs.contiguous(), speech_mask, c.beam_size, c.blank_id, self.max_seq_len,
+            *self.storage_args,
         )
 
     def decode_chunk_batch(
@@ -315,14 +359,15 @@ class CtcStreamingDecoder:
             speech_mask = speech_mask.to(device=chunks.device, dtype=torch.bool)
         c = self.config
         load_ops().ctc_decode_chunk_batched(
-            [s.tensor for s in states], chunks.contiguous(), speech_mask, c.beam_size, c.blank_id, self.max_seq_len
+            [s.tensor for s in states], chunks.contiguous(), speech_mask, c.beam_size, c.blank_id, self.max_seq_len,
+            *self.storage_args,
         )
 
     def finalize(self, state: "CtcStreamState") -> CtcResult:
         """N-best of everything decoded so far (the state stays valid; more chunks may follow)."""
         self._check_state(state)
         c = self.config
-        outs = load_ops().ctc_finalize(state.tensor, c.beam_size, c.nbest, self.max_seq_len)
+        outs = load_ops().ctc_finalize(state.tensor, c.beam_size, c.nbest, self.max_seq_len, *self.storage_args)
         return _to_result(*outs)
 
 

@@ -197,9 +197,9 @@ def test_bad_config(kw, match):
 def test_op_level_errors_name_the_argument(ops):
     lp = random_log_probs(1, 3, 4)
     with pytest.raises(ValueError, match="beam_size"):
-        ops.ctc_decode_offline(lp, torch.tensor([3]), 200, 0, 1.0, 1, 3)
+        ops.ctc_decode_offline(lp, torch.tensor([3]), 200, 0, 1.0, 1, 3, 0, 0)
     with pytest.raises(ValueError, match="state"):
-        ops.ctc_decode_chunk(torch.zeros(1, 5, dtype=torch.int32), lp, None, 2, 0, 10)
+        ops.ctc_decode_chunk(torch.zeros(1, 5, dtype=torch.int32), lp, None, 2, 0, 10, 0, 0)
 
 
 def test_streaming_api_errors_name_the_argument(ops):
@@ -219,17 +219,20 @@ def test_streaming_api_errors_name_the_argument(ops):
         dec.decode_chunk(random_log_probs(2, 4, 5), state=st, speech_mask=torch.ones(2, 3, dtype=torch.bool))
 
 
-def test_opcheck_registered_ops(ops):
+@pytest.mark.parametrize("paged", [False, True])
+def test_opcheck_registered_ops(ops, paged):
     lp = random_log_probs(2, 6, 5, seed=11)
     lengths = torch.tensor([6, 4])
-    torch.library.opcheck(ops.ctc_decode_offline.default, (lp, lengths, 3, 0, 0.95, 2, 6))
-    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=3, nbest=2, max_seq_len=8))
+    store = (4, 9) if paged else (0, 0)
+    torch.library.opcheck(ops.ctc_decode_offline.default, (lp, lengths, 3, 0, 0.95, 2, 6, *store))
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=3, nbest=2, max_seq_len=8, paged=paged, page_size=4))
+    store = dec.storage_args
     state = dec.create_state(2, 5)
     mask = torch.ones(2, 6, dtype=torch.bool)
-    torch.library.opcheck(ops.ctc_decode_chunk.default, (state.tensor, lp, mask, 3, 0, 8))
+    torch.library.opcheck(ops.ctc_decode_chunk.default, (state.tensor, lp, mask, 3, 0, 8, *store))
     singles = [dec.create_state(1, 5).tensor for _ in range(2)]
-    torch.library.opcheck(ops.ctc_decode_chunk_batched.default, (singles, lp, None, 3, 0, 8))
-    torch.library.opcheck(ops.ctc_finalize.default, (state.tensor, 3, 2, 8))
+    torch.library.opcheck(ops.ctc_decode_chunk_batched.default, (singles, lp, None, 3, 0, 8, *store))
+    torch.library.opcheck(ops.ctc_finalize.default, (state.tensor, 3, 2, 8, *store))
 
 
 def test_streaming_state_fits_40_kib_at_beam_10():
@@ -249,3 +252,91 @@ def test_cuda_launchers_compile_with_nvcc(tmp_path):
            "-o", str(tmp_path / "ctc_launch.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+# ---- paged token storage ----
+
+@pytest.mark.parametrize("page_size", [1, 3, 16])
+@pytest.mark.parametrize("beam,V,thr", [(1, 7, 1.0), (6, 29, 0.9), (16, 11, 1.0)])
+def test_paged_offline_equals_flat(ops, page_size, beam, V, thr):
+    """Paged storage (forks share pages, appends copy on write) returns exactly the flat results; the CPU op
+    also checks internally that every returned hypothesis read from the pages equals its prefix."""
+    lp = random_log_probs(3, 60, V, seed=page_size * 100 + beam, peaky=2.0)
+    lengths = torch.tensor([60, 41, 0])
+    flat = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=beam, nbest=beam, blank_skip_threshold=thr))
+    paged = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=beam, nbest=beam, blank_skip_threshold=thr,
+                                                            paged=True, page_size=page_size))
+    assert paged.tokens == flat.tokens
+    assert torch.equal(paged.scores, flat.scores)
+    assert not bool(paged.page_pool_exhausted.any())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 128])
+def test_paged_streaming_equals_flat_offline(ops, chunk):
+    lp = random_log_probs(2, 150, 29, seed=60 + chunk)
+    cfg = CtcBeamSearchConfig(beam_size=6, nbest=3, blank_skip_threshold=1.0)
+    ref = ctc_beam_search(lp, torch.tensor([150, 150]), cfg)
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=6, nbest=3, paged=True, page_size=4, max_seq_len=160))
+    state = dec.create_state(batch=2, vocab_size=29)
+    for t0 in range(0, 150, chunk):
+        dec.decode_chunk(lp[:, t0:t0 + chunk], state=state)
+    got = dec.finalize(state)
+    assert got.tokens == ref.tokens
+    torch.testing.assert_close(got.scores, ref.scores)
+
+
+def test_paged_pages_are_shared_and_recycled(ops):
+    """Reference counts: every page's count equals the beams ending in it plus the pages chained to it, free
+    pages are unreferenced, every page ever used is live or free, and sharing keeps the pool far below
+    beam x length."""
+    import numpy as np
+
+    beam, P, L = 8, 4, 200
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, nbest=beam, paged=True, page_size=P, max_seq_len=L))
+    lp = random_log_probs(1, 150, 13, seed=7, peaky=3.0)
+    st = dec.create_state(1, 13)
+    for t0 in range(0, 150, 10):
+        dec.decode_chunk(lp[:, t0:t0 + 10], state=st)
+    w = st.tensor[0].numpy()
+    NP = dec.storage_args[1]
+    base = 16 + 9 * beam
+    nb, free_top, fresh = w[3], w[5], w[6]
+    tails = w[16 + 4 * beam:16 + 4 * beam + nb]
+    parent, rc = w[base:base + NP], w[base + NP:base + 2 * NP]
+    stack = w[base + 2 * NP:base + 3 * NP]
+    free = set(stack[:free_top].tolist())
+    assert len(free) == free_top and all(rc[p] == 0 for p in free)
+    live = [p for p in range(fresh) if p not in free]
+    refs = np.zeros(NP, dtype=np.int64)
+    for t in tails:
+        if t >= 0:
+            refs[t] += 1
+    for p in live:
+        if parent[p] >= 0:
+            refs[parent[p]] += 1
+    assert np.array_equal(refs, rc), "reference counts differ from the beams and the page chains"
+    assert all(rc[p] > 0 for p in live)
+    lens = w[16 + 3 * beam:16 + 3 * beam + nb]
+    unshared = sum(-(-int(n) // P) for n in lens)
+    assert len(live) < unshared / 2, (len(live), unshared)  # prefixes share their pages
+    ref = ctc_beam_search(lp, torch.tensor([150]), CtcBeamSearchConfig(beam_size=beam, nbest=beam,
+                                                                       blank_skip_threshold=1.0))
+    assert dec.finalize(st).tokens == ref.tokens
+
+
+def test_paged_small_pool_raises_when_a_result_lost_tokens(ops):
+    lp = random_log_probs(1, 80, 11, seed=8, peaky=3.0)
+    cfg = dict(beam_size=8, nbest=8, blank_skip_threshold=1.0, paged=True, page_size=2)
+    with pytest.raises(RuntimeError, match="num_pages"):
+        ctc_beam_search(lp, torch.tensor([80]), CtcBeamSearchConfig(num_pages=6, **cfg))
+    ok = ctc_beam_search(lp, torch.tensor([80]), CtcBeamSearchConfig(**cfg))
+    assert not bool(ok.page_pool_exhausted[0])
+
+
+def test_paged_state_bytes():
+    from decoders.ctc import default_num_pages, state_bytes
+
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10, paged=True, page_size=16, num_pages=200))
+    assert dec.state_bytes_per_stream == state_bytes(10, 1000, 16, 200) == 4 * (16 + 90 + 200 * 19)
+    assert dec.state_bytes_per_stream < CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10)).state_bytes_per_stream
+    assert default_num_pages(10, 1000, 16) == 640

@@ -93,9 +93,14 @@ from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search, load_ops
 ops = load_ops()
 lp = torch.randn(2, 5, 7).log_softmax(-1).cuda()
 cases = {
-    "lengths": lambda: ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32), 3, 0, 1.0, 1, 5),
-    "beam_size": lambda: ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32).cuda(), 129, 0, 1.0, 1, 5),
-    "state": lambda: ops.ctc_decode_chunk(torch.zeros(1, 5, dtype=torch.int32).cuda(), lp[:1], None, 2, 0, 10),
+    "lengths": lambda: ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32), 3, 0, 1.0, 1, 5, 0, 0),
+    "beam_size": lambda: ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32).cuda(), 129, 0, 1.0, 1, 5,
+                                                0, 0),
+    "state": lambda: ops.ctc_decode_chunk(torch.zeros(1, 5, dtype=torch.int32).cuda(), lp[:1], None, 2, 0, 10, 0, 0),
+    "speech_mask": lambda: ops.ctc_decode_chunk(torch.zeros(1, 1000, dtype=torch.int32).cuda(), lp[:1],
+                                                torch.ones(1, 3, dtype=torch.bool).cuda(), 2, 0, 100, 4, 3),
+    "page_size": lambda: ops.ctc_decode_offline(lp, torch.tensor([5, 5], dtype=torch.int32).cuda(), 3, 0, 1.0, 1, 5,
+                                                -1, 0),
     "NaN": lambda: ctc_beam_search(lp.index_put((torch.tensor([1]), torch.tensor([2]), torch.tensor([3])),
                                                 torch.tensor(float("nan")).cuda()), torch.tensor([5, 5]),
                                    CtcBeamSearchConfig(beam_size=3)),
@@ -109,7 +114,7 @@ except ValueError as err:
 """
 
 
-@pytest.mark.parametrize("word", ["lengths", "beam_size", "state", "NaN"])
+@pytest.mark.parametrize("word", ["lengths", "beam_size", "state", "speech_mask", "page_size", "NaN"])
 def test_gpu_errors_name_the_argument(ops, word):
     """Each case in its own subprocess: a segfault on a C++ argument error was seen on the H200 host
     (torch 2.11), so a crash fails this case instead of killing the suite."""
@@ -122,17 +127,99 @@ def test_gpu_errors_name_the_argument(ops, word):
     assert proc.stdout.startswith("OK " + word), proc.stdout
 
 
-@pytest.mark.parametrize("beam", [1, 2, 5, 10, 16])
-def test_gpu_warp_select_equals_general_select(ops, beam, monkeypatch):
-    """The opt-in one-warp merge selection (beam <= 16) agrees with the default slot-table path on inputs
-    without exact ties (with exact ties it may keep a different equal-scoring set: see ctc_cuda.cpp)."""
+_RAISE_SCRIPT = r"""
+import sys
+import torch
+from decoders.ctc import load_ops
+ops = load_ops()
+device, mode = sys.argv[1], int(sys.argv[2])
+try:
+    ops.ctc_debug_raise(torch.zeros(1, device=device), mode)
+    print("NO-ERROR", flush=True)
+except ValueError as err:
+    print("OK", str(err).splitlines()[0][:120], flush=True)
+"""
+
+_RAISE_MODES = {0: "op frame, string message", 1: "op frame, integer message", 2: "helper in another TU, string",
+                3: "helper in another TU, integer", 4: "op frame, pre-formatted (the production checks)",
+                5: "helper in another TU, pre-formatted", 6: "op frame under a CUDAGuard, integer"}
+
+
+def test_gpu_error_path_matrix(ops):
+    """Which ways of raising from a custom op survive on this host: each variant of ctc_debug_raise in its own
+    subprocess, on CPU and CUDA tensors. Prints the whole matrix (the diagnosis of the crash seen with
+    torch 2.11); asserts that the variant the production checks use (4) raises a clean ValueError on both."""
+    import subprocess
+
+    results = {}
+    procs = {}
+    for device in ("cpu", "cuda"):
+        for mode in (_RAISE_MODES if device == "cuda" else [m for m in _RAISE_MODES if m != 6]):
+            procs[(device, mode)] = subprocess.Popen(
+                [sys.executable, "-c", _RAISE_SCRIPT, device, str(mode)], stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, cwd=str(Path(__file__).resolve().parents[1]))
+    for key, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        tail = out.strip() or (err.strip().splitlines() or [""])[-1]
+        results[key] = f"rc={proc.returncode} {tail}"
+    for (device, mode), res in sorted(results.items()):
+        print(f"ERROR-PATH {device:4s} mode {mode} ({_RAISE_MODES[mode]}): {res}")
+    for device in ("cpu", "cuda"):
+        assert results[(device, 4)].startswith("rc=0 OK"), results[(device, 4)]
+
+
+@pytest.mark.parametrize("beam", [1, 2, 10, 16, 32])
+def test_gpu_warp_kernel_equals_block_kernel(ops, beam, monkeypatch):
+    """The one-warp kernel (default for beam <= 32) and the block kernel (BEAMDEC_CTC_KERNEL=block) make the
+    same selections: equal scores, equal tokens up to exact ties."""
     lp = random_log_probs(4, 300, 1025, seed=beam, peaky=2.0).cuda()
     lengths = torch.tensor([300, 299, 17, 1])
-    cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 3), blank_skip_threshold=0.95)
-    general = ctc_beam_search(lp, lengths, cfg)
-    monkeypatch.setenv("BEAMDEC_CTC_WARP_SELECT", "1")
-    warp = ctc_beam_search(lp, lengths, cfg)
-    assert_results_match(warp, general)
+    for paged in (False, True):
+        cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 3), blank_skip_threshold=0.95, paged=paged,
+                                  page_size=8)
+        warp = ctc_beam_search(lp, lengths, cfg)
+        monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "block")
+        block = ctc_beam_search(lp, lengths, cfg)
+        monkeypatch.delenv("BEAMDEC_CTC_KERNEL")
+        assert_results_match(warp, block)
+
+
+@pytest.mark.parametrize("beam", [1, 10, 32, 33, 128])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_gpu_paged_equals_flat(ops, beam, page_size):
+    """Paged token storage on the GPU returns exactly what flat storage returns (same selections; only the
+    storage differs), and matches the CPU reference."""
+    lp = random_log_probs(3, 400, 1025, seed=beam + page_size, peaky=3.0).cuda()
+    lengths = torch.tensor([400, 257, 0])
+    base = dict(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=0.98)
+    flat = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(**base))
+    paged = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(paged=True, page_size=page_size, **base))
+    assert paged.tokens == flat.tokens
+    assert torch.equal(paged.scores, flat.scores)
+    assert not bool(paged.page_pool_exhausted.any())
+    assert_results_match(paged, ctc_beam_search(lp.cpu(), lengths, CtcBeamSearchConfig(paged=True, **base)))
+
+
+def test_gpu_paged_small_pool_raises(ops):
+    lp = random_log_probs(1, 80, 11, seed=8, peaky=3.0).cuda()
+    cfg = dict(beam_size=8, nbest=8, blank_skip_threshold=1.0, paged=True, page_size=2)
+    with pytest.raises(RuntimeError, match="num_pages"):
+        ctc_beam_search(lp, torch.tensor([80]), CtcBeamSearchConfig(num_pages=6, **cfg))
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("chunk", [1, 7, 128])
+def test_gpu_paged_streaming_equals_offline(ops, chunk, paged):
+    lp = random_log_probs(3, 300, 1025, seed=chunk + 7).cuda()
+    ref = ctc_beam_search(lp, torch.tensor([300] * 3), CtcBeamSearchConfig(beam_size=10, nbest=3,
+                                                                         blank_skip_threshold=1.0))
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, max_seq_len=320))
+    state = dec.create_state(3, 1025, device="cuda")
+    for t0 in range(0, 300, chunk):
+        dec.decode_chunk(lp[:, t0:t0 + chunk], state=state)
+    got = dec.finalize(state)
+    assert got.tokens == ref.tokens
+    torch.testing.assert_close(got.scores, ref.scores)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 128])
@@ -150,10 +237,11 @@ def test_gpu_streaming_equals_offline(ops, chunk):
     assert_results_match(got, ctc_beam_search(lp.cpu(), torch.tensor([300] * 3), cfg))
 
 
-def test_gpu_batched_streams_equal_per_stream_and_interleaved(ops):
-    N, V = 70, 500  # > 64: two launch groups
+@pytest.mark.parametrize("paged", [False, True])
+def test_gpu_batched_streams_equal_per_stream_and_interleaved(ops, paged):
+    N, V = 300, 500  # > 256: two launch groups
     lps = random_log_probs(N, 64, V, seed=5).cuda()
-    cfg = CtcBeamSearchConfig(beam_size=8, nbest=2)
+    cfg = CtcBeamSearchConfig(beam_size=8, nbest=2, paged=paged, page_size=4)
     dec = CtcStreamingDecoder(cfg)
     singles = [dec.create_state(1, V, device="cuda") for _ in range(N)]
     batched = [dec.create_state(1, V, device="cuda") for _ in range(N)]

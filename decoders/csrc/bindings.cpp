@@ -14,16 +14,21 @@ TORCH_LIBRARY(beamdec, m) {
 #ifdef BEAMDEC_WITH_CTC
   // ---- CTC prefix beam search: schemas ----
   // Layout of `state` and the status bits: decoders/include/ctc_common.cuh; semantics: ctc_cpu.cpp.
+  // page_size 0: flat token storage; > 0: paged with num_pages pages per row.
   m.def(
       "ctc_decode_offline(Tensor log_probs, Tensor lengths, int beam_size, int blank_id, "
-      "float blank_skip_threshold, int nbest, int max_seq_len) -> (Tensor, Tensor, Tensor, Tensor)");
+      "float blank_skip_threshold, int nbest, int max_seq_len, int page_size, int num_pages) "
+      "-> (Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "ctc_decode_chunk(Tensor(a!) state, Tensor log_probs, Tensor? speech_mask, int beam_size, int blank_id, "
-      "int max_seq_len) -> ()");
+      "int max_seq_len, int page_size, int num_pages) -> ()");
   m.def(
       "ctc_decode_chunk_batched(Tensor(a!)[] states, Tensor log_probs, Tensor? speech_mask, int beam_size, "
-      "int blank_id, int max_seq_len) -> ()");
-  m.def("ctc_finalize(Tensor state, int beam_size, int nbest, int max_seq_len) -> (Tensor, Tensor, Tensor, Tensor)");
+      "int blank_id, int max_seq_len, int page_size, int num_pages) -> ()");
+  m.def(
+      "ctc_finalize(Tensor state, int beam_size, int nbest, int max_seq_len, int page_size, int num_pages) "
+      "-> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("ctc_debug_raise(Tensor x, int mode) -> ()");  // error-path diagnostics (tests only)
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: schemas ----
@@ -44,6 +49,7 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
   m.impl("ctc_decode_chunk", &beamdec::ctc_decode_chunk_cpu);
   m.impl("ctc_decode_chunk_batched", &beamdec::ctc_decode_chunk_batched_cpu);
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cpu);
+  m.impl("ctc_debug_raise", &beamdec::ctc_debug_raise_cpu);
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: CPU reference ----
@@ -59,6 +65,7 @@ TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
   m.impl("ctc_decode_chunk", &beamdec::ctc_decode_chunk_cuda);
   m.impl("ctc_decode_chunk_batched", &beamdec::ctc_decode_chunk_batched_cuda);
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cuda);
+  m.impl("ctc_debug_raise", &beamdec::ctc_debug_raise_cuda);
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: CUDA ----

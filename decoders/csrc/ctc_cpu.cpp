@@ -46,18 +46,126 @@ struct Beam {
   float score() const { return log_add(pb, pnb); }
 };
 
+// Paged token storage of one state row (layout and per-frame order: ctc_common.cuh). `tails` holds each
+// beam's last page before the frame and is replaced by the new beams'; winners r (rank order) came from
+// beam src[r] and appended tok[r] (-1: a stay). Mirrors the CUDA kernels' phases, sequentially; pages are
+// allocated in winner order, so page numbers match the CUDA path's except for the order in which pages
+// released by unkept beams were pushed.
+void paged_update(int32_t* w, const ctc::StateLayout& L, const std::vector<int>& old_len, std::vector<int>& tails,
+                  const std::vector<int>& src, const std::vector<int>& tok, bool& pool_full) {
+  const int P = L.page_size, NP = L.num_pages;
+  int32_t* parent = w + L.parent();
+  int32_t* rc = w + L.refcnt();
+  int32_t* stack = w + L.free_stack();
+  int32_t* pages = w + L.pages();
+  int32_t& top = w[ctc::kHdrFreeTop];
+  int32_t& fresh = w[ctc::kHdrNextFresh];
+  const int old_nb = (int)old_len.size(), nw = (int)src.size();
+  std::vector<int> uses(old_nb, 0), first(old_nb, -1);
+  for (int r = 0; r < nw; ++r) {
+    uses[src[r]] += 1;
+    if (first[src[r]] < 0) first[src[r]] = r;
+  }
+  // 1. beams nobody keeps drop their last page; pages reaching zero release their parent in turn
+  for (int k = 0; k < old_nb; ++k) {
+    if (uses[k] != 0) continue;
+    for (int32_t x = tails[k]; x >= 0;) {
+      if (--rc[x] > 0) break;
+      stack[top++] = x;
+      x = parent[x];
+    }
+  }
+  // 2. every winner after the first of its source shares the source's last page
+  for (int r = 0; r < nw; ++r)
+    if (first[src[r]] != r && tails[src[r]] >= 0) rc[tails[src[r]]] += 1;
+  // 3. appends, decided on the counts after all releases and forks
+  enum { kNone, kFresh, kCow, kInPlace, kLost };
+  std::vector<int> need(nw, kNone), ntail(nw);
+  for (int r = 0; r < nw; ++r) {
+    const int32_t x = tails[src[r]];
+    ntail[r] = x;
+    if (tok[r] < 0) continue;
+    const int pos = old_len[src[r]];
+    need[r] = x == ctc::kLostPage ? kLost : pos % P == 0 ? kFresh : rc[x] > 1 ? kCow : kInPlace;
+  }
+  const int avail = top;
+  int nalloc = 0;
+  std::vector<int32_t> deferred;
+  for (int r = 0; r < nw; ++r) {
+    const int32_t x = ntail[r];
+    const int off = old_len[src[r]] % P;
+    if (need[r] == kNone) continue;
+    if (need[r] == kInPlace) {
+      pages[(int64_t)x * P + off] = tok[r];
+      continue;
+    }
+    if (need[r] == kLost) {
+      pool_full = true;
+      continue;
+    }
+    const int i = nalloc++;
+    const int32_t pg = i < avail ? stack[avail - 1 - i] : (fresh + (i - avail) < NP ? fresh + (i - avail) : -1);
+    if (pg < 0) {  // out of pages: this beam's tokens are lost (its references leak; the pool is full anyway)
+      pool_full = true;
+      ntail[r] = ctc::kLostPage;
+      continue;
+    }
+    rc[pg] = 1;
+    pages[(int64_t)pg * P + off] = tok[r];
+    ntail[r] = pg;
+    if (need[r] == kFresh) {  // the beam's reference on its old last page becomes the new page's parent link
+      parent[pg] = x;
+    } else {  // copy on write: the copy links to x's parent; the beam drops x
+      for (int q = 0; q < off; ++q) pages[(int64_t)pg * P + q] = pages[(int64_t)x * P + q];
+      parent[pg] = parent[x];
+      if (parent[x] >= 0) rc[parent[x]] += 1;
+      if (--rc[x] == 0) deferred.push_back(x);
+    }
+  }
+  top = avail - std::min(nalloc, avail);
+  fresh = std::min(NP, fresh + std::max(0, nalloc - avail));
+  // 4. pages freed by the copies go back last (their parents keep the copies' references: no cascade)
+  for (int32_t x : deferred) {
+    stack[top++] = x;
+    if (parent[x] >= 0) rc[parent[x]] -= 1;
+  }
+  tails.assign(ntail.begin(), ntail.end());
+}
+
+// Tokens of a prefix (len of them) from a state row: flat from its slot, paged by walking its page chain
+// back from `slot` (its last page); -1 where paged tokens were lost.
+void read_tokens(const int32_t* w, const ctc::StateLayout& L, int slot, int len, int32_t* out) {
+  if (!L.paged()) {
+    const int32_t* toks = w + L.tokens() + (int64_t)slot * L.max_len;
+    std::copy(toks, toks + len, out);
+    return;
+  }
+  const int P = L.page_size;
+  int32_t x = slot;
+  for (int start = (len - 1) / P * P; len > 0 && start >= 0; start -= P) {
+    for (int i = start; i < std::min(len, start + P); ++i) out[i] = x >= 0 ? w[L.pages() + (int64_t)x * P + i - start] : -1;
+    x = x >= 0 ? w[L.parent() + x] : x;
+  }
+}
+
 // One row's decoder: the whole algorithm lives in `frame`.
 struct RowDecoder {
   int beam, blank, max_len;
+  ctc::StateLayout L;
+  int32_t* paged_w = nullptr;  // paged storage: the state row whose pages hold the tokens
   int step = 0;              // selected frames decoded
   int64_t last_sel = -1;     // global index of the last selected frame
   int64_t frames_seen = 0;
   bool cap_hit = false;
   bool bad_value = false;
+  bool pool_full = false;
   std::vector<Beam> beams;
+  std::vector<int> slots;  // paged: last page of each beam (kNoPage: empty prefix)
 
-  RowDecoder(int beam_, int blank_, int max_len_) : beam(beam_), blank(blank_), max_len(max_len_) {
+  RowDecoder(int beam_, int blank_, int max_len_, int page_size = 0, int num_pages = 0)
+      : beam(beam_), blank(blank_), max_len(max_len_), L{beam_, max_len_, page_size, num_pages} {
     beams.push_back(Beam{{}, 0.0f, kNegInf});  // before any frame: the empty prefix with probability 1
+    slots.push_back(ctc::kNoPage);
   }
 
   // Decodes one selected frame `lp` (V values) whose global frame index is `g`.
@@ -127,6 +235,15 @@ struct RowDecoder {
     if (reserve_empty) chosen.push_back(0);
     chosen.insert(chosen.end(), order.begin(), order.begin() + want);
 
+    if (paged_w) {  // paged storage follows the same winners
+      std::vector<int> old_len, src, tok;
+      for (const Beam& b : beams) old_len.push_back((int)b.prefix.size());
+      for (int i : chosen) {
+        src.push_back(cands[i].src);
+        tok.push_back(cands[i].token);
+      }
+      paged_update(paged_w, L, old_len, slots, src, tok, pool_full);
+    }
     std::vector<Beam> next;
     for (int i : chosen) {
       const Cand& c = cands[i];
@@ -154,7 +271,15 @@ struct RowDecoder {
         const Beam& b = beams[order[r]];
         lengths[r] = (int32_t)b.prefix.size();
         scores[r] = b.score();
-        for (size_t i = 0; i < b.prefix.size(); ++i) tokens[(int64_t)r * max_len + i] = b.prefix[i];
+        int32_t* out = tokens + (int64_t)r * max_len;
+        if (paged_w) {  // from the pages, which must hold exactly the prefix unless the pool ran out
+          read_tokens(paged_w, L, slots[order[r]], (int)b.prefix.size(), out);
+          if (!pool_full)
+            for (size_t i = 0; i < b.prefix.size(); ++i)
+              TORCH_INTERNAL_ASSERT(out[i] == b.prefix[i], "paged token store differs from the prefix at ", i);
+        } else {
+          for (size_t i = 0; i < b.prefix.size(); ++i) out[i] = b.prefix[i];
+        }
       } else {
         lengths[r] = 0;
         scores[r] = kNegInf;
@@ -163,45 +288,50 @@ struct RowDecoder {
   }
 
   // ---- the streaming state tensor (layout in ctc_common.cuh); beam j lives in token slot j ----
-  void load(const int32_t* w) {
-    ctc::StateLayout L{beam, max_len};
+  // `w` is the row of a streaming state; paged storage keeps using it for the tokens.
+  void load(int32_t* w) {
+    if (L.paged()) paged_w = w;
     step = w[ctc::kHdrStep];
     last_sel = w[ctc::kHdrLastSel];
     frames_seen = w[ctc::kHdrFramesSeen];
     bad_value = (w[ctc::kHdrStatus] & ctc::kStatusBadValue) != 0;
     cap_hit = (w[ctc::kHdrStatus] & ctc::kStatusCapHit) != 0;
+    pool_full = (w[ctc::kHdrStatus] & ctc::kStatusPoolFull) != 0;
     beams.clear();
+    slots.clear();
     if (step == 0) {
       beams.push_back(Beam{{}, 0.0f, kNegInf});
+      slots.push_back(ctc::kNoPage);
       return;
     }
     const int nb = w[ctc::kHdrActive];
+    for (int j = 0; j < nb; ++j) slots.push_back(w[L.slot() + j]);
     for (int j = 0; j < nb; ++j) {
       Beam b;
       std::memcpy(&b.pb, &w[L.pb() + j], 4);
       std::memcpy(&b.pnb, &w[L.pnb() + j], 4);
-      const int32_t* toks = w + L.tokens() + (int64_t)w[L.slot() + j] * max_len;
-      b.prefix.assign(toks, toks + w[L.len() + j]);
+      b.prefix.resize(w[L.len() + j]);
+      read_tokens(w, L, slots[j], (int)b.prefix.size(), b.prefix.data());
       beams.push_back(std::move(b));
     }
   }
 
   void store(int32_t* w) const {
-    ctc::StateLayout L{beam, max_len};
     w[ctc::kHdrStep] = step;
     w[ctc::kHdrLastSel] = (int32_t)last_sel;
     w[ctc::kHdrFramesSeen] = (int32_t)frames_seen;
     w[ctc::kHdrActive] = (int32_t)beams.size();
-    w[ctc::kHdrStatus] = (bad_value ? ctc::kStatusBadValue : 0) | (cap_hit ? ctc::kStatusCapHit : 0);
+    w[ctc::kHdrStatus] = (bad_value ? ctc::kStatusBadValue : 0) | (cap_hit ? ctc::kStatusCapHit : 0) |
+                         (pool_full ? ctc::kStatusPoolFull : 0);
     for (int j = 0; j < beam; ++j) {
-      w[L.slot() + j] = j;
+      w[L.slot() + j] = L.paged() ? (j < (int)slots.size() ? slots[j] : ctc::kNoPage) : j;
       if (j < (int)beams.size()) {
         const Beam& b = beams[j];
         std::memcpy(&w[L.pb() + j], &b.pb, 4);
         std::memcpy(&w[L.pnb() + j], &b.pnb, 4);
         w[L.len() + j] = (int32_t)b.prefix.size();
         w[L.last() + j] = b.prefix.empty() ? -1 : b.prefix.back();
-        std::copy(b.prefix.begin(), b.prefix.end(), w + L.tokens() + (int64_t)j * max_len);
+        if (!L.paged()) std::copy(b.prefix.begin(), b.prefix.end(), w + L.tokens() + (int64_t)j * max_len);
       }
     }
   }
@@ -233,50 +363,60 @@ void decode_rows(RowDecoder& dec, const float* lp, int64_t T, int64_t V, const b
 
 CtcOutputs ctc_decode_offline_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
                                   int64_t blank_id, double blank_skip_threshold, int64_t nbest,
-                                  int64_t max_seq_len) {
-  ctc_check_log_probs(log_probs, "log_probs");
+                                  int64_t max_seq_len, int64_t page_size, int64_t num_pages) {
+  using ctcmsg::s;
+  CTC_CHECK_LOG_PROBS(log_probs, "log_probs");
   const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
-  ctc_check_config(beam_size, blank_id, V, nbest, max_seq_len);
-  TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == B, "lengths must have shape (B=", B, ",), got ",
-                    lengths.sizes());
-  TORCH_CHECK_VALUE(!at::isFloatingType(lengths.scalar_type()) && lengths.scalar_type() != at::kBool,
-                    "lengths must be an integer tensor, got ", lengths.scalar_type());
-  TORCH_CHECK_VALUE(!(blank_skip_threshold != blank_skip_threshold), "blank_skip_threshold must not be NaN");
+  CTC_CHECK_CONFIG(beam_size, blank_id, V, nbest, max_seq_len, page_size, num_pages);
+  CTC_ARG_CHECK(lengths.dim() == 1 && lengths.size(0) == B,
+                "lengths must have shape (B=" + s(B) + ",), got " + s(lengths.sizes()));
+  CTC_ARG_CHECK(!at::isFloatingType(lengths.scalar_type()) && lengths.scalar_type() != at::kBool,
+                "lengths must be an integer tensor, got " + s(lengths.scalar_type()));
+  CTC_ARG_CHECK(!(blank_skip_threshold != blank_skip_threshold), "blank_skip_threshold must not be NaN");
   auto lens = lengths.to(at::kCPU).to(at::kLong).contiguous();
   const int64_t* len_p = lens.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b)
-    TORCH_CHECK_VALUE(len_p[b] >= 0 && len_p[b] <= T, "lengths[", b, "] = ", len_p[b], " is outside [0, T=", T, "]");
+    CTC_ARG_CHECK(len_p[b] >= 0 && len_p[b] <= T,
+                  "lengths[" + s(b) + "] = " + s(len_p[b]) + " is outside [0, T=" + s(T) + "]");
   auto lp = as_float_cpu(log_probs);
   auto [tokens, tok_len, scores, status] = make_outputs(B, nbest, max_seq_len);
   const float* lp_p = lp.data_ptr<float>();
+  std::vector<int32_t> row;  // paged: the token pages of the row being decoded
   for (int64_t b = 0; b < B; ++b) {
-    RowDecoder dec((int)beam_size, (int)blank_id, (int)max_seq_len);
+    RowDecoder dec((int)beam_size, (int)blank_id, (int)max_seq_len, (int)page_size, (int)num_pages);
+    if (page_size > 0) {
+      row.assign((size_t)dec.L.words(), 0);
+      dec.paged_w = row.data();
+    }
     decode_rows(dec, lp_p + b * T * V, len_p[b], V, nullptr, blank_skip_threshold);
     dec.write_nbest((int)nbest, tokens.data_ptr<int32_t>() + b * nbest * max_seq_len,
                     tok_len.data_ptr<int32_t>() + b * nbest, scores.data_ptr<float>() + b * nbest);
-    status.data_ptr<int32_t>()[b] = (dec.bad_value ? ctc::kStatusBadValue : 0) | (dec.cap_hit ? ctc::kStatusCapHit : 0);
+    status.data_ptr<int32_t>()[b] = (dec.bad_value ? ctc::kStatusBadValue : 0) |
+                                    (dec.cap_hit ? ctc::kStatusCapHit : 0) | (dec.pool_full ? ctc::kStatusPoolFull : 0);
   }
   return {tokens, tok_len, scores, status};
 }
 
 namespace {
 void check_mask(const std::optional<at::Tensor>& speech_mask, int64_t rows, int64_t T) {
+  using ctcmsg::s;
   if (!speech_mask) return;
   const at::Tensor& m = *speech_mask;
-  TORCH_CHECK_VALUE(m.dim() == 2 && m.size(0) == rows && m.size(1) == T, "speech_mask must have shape (", rows,
-                    ", ", T, ") like log_probs' first two dims, got ", m.sizes());
-  TORCH_CHECK_VALUE(m.scalar_type() == at::kBool, "speech_mask must be a bool tensor, got ", m.scalar_type());
+  CTC_ARG_CHECK(m.dim() == 2 && m.size(0) == rows && m.size(1) == T,
+                "speech_mask must have shape (" + s(rows) + ", " + s(T) + ") like log_probs' first two dims, got " +
+                    s(m.sizes()));
+  CTC_ARG_CHECK(m.scalar_type() == at::kBool, "speech_mask must be a bool tensor, got " + s(m.scalar_type()));
 }
 
 void decode_chunk_rows(int32_t* state_rows, int64_t words, const at::Tensor& log_probs,
                        const std::optional<at::Tensor>& speech_mask, int64_t row0, int64_t rows, int64_t beam_size,
-                       int64_t blank_id, int64_t max_seq_len) {
+                       int64_t blank_id, int64_t max_seq_len, int64_t page_size, int64_t num_pages) {
   const int64_t T = log_probs.size(1), V = log_probs.size(2);
   auto lp = as_float_cpu(log_probs);
   at::Tensor mask;
   if (speech_mask) mask = speech_mask->to(at::kCPU).contiguous();
   for (int64_t r = 0; r < rows; ++r) {
-    RowDecoder dec((int)beam_size, (int)blank_id, (int)max_seq_len);
+    RowDecoder dec((int)beam_size, (int)blank_id, (int)max_seq_len, (int)page_size, (int)num_pages);
     int32_t* w = state_rows + r * words;
     dec.load(w);
     decode_rows(dec, lp.data_ptr<float>() + (row0 + r) * T * V, T, V,
@@ -288,48 +428,69 @@ void decode_chunk_rows(int32_t* state_rows, int64_t words, const at::Tensor& log
 
 void ctc_decode_chunk_cpu(at::Tensor& state, const at::Tensor& log_probs,
                           const std::optional<at::Tensor>& speech_mask, int64_t beam_size, int64_t blank_id,
-                          int64_t max_seq_len) {
-  ctc_check_log_probs(log_probs, "log_probs");
-  ctc_check_config(beam_size, blank_id, log_probs.size(2), 1, max_seq_len);
-  ctc_check_state(state, beam_size, max_seq_len, "state");
-  TORCH_CHECK_VALUE(state.size(0) == log_probs.size(0), "state has ", state.size(0),
-                    " rows but log_probs has batch ", log_probs.size(0));
+                          int64_t max_seq_len, int64_t page_size, int64_t num_pages) {
+  using ctcmsg::s;
+  CTC_CHECK_LOG_PROBS(log_probs, "log_probs");
+  CTC_CHECK_CONFIG(beam_size, blank_id, log_probs.size(2), 1, max_seq_len, page_size, num_pages);
+  CTC_CHECK_STATE(state, beam_size, max_seq_len, page_size, num_pages, "state");
+  CTC_ARG_CHECK(state.size(0) == log_probs.size(0),
+                "state has " + s(state.size(0)) + " rows but log_probs has batch " + s(log_probs.size(0)));
   check_mask(speech_mask, log_probs.size(0), log_probs.size(1));
   decode_chunk_rows(state.data_ptr<int32_t>(), state.size(1), log_probs, speech_mask, 0, state.size(0), beam_size,
-                    blank_id, max_seq_len);
+                    blank_id, max_seq_len, page_size, num_pages);
 }
 
 void ctc_decode_chunk_batched_cpu(at::TensorList states, const at::Tensor& log_probs,
                                   const std::optional<at::Tensor>& speech_mask, int64_t beam_size,
-                                  int64_t blank_id, int64_t max_seq_len) {
-  ctc_check_log_probs(log_probs, "log_probs");
-  ctc_check_config(beam_size, blank_id, log_probs.size(2), 1, max_seq_len);
-  TORCH_CHECK_VALUE((int64_t)states.size() == log_probs.size(0), "states: got ", states.size(),
-                    " states for ", log_probs.size(0), " log_probs rows (one row per stream)");
+                                  int64_t blank_id, int64_t max_seq_len, int64_t page_size, int64_t num_pages) {
+  using ctcmsg::s;
+  CTC_CHECK_LOG_PROBS(log_probs, "log_probs");
+  CTC_CHECK_CONFIG(beam_size, blank_id, log_probs.size(2), 1, max_seq_len, page_size, num_pages);
+  CTC_ARG_CHECK((int64_t)states.size() == log_probs.size(0),
+                "states: got " + s((int64_t)states.size()) + " states for " + s(log_probs.size(0)) +
+                    " log_probs rows (one row per stream)");
   check_mask(speech_mask, log_probs.size(0), log_probs.size(1));
   for (size_t i = 0; i < states.size(); ++i) {
-    ctc_check_state(states[i], beam_size, max_seq_len, "states[i]");
-    TORCH_CHECK_VALUE(states[i].size(0) == 1, "states[", i, "] must hold one row (batch 1), got ",
-                      states[i].size(0));
-    decode_chunk_rows(states[i].data_ptr<int32_t>(), states[i].size(1), log_probs, speech_mask, (int64_t)i, 1,
-                      beam_size, blank_id, max_seq_len);
+    CTC_CHECK_STATE(states[i], beam_size, max_seq_len, page_size, num_pages, "states[i]");
+    CTC_ARG_CHECK(states[i].size(0) == 1,
+                  "states[" + s((int64_t)i) + "] must hold one row (batch 1), got " + s(states[i].size(0)));
   }
+  for (size_t i = 0; i < states.size(); ++i)
+    decode_chunk_rows(states[i].data_ptr<int32_t>(), states[i].size(1), log_probs, speech_mask, (int64_t)i, 1,
+                      beam_size, blank_id, max_seq_len, page_size, num_pages);
 }
 
-CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len) {
-  ctc_check_config(beam_size, 0, 2, nbest, max_seq_len);
-  ctc_check_state(state, beam_size, max_seq_len, "state");
+CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len,
+                            int64_t page_size, int64_t num_pages) {
+  CTC_CHECK_CONFIG(beam_size, 0, 2, nbest, max_seq_len, page_size, num_pages);
+  CTC_CHECK_STATE(state, beam_size, max_seq_len, page_size, num_pages, "state");
   const int64_t B = state.size(0), words = state.size(1);
   auto [tokens, tok_len, scores, status] = make_outputs(B, nbest, max_seq_len);
   for (int64_t b = 0; b < B; ++b) {
-    RowDecoder dec((int)beam_size, 0, (int)max_seq_len);
-    const int32_t* w = state.data_ptr<int32_t>() + b * words;
+    RowDecoder dec((int)beam_size, 0, (int)max_seq_len, (int)page_size, (int)num_pages);
+    // read-only use: load() keeps a pointer for paged reads, nothing is written
+    int32_t* w = const_cast<int32_t*>(state.data_ptr<int32_t>()) + b * words;
     dec.load(w);
     dec.write_nbest((int)nbest, tokens.data_ptr<int32_t>() + b * nbest * max_seq_len,
                     tok_len.data_ptr<int32_t>() + b * nbest, scores.data_ptr<float>() + b * nbest);
     status.data_ptr<int32_t>()[b] = w[ctc::kHdrStatus];
   }
   return {tokens, tok_len, scores, status};
+}
+
+// ---- error-path diagnostics (ctc_ops.h) ----
+__attribute__((noinline)) void ctc_debug_throw_from_helper(int64_t mode) {
+  if (mode == 2) TORCH_CHECK_VALUE(false, "debug_raise: helper frame, string message");
+  if (mode == 3) TORCH_CHECK_VALUE(false, "debug_raise: helper frame, integer message ", mode);
+  CTC_ARG_CHECK(false, "debug_raise: helper frame, preformatted message " + std::to_string(mode));
+}
+
+void ctc_debug_raise_cpu(const at::Tensor& x, int64_t mode) {
+  (void)x;
+  if (mode == 0) TORCH_CHECK_VALUE(false, "debug_raise: op frame, string message");
+  if (mode == 1) TORCH_CHECK_VALUE(false, "debug_raise: op frame, integer message ", mode);
+  if (mode == 4) CTC_ARG_CHECK(false, "debug_raise: op frame, preformatted message " + std::to_string(mode));
+  ctc_debug_throw_from_helper(mode);
 }
 
 }  // namespace beamdec

@@ -42,7 +42,8 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.beam = d.beam;
   fa.C = candidate_count(d.beam, d.V);
   fa.max_len = d.max_len;
-  fa.warp_select = d.warp_select;
+  fa.page_size = d.page_size;
+  fa.num_pages = d.num_pages;
   fa.lengths = d.lengths;
   fa.mask = d.mask;
   fa.mask_b_stride = d.mask_b_stride;
@@ -80,10 +81,15 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const int advance = t0 + tile_len >= d.T ? d.T : 0;
     ctc_prepass_kernel<T><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    // block width: the candidate list (C <= 2*beam+1) must fit one element per thread
-    cudaError_t err2 = d.beam <= 16   ? launch_decode<128, T>(fa, t0, tile_len, advance, stream)
-           : d.beam <= 32 ? launch_decode<256, T>(fa, t0, tile_len, advance, stream)
-                          : launch_decode<512, T>(fa, t0, tile_len, advance, stream);
+    cudaError_t err2;
+    if (d.beam <= 32 && d.kernel == 0) {  // one warp per row
+      ctc_decode_warp_kernel<T><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
+      err2 = cudaGetLastError();
+    } else {  // block width: the candidate list (C <= 2*beam+1) must fit one element per thread
+      err2 = d.beam <= 16   ? launch_decode<128, T>(fa, t0, tile_len, advance, stream)
+             : d.beam <= 32 ? launch_decode<256, T>(fa, t0, tile_len, advance, stream)
+                            : launch_decode<512, T>(fa, t0, tile_len, advance, stream);
+    }
     if (err2 != cudaSuccess) return err2;
   }
   return cudaSuccess;
@@ -100,16 +106,16 @@ cudaError_t ctc_decode_frames(const DecodeLaunch& args, cudaStream_t stream) {
   return args.half ? decode_frames<__half>(args, stream) : decode_frames<float>(args, stream);
 }
 
-cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int nbest,
-                              int32_t* out_tokens, int32_t* out_len, float* out_scores, int32_t* out_status,
-                              cudaStream_t stream) {
+cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int page_size,
+                              int num_pages, int nbest, int32_t* out_tokens, int32_t* out_len, float* out_scores,
+                              int32_t* out_status, cudaStream_t stream) {
   if (rows < 1) return cudaSuccess;
   StateRefs refs;
   refs.base = state;
   refs.row_words = state_row_words;
   refs.n_ptrs = 0;
-  ctc_finalize_kernel<<<rows, kFinalizeThreads, 0, stream>>>(refs, beam, max_len, nbest, out_tokens, out_len,
-                                                              out_scores, out_status);
+  ctc_finalize_kernel<<<rows, kFinalizeThreads, 0, stream>>>(refs, beam, max_len, page_size, num_pages, nbest,
+                                                              out_tokens, out_len, out_scores, out_status);
   return cudaGetLastError();
 }
 

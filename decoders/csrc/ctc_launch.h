@@ -24,7 +24,9 @@ struct DecodeLaunch {
   int64_t state_row_words;
   int32_t* const* stream_states;
   void* workspace;  // ctc_prepass_workspace_bytes(rows, beam, V)
-  int warp_select = 0;  // 1: beams <= 16 use the warp-merge selection (opt-in; see ctc_cuda.cpp)
+  int page_size = 0;  // paged token storage (0: flat); layout in ctc_common.cuh
+  int num_pages = 0;
+  int kernel = 0;  // 0: one warp per row for beam <= 32, block kernel above; 1: block kernel for every beam
 };
 
 size_t ctc_prepass_workspace_bytes(int rows, int beam, int vocab);
@@ -35,9 +37,9 @@ cudaError_t ctc_decode_frames(const DecodeLaunch& args, cudaStream_t stream);
 
 // N-best of every row into out_tokens (rows, nbest, max_len) (untouched past each length),
 // out_len (rows, nbest), out_scores (rows, nbest), out_status (rows,).
-cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int nbest,
-                              int32_t* out_tokens, int32_t* out_len, float* out_scores, int32_t* out_status,
-                              cudaStream_t stream);
+cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int page_size,
+                              int num_pages, int nbest, int32_t* out_tokens, int32_t* out_len, float* out_scores,
+                              int32_t* out_status, cudaStream_t stream);
 
 }  // namespace ctc
 }  // namespace beamdec

@@ -1,16 +1,27 @@
 // Declarations of the CTC prefix beam search ops (CPU reference and CUDA). Owned by the CTC decoder.
 //
 // Ops (schemas in bindings.cpp):
-//   ctc_decode_offline(log_probs (B,T,V), lengths (B,), beam, blank, threshold, nbest, max_len)
+//   ctc_decode_offline(log_probs (B,T,V), lengths (B,), beam, blank, threshold, nbest, max_len, page_size, num_pages)
 //       -> tokens (B,nbest,max_len) int32, token_lengths (B,nbest) int32, scores (B,nbest) f32, status (B,) int32
-//   ctc_decode_chunk(state! (B,W) int32, log_probs (B,T,V), speech_mask? (B,T) bool, beam, blank, max_len)
-//   ctc_decode_chunk_batched(states! [N x (1,W)], log_probs (N,T,V), speech_mask? (N,T), beam, blank, max_len)
-//   ctc_finalize(state (B,W), beam, nbest, max_len) -> same four tensors as ctc_decode_offline
+//   ctc_decode_chunk(state! (B,W) int32, log_probs (B,T,V), speech_mask? (B,T) bool, beam, blank, max_len, page_size,
+//                    num_pages)
+//   ctc_decode_chunk_batched(states! [N x (1,W)], log_probs (N,T,V), speech_mask? (N,T), beam, blank, max_len, ...)
+//   ctc_finalize(state (B,W), beam, nbest, max_len, page_size, num_pages) -> the four tensors of ctc_decode_offline
+//   ctc_debug_raise(x, mode): raises a ValueError from the backend of x (error-path diagnostics, tests only)
+// page_size 0: flat token storage; > 0: paged (num_pages physical pages per row; layout in ctc_common.cuh).
 // status bit 0: the log-probs held NaN or +inf (the Python layer raises; kernels cannot);
-// status bit 1: some hypothesis reached max_seq_len.
+// status bit 1: some hypothesis reached max_seq_len; bit 2: the page pool ran out (paged).
+//
+// Argument errors. Every check is a macro that throws from the op's own frame, with the message built from
+// strings only (integers pre-formatted by std::to_string). Background: on the H200 host (torch 2.11) a
+// ValueError thrown by a helper defined in ctc_cpu.cpp and called by the CUDA op crashed the process
+// (SIGSEGV, no Python traceback) while an op-frame check with a string-only message raised cleanly; the
+// op `ctc_debug_raise` runs each variant (helper frame / op frame x integer / string message) in isolation
+// so the GPU tests can tell which one crashes (tests/test_ctc_gpu.py::test_gpu_error_path_matrix).
 #pragma once
 #include <torch/types.h>
 
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -23,59 +34,99 @@ using CtcOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 // CPU reference (ctc_cpu.cpp)
 CtcOutputs ctc_decode_offline_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
                                   int64_t blank_id, double blank_skip_threshold, int64_t nbest,
-                                  int64_t max_seq_len);
+                                  int64_t max_seq_len, int64_t page_size, int64_t num_pages);
 void ctc_decode_chunk_cpu(at::Tensor& state, const at::Tensor& log_probs,
                           const std::optional<at::Tensor>& speech_mask, int64_t beam_size, int64_t blank_id,
-                          int64_t max_seq_len);
+                          int64_t max_seq_len, int64_t page_size, int64_t num_pages);
 void ctc_decode_chunk_batched_cpu(at::TensorList states, const at::Tensor& log_probs,
                                   const std::optional<at::Tensor>& speech_mask, int64_t beam_size,
-                                  int64_t blank_id, int64_t max_seq_len);
-CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len);
+                                  int64_t blank_id, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
+CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len,
+                            int64_t page_size, int64_t num_pages);
+void ctc_debug_raise_cpu(const at::Tensor& x, int64_t mode);
+// defined in ctc_cpu.cpp, never inlined: the "helper in another translation unit" variant of ctc_debug_raise
+void ctc_debug_throw_from_helper(int64_t mode);
 
 // CUDA (ctc_cuda.cpp)
 CtcOutputs ctc_decode_offline_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
                                    int64_t blank_id, double blank_skip_threshold, int64_t nbest,
-                                   int64_t max_seq_len);
+                                   int64_t max_seq_len, int64_t page_size, int64_t num_pages);
 void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
                            const std::optional<at::Tensor>& speech_mask, int64_t beam_size, int64_t blank_id,
-                           int64_t max_seq_len);
+                           int64_t max_seq_len, int64_t page_size, int64_t num_pages);
 void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_probs,
                                    const std::optional<at::Tensor>& speech_mask, int64_t beam_size,
-                                   int64_t blank_id, int64_t max_seq_len);
-CtcOutputs ctc_finalize_cuda(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len);
+                                   int64_t blank_id, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
+CtcOutputs ctc_finalize_cuda(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len,
+                             int64_t page_size, int64_t num_pages);
+void ctc_debug_raise_cuda(const at::Tensor& x, int64_t mode);
 
-// Argument checks shared by both backends; each error names the argument. Inline, so that every op
-// throws from its own translation unit (on the H200 host, torch 2.11, a ValueError thrown from a helper
-// defined in ctc_cpu.cpp and called by the CUDA op was seen to crash the process, while the CUDA op's own
-// checks raised cleanly).
-inline void ctc_check_config(int64_t beam_size, int64_t blank_id, int64_t vocab_size, int64_t nbest, int64_t max_seq_len) {
-  TORCH_CHECK_VALUE(beam_size >= 1 && beam_size <= ctc::kMaxBeam, "beam_size must be in [1, ", ctc::kMaxBeam,
-                    "], got ", beam_size);
-  TORCH_CHECK_VALUE(vocab_size >= 2, "log_probs: vocabulary size V (last dim) must be >= 2 (blank + one token), got ",
-                    vocab_size);
-  TORCH_CHECK_VALUE(blank_id >= 0 && blank_id < vocab_size, "blank_id must be in [0, V=", vocab_size, "), got ",
-                    blank_id);
-  TORCH_CHECK_VALUE(nbest >= 1 && nbest <= beam_size, "nbest must be in [1, beam_size=", beam_size, "], got ", nbest);
-  TORCH_CHECK_VALUE(max_seq_len >= 1 && max_seq_len <= (1 << 24), "max_seq_len must be in [1, 2^24], got ",
-                    max_seq_len);
+namespace ctcmsg {
+inline std::string s(int64_t v) { return std::to_string(v); }
+inline std::string s(const at::IntArrayRef& v) {
+  std::string out = "(";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + ")";
 }
-
-inline void ctc_check_log_probs(const at::Tensor& log_probs, const char* name) {
-  TORCH_CHECK_VALUE(log_probs.dim() == 3, name, " must be 3-D (B, T, V), got shape ", log_probs.sizes());
-  TORCH_CHECK_VALUE(log_probs.scalar_type() == at::kFloat || log_probs.scalar_type() == at::kHalf, name,
-                    " must be float32 or float16, got ", log_probs.scalar_type());
-}
-
-inline void ctc_check_state(const at::Tensor& state, int64_t beam_size, int64_t max_seq_len, const char* name) {
-  TORCH_CHECK_VALUE(state.dim() == 2 && state.scalar_type() == at::kInt, name,
-                    " must be a 2-D int32 tensor (rows, words) made by CtcStreamingDecoder.create_state, got ",
-                    state.scalar_type(), " ", state.sizes());
-  TORCH_CHECK_VALUE(state.is_contiguous(), name, " must be contiguous");
-  const int64_t words = ctc::state_words((int)beam_size, (int)max_seq_len);
-  TORCH_CHECK_VALUE(state.size(1) == words, name, " has ", state.size(1), " words per row but beam_size=",
-                    beam_size, ", max_seq_len=", max_seq_len, " need ", words,
-                    " (was it created with another config?)");
-}
-
+inline std::string s(at::ScalarType t) { return std::string(c10::toString(t)); }
+}  // namespace ctcmsg
 
 }  // namespace beamdec
+
+// One argument check: throws c10::ValueError (Python ValueError) from the calling frame; `msg` is only
+// evaluated when the check fails and must be a std::string / const char* expression.
+#define CTC_ARG_CHECK(cond, msg)                                   \
+  do {                                                             \
+    if (C10_UNLIKELY(!(cond))) {                                   \
+      const std::string ctc_arg_check_msg_ = (msg);                \
+      TORCH_CHECK_VALUE(false, ctc_arg_check_msg_);                \
+    }                                                              \
+  } while (0)
+
+#define CTC_CHECK_CONFIG(beam_size, blank_id, vocab_size, nbest, max_seq_len, page_size, num_pages)                 \
+  do {                                                                                                              \
+    using beamdec::ctcmsg::s;                                                                                       \
+    CTC_ARG_CHECK((beam_size) >= 1 && (beam_size) <= beamdec::ctc::kMaxBeam,                                        \
+                  "beam_size must be in [1, " + s(beamdec::ctc::kMaxBeam) + "], got " + s(beam_size));              \
+    CTC_ARG_CHECK((vocab_size) >= 2,                                                                                \
+                  "log_probs: vocabulary size V (last dim) must be >= 2 (blank + one token), got " + s(vocab_size)); \
+    CTC_ARG_CHECK((blank_id) >= 0 && (blank_id) < (vocab_size),                                                     \
+                  "blank_id must be in [0, V=" + s(vocab_size) + "), got " + s(blank_id));                          \
+    CTC_ARG_CHECK((nbest) >= 1 && (nbest) <= (beam_size),                                                           \
+                  "nbest must be in [1, beam_size=" + s(beam_size) + "], got " + s(nbest));                         \
+    CTC_ARG_CHECK((max_seq_len) >= 1 && (max_seq_len) <= (1 << 24),                                                 \
+                  "max_seq_len must be in [1, 2^24], got " + s(max_seq_len));                                       \
+    CTC_ARG_CHECK((page_size) >= 0 && (page_size) <= 4096, "page_size must be 0 (flat) or in [1, 4096], got " +    \
+                                                              s(page_size));                                        \
+    CTC_ARG_CHECK((page_size) == 0 || ((num_pages) >= 1 && (num_pages) <= (1 << 26)),                               \
+                  "num_pages must be in [1, 2^26] with paged storage, got " + s(num_pages));                        \
+    CTC_ARG_CHECK(beamdec::ctc::state_words((int)(beam_size), (int)(max_seq_len), (int)(page_size),                 \
+                                            (int)(num_pages)) < (int64_t(1) << 31),                                  \
+                  "state too large: beam_size * max_seq_len (or the page pool) must stay below 2^31 words");       \
+  } while (0)
+
+#define CTC_CHECK_LOG_PROBS(log_probs, name)                                                                        \
+  do {                                                                                                              \
+    using beamdec::ctcmsg::s;                                                                                       \
+    CTC_ARG_CHECK((log_probs).dim() == 3,                                                                           \
+                  std::string(name) + " must be 3-D (B, T, V), got shape " + s((log_probs).sizes()));               \
+    CTC_ARG_CHECK((log_probs).scalar_type() == at::kFloat || (log_probs).scalar_type() == at::kHalf,                \
+                  std::string(name) + " must be float32 or float16, got " + s((log_probs).scalar_type()));          \
+  } while (0)
+
+#define CTC_CHECK_STATE(state, beam_size, max_seq_len, page_size, num_pages, name)                                  \
+  do {                                                                                                              \
+    using beamdec::ctcmsg::s;                                                                                       \
+    CTC_ARG_CHECK((state).dim() == 2 && (state).scalar_type() == at::kInt,                                          \
+                  std::string(name) + " must be a 2-D int32 tensor (rows, words) made by "                          \
+                                      "CtcStreamingDecoder.create_state, got " +                                    \
+                      s((state).scalar_type()) + " " + s((state).sizes()));                                         \
+    CTC_ARG_CHECK((state).is_contiguous(), std::string(name) + " must be contiguous");                              \
+    const int64_t ctc_words_ = beamdec::ctc::state_words((int)(beam_size), (int)(max_seq_len), (int)(page_size),    \
+                                                         (int)(num_pages));                                         \
+    CTC_ARG_CHECK((state).size(1) == ctc_words_,                                                                    \
+                  std::string(name) + " has " + s((state).size(1)) + " words per row but beam_size=" +              \
+                      s(beam_size) + ", max_seq_len=" + s(max_seq_len) + ", page_size=" + s(page_size) +            \
+                      ", num_pages=" + s(num_pages) + " need " + s(ctc_words_) +                                    \
+                      " (was it created with another config?)");                                                   \
+  } while (0)

@@ -8,9 +8,29 @@
 //   slot[beam]                    which token slot holds this beam's prefix (a permutation of [0, beam))
 //   hash_lo/hi, phash_lo/hi       64-bit hash of the prefix and of the prefix without its last token (GPU
 //                                 only: finds merge pairs without comparing token lists)
-//   tokens[beam][max_len]         token slots
-// Slots make the token store single-buffered: a winner that keeps its source's slot appends in place; only
-// a source chosen by several winners is copied (into slots freed by sources nobody chose).
+//   flat storage (page_size == 0):
+//     tokens[beam][max_len]       token slots
+//   paged storage (page_size > 0; P = page_size, NP = num_pages):
+//     parent[NP]                  the page holding the previous P tokens of a prefix (-1: none)
+//     refcnt[NP]                  beams whose last page it is + pages whose parent it is
+//     free_stack[NP]              recycled pages (top in header kHdrFreeTop; never-used pages come from
+//                                 the bump counter kHdrNextFresh)
+//     pages[NP][P]                token storage
+//     and slot[beam] holds each beam's last page (-1: empty prefix; -2: tokens lost, pool exhausted).
+// Flat storage keeps each prefix in a slot (a permutation of [0, beam)): a winner that keeps its source's
+// slot appends in place; a source chosen by several winners is forked into a slot freed by a source
+// nobody chose, copying the prefix. Paged storage shares prefixes: a prefix is a chain of fixed-size pages
+// linked to their parents (the page table of a prefix, implicit), so a fork only takes a reference on the
+// source's last page, and a beam nobody keeps drops its reference (pages reaching zero return to the free
+// stack and release their parent in turn). Appending into a partly filled page that someone else also
+// references copies it first (copy on write); into a full page, a new page is chained. Fork, release and
+// append are O(1) per beam instead of O(prefix); reading a prefix back walks its chain (finalize only).
+// Per frame: release unkept beams and reference forked pages -> decide appends on those counts ->
+// allocations in winner order (the i-th takes free_stack[top-1-i], then fresh pages) -> pages freed by
+// the copies are pushed last, so no allocation of a frame races with a release of the same frame.
+// Default NP = beam * (ceil(max_len / P) + 1): never exhausted (live pages <= beam * ceil(max_len / P),
+// plus <= beam new ones per frame). A smaller pool can run out: the beam's tokens are then lost (slot -2,
+// status kStatusPoolFull) and the Python layer raises if a returned hypothesis is one of them.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +56,12 @@ constexpr int kHdrLastSel = 1;     // global index of the last selected frame
 constexpr int kHdrFramesSeen = 2;  // frames given to this row so far (selected or not)
 constexpr int kHdrActive = 3;      // number of live beams
 constexpr int kHdrStatus = 4;      // kStatus* bits
+constexpr int kHdrFreeTop = 5;     // paged: entries on the free stack
+constexpr int kHdrNextFresh = 6;   // paged: pages [next_fresh, NP) were never used
 
 constexpr int kStatusBadValue = 1;  // NaN or +inf seen in log_probs
 constexpr int kStatusCapHit = 2;    // some hypothesis reached max_seq_len (it stops growing)
+constexpr int kStatusPoolFull = 4;  // paged: an append found no free page (that token is lost)
 
 // Candidate chars kept per frame by the pre-pass: enough that any (beam, char) extension outside them
 // ranks below `beam` extensions of the same beam that are inside (see ctc_decode.cuh).
@@ -50,6 +73,8 @@ CTC_HD int candidate_count(int beam, int vocab) {
 struct StateLayout {
   int beam;
   int max_len;
+  int page_size = 0;  // 0: flat token slots
+  int num_pages = 0;  // paged: physical pages per row
   CTC_HD int pb() const { return kHeaderWords; }
   CTC_HD int pnb() const { return kHeaderWords + 1 * beam; }
   CTC_HD int last() const { return kHeaderWords + 2 * beam; }
@@ -59,11 +84,28 @@ struct StateLayout {
   CTC_HD int hash_hi() const { return kHeaderWords + 6 * beam; }
   CTC_HD int phash_lo() const { return kHeaderWords + 7 * beam; }
   CTC_HD int phash_hi() const { return kHeaderWords + 8 * beam; }
-  CTC_HD int tokens() const { return kHeaderWords + 9 * beam; }
-  CTC_HD int64_t words() const { return (int64_t)tokens() + (int64_t)beam * max_len; }
+  CTC_HD int tokens() const { return kHeaderWords + 9 * beam; }  // flat
+  CTC_HD bool paged() const { return page_size > 0; }
+  CTC_HD int max_pages() const { return page_size > 0 ? (max_len + page_size - 1) / page_size : 0; }
+  CTC_HD int64_t parent() const { return kHeaderWords + 9 * beam; }  // paged
+  CTC_HD int64_t refcnt() const { return parent() + num_pages; }
+  CTC_HD int64_t free_stack() const { return refcnt() + num_pages; }
+  CTC_HD int64_t pages() const { return free_stack() + num_pages; }
+  CTC_HD int64_t words() const {
+    return paged() ? pages() + (int64_t)num_pages * page_size : (int64_t)tokens() + (int64_t)beam * max_len;
+  }
 };
 
-CTC_HD int64_t state_words(int beam, int max_len) { return StateLayout{beam, max_len}.words(); }
+constexpr int kNoPage = -1;    // slot of a paged beam with the empty prefix
+constexpr int kLostPage = -2;  // slot of a paged beam whose tokens were lost (pool exhausted)
+
+CTC_HD int default_num_pages(int beam, int max_len, int page_size) {
+  return page_size > 0 ? beam * ((max_len + page_size - 1) / page_size + 1) : 0;
+}
+
+CTC_HD int64_t state_words(int beam, int max_len, int page_size = 0, int num_pages = 0) {
+  return StateLayout{beam, max_len, page_size, num_pages}.words();
+}
 
 // log(exp(a) + exp(b)) with -inf as the identity.
 CTC_HD float log_add(float a, float b) {

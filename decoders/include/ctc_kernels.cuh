@@ -56,7 +56,7 @@ struct FrameArgs {
   int32_t* pre_ids;        // (kTile, rows, C)
   float* pre_lp;           // (kTile, rows, C)
   int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
-  int warp_select;         // 1: beams <= 16 select with one warp merging per-beam streams
+  int page_size, num_pages;  // paged token storage (page_size 0: flat)
   StateRefs states;
 };
 
@@ -247,6 +247,7 @@ struct DecodeShared {
   uint32_t hist[256];
   int sel[2];
   int nb, step, last_sel, status, frames_seen;
+  int ptop, pfresh, ndef, def[kMaxBeam];  // paged: free-stack top, fresh-page counter, deferred frees
   typename cub::BlockScan<int, NT>::TempStorage iscan;
   typename cub::BlockScan<unsigned long long, NT>::TempStorage scan;
 };
@@ -258,10 +259,15 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
   const int row = blockIdx.x, tid = threadIdx.x;
   const int beam = a.beam, C = a.C, max_len = a.max_len;
   const int NS = beam * (C + 1);
-  const bool warp_select = a.warp_select && beam <= 16;
-  const StateLayout L{beam, max_len};
+  const bool paged = a.page_size > 0;
+  const int P = a.page_size;
+  const StateLayout L{beam, max_len, a.page_size, a.num_pages};
   int32_t* w = a.states.row(row);
   int32_t* tokens = w + L.tokens();
+  int32_t* parent = w + L.parent();
+  int32_t* rc = w + L.refcnt();
+  int32_t* stack = w + L.free_stack();
+  int32_t* pages = w + L.pages();
   const T* lp_row = a.log_probs + (int64_t)row * a.b_stride;
 
   if (tid == 0) {
@@ -270,6 +276,9 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     s.status = w[kHdrStatus];
     s.nb = s.step == 0 ? 1 : w[kHdrActive];
     s.frames_seen = w[kHdrFramesSeen];
+    s.ptop = w[kHdrFreeTop];
+    s.pfresh = w[kHdrNextFresh];
+    s.ndef = 0;
   }
   for (int p = tid; p < tile_len; p += NT) s.cnt[p] = a.pre_cnt[(int64_t)p * a.rows + row];
   __syncthreads();
@@ -286,7 +295,7 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
   const T* lp_cur = lp_row + (int64_t)(t0 + cur) * a.t_stride;
   if (s.step == 0) {  // nothing decoded yet: the empty prefix with probability 1
     if (tid < beam) {
-      s.slot[tid] = tid;
+      s.slot[tid] = paged ? kNoPage : tid;
       s.pb[tid] = tid == 0 ? 0.0f : -INFINITY;
       s.pnb[tid] = -INFINITY;
       s.len[tid] = 0;
@@ -393,134 +402,66 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
 
     // phase 3-5: the top `beam` candidates (stays and extensions; ties: deterministic)
     int nw;
-    if (warp_select) {
-      // beam <= 16 (C <= 33): one warp merges the per-beam candidate streams. Within beam k ordinary
-      // extensions score lps[i] + A_k, i.e. in list order; the last char (scored from pb_k) and the stay
-      // are single extra heads. 3*nb <= 48 heads, two per lane; beam rounds of warp max.
-      if (tid < 32) {
-        const int lane = tid;
-        uint32_t key[2];
-        int ptr[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int hid = lane + 32 * h;
-          const int k = hid / 3, type = hid - (hid / 3) * 3;
-          key[h] = 0u;
-          ptr[h] = 0;
-          if (k < nb) {
-            if (type == 0) {  // stay
-              const float snb = log_add(s.len[k] > 0 ? s.lp_last[k] + s.pnb[k] : -INFINITY, s.fold[k]);
-              const float sc = log_add(lp_blank + s.A[k], snb);
-              key[h] = sc == -INFINITY ? 0u : float_key(sc);
-              if (first && beam > 1 && k == 0 && key[h] != 0u) key[h] = 0xFFFFFFFFu;
-            } else if (s.len[k] < max_len) {
-              const unsigned long long ex = s.exmask[k];
-              if (type == 1) {  // first ordinary extension
-                int i = 0;
-                while (i < cnt && (ids[i] == s.last[k] || ((ex >> i) & 1ull))) ++i;
-                ptr[h] = i;
-                if (i < cnt) {
-                  const float sc = lps[i] + s.A[k];
-                  key[h] = sc == -INFINITY ? 0u : float_key(sc);
-                }
-              } else {  // the last char again (needs the blank-ending path)
-                const int p = s.lastpos[k];
-                if (p >= 0 && !((ex >> p) & 1ull)) {
-                  const float sc = lps[p] + s.pb[k];
-                  key[h] = sc == -INFINITY ? 0u : float_key(sc);
-                  ptr[h] = p;
-                }
-              }
-            }
-          }
+    {
+    // general: score every candidate slot, then select
+    for (int q = tid; q < NS; q += NT) {
+      float sc = -INFINITY;
+      if (q < beam) {
+        if (q < nb) {
+          const float snb = log_add(s.len[q] > 0 ? s.lp_last[q] + s.pnb[q] : -INFINITY, s.fold[q]);
+          sc = log_add(lp_blank + s.A[q], snb);
         }
-        int r = 0;
-        for (; r < beam; ++r) {
-          const int hb = key[1] > key[0] ? 1 : 0;
-          const uint32_t mine = key[hb];
-          const uint32_t best = __reduce_max_sync(0xFFFFFFFFu, mine);
-          if (best == 0u) break;
-          const unsigned who = __ballot_sync(0xFFFFFFFFu, mine == best);
-          if (lane == __ffs(who) - 1) {
-            const int hid = lane + 32 * hb;
-            const int k = hid / 3, type = hid - (hid / 3) * 3;
-            s.win[r] = type == 0 ? k : beam + k * C + ptr[hb];
-            key[hb] = 0u;
-            if (type == 1) {  // advance to the next ordinary extension of beam k
-              const unsigned long long ex = s.exmask[k];
-              int i = ptr[hb] + 1;
-              while (i < cnt && (ids[i] == s.last[k] || ((ex >> i) & 1ull))) ++i;
-              ptr[hb] = i;
-              if (i < cnt) {
-                const float sc = lps[i] + s.A[k];
-                key[hb] = sc == -INFINITY ? 0u : float_key(sc);
-              }
-            }
-          }
-        }
-        if (lane == 0) s.sel[0] = r;
-      }
-      __syncthreads();
-      nw = s.sel[0];
-    } else {
-      // general: score every candidate slot, then select
-      for (int q = tid; q < NS; q += NT) {
-        float sc = -INFINITY;
-        if (q < beam) {
-          if (q < nb) {
-            const float snb = log_add(s.len[q] > 0 ? s.lp_last[q] + s.pnb[q] : -INFINITY, s.fold[q]);
-            sc = log_add(lp_blank + s.A[q], snb);
-          }
-        } else {
-          const int e = q - beam;
-          const int k = e / C, i = e - k * C;
-          if (k < nb && i < cnt && i < beam + 1 + s.mcount[k] && s.len[k] < max_len) {
-            const int c = ids[i];
-            sc = lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
-          }
-        }
-        uint32_t key = sc == -INFINITY ? 0u : float_key(sc);
-        if (first && beam > 1 && q == 0 && key != 0u) key = 0xFFFFFFFFu;  // reserved empty-prefix slot
-        s_cand_key[q] = key;
-      }
-      __syncthreads();
-      if (tid < nb && s.excl[tid] >= 0) s_cand_key[beam + s.parent[tid] * C + s.excl[tid]] = 0u;  // merged
-      __syncthreads();
-      // few live candidates: compact + rank by counting; many: radix select + ordered gather
-      const int per = (NS + NT - 1) / NT;
-      const int beg = min(NS, tid * per), end = min(NS, beg + per);
-      int live = 0;
-      for (int q = beg; q < end; ++q) live += s_cand_key[q] != 0u;
-      int off, total;
-      cub::BlockScan<int, NT>(s.iscan).ExclusiveSum(live, off, total);
-      if (total <= kRankSelectMax) {
-        for (int q = beg; q < end; ++q) {
-          const uint32_t key = s_cand_key[q];
-          if (key != 0u) {
-            s.cidx[off] = q;
-            s.ckey[off] = key;
-            ++off;
-          }
-        }
-        __syncthreads();
-        for (int i = tid; i < total; i += NT) {
-          const uint32_t ki = s.ckey[i];
-          int r = 0;
-          for (int j = 0; j < total; ++j) {
-            const uint32_t kj = s.ckey[j];
-            r += (kj > ki) | ((kj == ki) & (j < i));
-          }
-          if (r < beam) s.win[r] = s.cidx[i];
-        }
-        nw = total < beam ? total : beam;
-        __syncthreads();
       } else {
-        uint32_t thr;
-        int k_eq;
-        auto key_at = [&](int q) -> uint32_t { return s_cand_key[q]; };
-        block_radix_select<NT>(key_at, NS, beam, s.hist, s.sel, thr, k_eq);
-        nw = block_ordered_gather<NT>(key_at, NS, thr, k_eq, thr != 0u, s.win, s.scan);
+        const int e = q - beam;
+        const int k = e / C, i = e - k * C;
+        if (k < nb && i < cnt && i < beam + 1 + s.mcount[k] && s.len[k] < max_len) {
+          const int c = ids[i];
+          sc = lps[i] + (c == s.last[k] ? s.pb[k] : s.A[k]);
+        }
       }
+      uint32_t key = sc == -INFINITY ? 0u : float_key(sc);
+      if (first && beam > 1 && q == 0 && key != 0u) key = 0xFFFFFFFFu;  // reserved empty-prefix slot
+      s_cand_key[q] = key;
+    }
+    __syncthreads();
+    if (tid < nb && s.excl[tid] >= 0) s_cand_key[beam + s.parent[tid] * C + s.excl[tid]] = 0u;  // merged
+    __syncthreads();
+    // few live candidates: compact + rank by counting; many: radix select + ordered gather
+    const int per = (NS + NT - 1) / NT;
+    const int beg = min(NS, tid * per), end = min(NS, beg + per);
+    int live = 0;
+    for (int q = beg; q < end; ++q) live += s_cand_key[q] != 0u;
+    int off, total;
+    cub::BlockScan<int, NT>(s.iscan).ExclusiveSum(live, off, total);
+    if (total <= kRankSelectMax) {
+      for (int q = beg; q < end; ++q) {
+        const uint32_t key = s_cand_key[q];
+        if (key != 0u) {
+          s.cidx[off] = q;
+          s.ckey[off] = key;
+          ++off;
+        }
+      }
+      __syncthreads();
+      for (int i = tid; i < total; i += NT) {
+        const uint32_t ki = s.ckey[i];
+        int r = 0;
+        for (int j = 0; j < total; ++j) {
+          const uint32_t kj = s.ckey[j];
+          r += (kj > ki) | ((kj == ki) & (j < i));
+        }
+        if (r < beam) s.win[r] = s.cidx[i];
+      }
+      nw = total < beam ? total : beam;
+      __syncthreads();
+    } else {
+      uint32_t thr;
+      int k_eq;
+      auto key_at = [&](int q) -> uint32_t { return s_cand_key[q]; };
+      block_radix_select<NT>(key_at, NS, beam, s.hist, s.sel, thr, k_eq);
+      nw = block_ordered_gather<NT>(key_at, NS, thr, k_eq, thr != 0u, s.win, s.scan);
+    }
+
     }
 
     // phase 6: new beam state (+ issue the next frame's lp[last] loads)
@@ -559,62 +500,132 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
       if (nxt >= 0 && new_len > 0) pf_last = load_lp(lp_next + new_last);
     }
     __syncthreads();
-    // token slots: the first winner of a source keeps its slot, later ones take slots of unchosen sources
-    if (beam <= 32) {
-      if (tid < 32) {
-        const int lane = tid;
-        const bool unused = lane < beam && s.uses[lane] == 0;
-        const unsigned free_mask = __ballot_sync(0xFFFFFFFFu, unused);
-        if (unused) s.free_slots[__popc(free_mask & ((1u << lane) - 1u))] = s.slot[lane];
-        bool copy = false;
-        if (lane < nw) {
-          const int k = s.n_src[lane];
-          for (int y = 0; y < lane; ++y) copy |= s.n_src[y] == k;
-        }
-        const unsigned copy_mask = __ballot_sync(0xFFFFFFFFu, copy);
-        __syncwarp();
-        if (lane < nw) {
-          s.n_copy[lane] = copy;
-          s.n_slot[lane] = copy ? s.free_slots[__popc(copy_mask & ((1u << lane) - 1u))] : s.slot[s.n_src[lane]];
-        } else if (lane < beam) {
-          s.n_slot[lane] = s.free_slots[__popc(copy_mask) + (lane - nw)];
+    if (paged) {
+      // paged storage (ctc_common.cuh): 1. beams nobody keeps drop their last page, cascading;
+      // 2. later winners of a source reference its last page
+      if (tid < nb && s.uses[tid] == 0) {
+        for (int x = s.slot[tid]; x >= 0;) {
+          if (atomicSub(&rc[x], 1) > 1) break;
+          stack[atomicAdd(&s.ptop, 1)] = x;
+          x = parent[x];
         }
       }
-    } else if (tid == 0) {
-      int nfree = 0;
-      for (int k = 0; k < beam; ++k)
-        if (s.uses[k] == 0) s.free_slots[nfree++] = s.slot[k];
-      int taken = 0;
-      for (int x = 0; x < nw; ++x) {
-        const int k = s.n_src[x];
-        if (s.uses[k] > 0) {
-          s.uses[k] = -1;
-          s.n_slot[x] = s.slot[k];
-          s.n_copy[x] = 0;
+      if (tid < nw) {
+        const int k = s.n_src[tid];
+        bool fork = false;
+        for (int y = 0; y < tid; ++y) fork |= s.n_src[y] == k;
+        if (fork && s.slot[k] >= 0) atomicAdd(&rc[s.slot[k]], 1);
+      }
+      __syncthreads();
+      // 3. appends, decided on those counts; allocations in winner order
+      int need = 0;  // 1 fresh page, 2 copy on write, 3 in place, 4 lost
+      int x = kNoPage, off = 0, tok = -1;
+      if (tid < nw) {
+        x = s.slot[s.n_src[tid]];
+        tok = s.n_tok[tid];
+        off = s.len[s.n_src[tid]] % P;
+        if (tok >= 0) need = x == kLostPage ? 4 : off == 0 ? 1 : (rc[x] > 1 ? 2 : 3);
+      }
+      const int top = s.ptop;
+      int ai, nalloc;
+      cub::BlockScan<int, NT>(s.iscan).ExclusiveSum((need == 1 || need == 2) ? 1 : 0, ai, nalloc);
+      int ntail = x;
+      if (need == 3) {
+        pages[(int64_t)x * P + off] = tok;
+      } else if (need == 4) {
+        atomicOr(&s.status, kStatusPoolFull);
+      } else if (need != 0) {
+        const int pg = ai < top ? stack[top - 1 - ai] : (s.pfresh + (ai - top) < a.num_pages ? s.pfresh + (ai - top) : -1);
+        if (pg < 0) {
+          atomicOr(&s.status, kStatusPoolFull);
+          ntail = kLostPage;
         } else {
-          s.n_slot[x] = s.free_slots[taken++];
-          s.n_copy[x] = 1;
+          rc[pg] = 1;
+          pages[(int64_t)pg * P + off] = tok;
+          ntail = pg;
+          if (need == 1) {
+            parent[pg] = x;
+          } else {
+            for (int q = 0; q < off; ++q) pages[(int64_t)pg * P + q] = pages[(int64_t)x * P + q];
+            const int px = parent[x];
+            parent[pg] = px;
+            if (px >= 0) atomicAdd(&rc[px], 1);
+            if (atomicSub(&rc[x], 1) == 1) s.def[atomicAdd(&s.ndef, 1)] = x;
+          }
         }
       }
-      for (int x = nw; x < beam; ++x) s.n_slot[x] = s.free_slots[taken++];
-    }
-    __syncthreads();
-
-    // phase 7: token copies (forks) and appends; copies read [0, len) of the source slot while its
-    // keeper appends at len: disjoint.
-    {
-      const int warp = tid >> 5, lane = tid & 31;
-      for (int x = warp; x < nw; x += NT / 32) {
-        if (!s.n_copy[x]) continue;
-        const int k = s.n_src[x];
-        const int32_t* src = tokens + (int64_t)s.slot[k] * max_len;
-        int32_t* dst = tokens + (int64_t)s.n_slot[x] * max_len;
-        for (int p = lane; p < s.len[k]; p += 32) dst[p] = src[p];
+      if (tid < beam) s.n_slot[tid] = tid < nw ? ntail : kNoPage;
+      __syncthreads();
+      // 4. pages freed by the copies go back last
+      const int top2 = top - min(nalloc, top);
+      if (tid < s.ndef) {
+        const int y = s.def[tid];
+        stack[top2 + tid] = y;
+        if (parent[y] >= 0) atomicSub(&rc[parent[y]], 1);
       }
-      if (tid < nw && s.n_tok[tid] >= 0)
-        tokens[(int64_t)s.n_slot[tid] * max_len + s.len[s.n_src[tid]]] = s.n_tok[tid];
+      if (tid == 0) {
+        s.pfresh = min(a.num_pages, s.pfresh + max(0, nalloc - top));
+        s.ptop = top2 + s.ndef;
+      }
+      __syncthreads();
+    } else {
+      // token slots: the first winner of a source keeps its slot, later ones take slots of unchosen sources
+      if (beam <= 32) {
+        if (tid < 32) {
+          const int lane = tid;
+          const bool unused = lane < beam && s.uses[lane] == 0;
+          const unsigned free_mask = __ballot_sync(0xFFFFFFFFu, unused);
+          if (unused) s.free_slots[__popc(free_mask & ((1u << lane) - 1u))] = s.slot[lane];
+          bool copy = false;
+          if (lane < nw) {
+            const int k = s.n_src[lane];
+            for (int y = 0; y < lane; ++y) copy |= s.n_src[y] == k;
+          }
+          const unsigned copy_mask = __ballot_sync(0xFFFFFFFFu, copy);
+          __syncwarp();
+          if (lane < nw) {
+            s.n_copy[lane] = copy;
+            s.n_slot[lane] = copy ? s.free_slots[__popc(copy_mask & ((1u << lane) - 1u))] : s.slot[s.n_src[lane]];
+          } else if (lane < beam) {
+            s.n_slot[lane] = s.free_slots[__popc(copy_mask) + (lane - nw)];
+          }
+        }
+      } else if (tid == 0) {
+        int nfree = 0;
+        for (int k = 0; k < beam; ++k)
+          if (s.uses[k] == 0) s.free_slots[nfree++] = s.slot[k];
+        int taken = 0;
+        for (int x = 0; x < nw; ++x) {
+          const int k = s.n_src[x];
+          if (s.uses[k] > 0) {
+            s.uses[k] = -1;
+            s.n_slot[x] = s.slot[k];
+            s.n_copy[x] = 0;
+          } else {
+            s.n_slot[x] = s.free_slots[taken++];
+            s.n_copy[x] = 1;
+          }
+        }
+        for (int x = nw; x < beam; ++x) s.n_slot[x] = s.free_slots[taken++];
+      }
+      __syncthreads();
+
+      // phase 7: token copies (forks) and appends; copies read [0, len) of the source slot while its
+      // keeper appends at len: disjoint.
+      {
+        const int warp = tid >> 5, lane = tid & 31;
+        for (int x = warp; x < nw; x += NT / 32) {
+          if (!s.n_copy[x]) continue;
+          const int k = s.n_src[x];
+          const int32_t* src = tokens + (int64_t)s.slot[k] * max_len;
+          int32_t* dst = tokens + (int64_t)s.n_slot[x] * max_len;
+          for (int p = lane; p < s.len[k]; p += 32) dst[p] = src[p];
+        }
+        if (tid < nw && s.n_tok[tid] >= 0)
+          tokens[(int64_t)s.n_slot[tid] * max_len + s.len[s.n_src[tid]]] = s.n_tok[tid];
+      }
+      __syncthreads();
     }
-    __syncthreads();
     if (tid < beam) {
       s.slot[tid] = s.n_slot[tid];
       if (tid < nw) {
@@ -636,6 +647,7 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
       s.nb = nw;
       s.step += 1;
       s.last_sel = (int)g;
+      s.ndef = 0;
     }
     __syncthreads();
     buf ^= 1;
@@ -663,6 +675,426 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     // the pre-pass may have set the bad-value bit in an earlier launch: OR, don't overwrite
     w[kHdrStatus] = s.status | w[kHdrStatus];
     w[kHdrFramesSeen] = s.frames_seen + advance_frames;
+    w[kHdrFreeTop] = s.ptop;
+    w[kHdrNextFresh] = s.pfresh;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// One-warp decode kernel for beam <= 32 (the default path there): lane j holds beam j's state in registers,
+// so a frame needs no block barrier and almost no shared memory round trips.
+//   1. collapse after skipped frames; A_j = logaddexp(pb_j, pnb_j)
+//   2. lastpos_j = where beam j's last char sits in the frame's candidate list (linear scan, broadcast)
+//   3. merge pairs by prefix hash (shuffles over the nb beams): parent_j = the beam whose prefix is beam j's
+//      minus its last char; that extension is folded into beam j's stay and excluded from the parent
+//   4. each lane offers at most three heads: its stay, its last-char extension (scored from pb), and the
+//      next ordinary extension of its stream (list order = score order, since ordinary extensions of beam
+//      j score lp[c] + A_j); rounds of warp max over (key, -slot code) pick the top `beam` in rank order,
+//      with the same slot codes and tie order as the block kernel's slot table (stays first, lower beam,
+//      lower list position)
+//   5. winners gather their source's state with shuffles; storage: flat slots (forks copy the prefix, 128
+//      tokens per load round) or paged (ctc_common.cuh), warp-synchronous
+// The next frame's candidate list, lp[blank] and lp[new last] are loaded during the frame.
+struct WarpShared {
+  int ids[2][2 * 32 + 1];
+  float lps[2][2 * 32 + 1];
+  float lp_blank[2];
+  int cnt[kTile];
+  int win[32];
+  int free_slots[32];
+  unsigned ex[32][3];  // per beam: list positions whose extension is merged into another beam
+  int top;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
+  constexpr unsigned kFull = 0xFFFFFFFFu;
+  __shared__ WarpShared s;
+  const int row = blockIdx.x, lane = threadIdx.x;
+  const int beam = a.beam, C = a.C, max_len = a.max_len, P = a.page_size, NP = a.num_pages;
+  const bool paged = P > 0;
+  const unsigned lt_mask = (1u << lane) - 1u;
+  const StateLayout L{beam, max_len, P, NP};
+  int32_t* w = a.states.row(row);
+  int32_t* tokens = w + L.tokens();
+  int32_t* parent = w + L.parent();
+  int32_t* rc = w + L.refcnt();
+  int32_t* stack = w + L.free_stack();
+  int32_t* pages = w + L.pages();
+  const T* lp_row = a.log_probs + (int64_t)row * a.b_stride;
+
+  int step = w[kHdrStep];
+  int last_sel = w[kHdrLastSel];
+  const int frames_seen = w[kHdrFramesSeen];
+  int nb = step == 0 ? 1 : w[kHdrActive];
+  int top = w[kHdrFreeTop], fresh = w[kHdrNextFresh];
+  int flags = 0;  // status bits seen by this lane
+  for (int p = lane; p < tile_len; p += 32) s.cnt[p] = a.pre_cnt[(int64_t)p * a.rows + row];
+  __syncwarp();
+  auto next_selected = [&](int p) -> int {
+    for (++p; p < tile_len; ++p)
+      if (s.cnt[p] >= 0) return p;
+    return -1;
+  };
+  int cur = next_selected(-1);
+  if (cur < 0) {
+    if (lane == 0) w[kHdrFramesSeen] = frames_seen + advance_frames;
+    return;
+  }
+  const T* lp_cur = lp_row + (int64_t)(t0 + cur) * a.t_stride;
+  float pb = -INFINITY, pnb = -INFINITY, lp_last = -INFINITY;
+  int last = -1, len = 0, slot = paged ? kNoPage : lane;
+  unsigned long long hash = kEmptyHash, phash = 0;
+  if (step == 0) {
+    pb = lane == 0 ? 0.0f : -INFINITY;
+  } else if (lane < beam) {
+    slot = w[L.slot() + lane];
+    if (lane < nb) {
+      pb = __int_as_float(w[L.pb() + lane]);
+      pnb = __int_as_float(w[L.pnb() + lane]);
+      last = w[L.last() + lane];
+      len = w[L.len() + lane];
+      hash = (unsigned long long)(uint32_t)w[L.hash_lo() + lane] |
+             ((unsigned long long)(uint32_t)w[L.hash_hi() + lane] << 32);
+      phash = (unsigned long long)(uint32_t)w[L.phash_lo() + lane] |
+              ((unsigned long long)(uint32_t)w[L.phash_hi() + lane] << 32);
+      if (len > 0) lp_last = load_lp(lp_cur + last);
+    }
+  }
+  {
+    const int64_t base = ((int64_t)cur * a.rows + row) * C;
+    for (int i = lane; i < s.cnt[cur]; i += 32) {
+      s.ids[0][i] = a.pre_ids[base + i];
+      s.lps[0][i] = a.pre_lp[base + i];
+    }
+    if (lane == 0) s.lp_blank[0] = load_lp(lp_cur + a.blank);
+  }
+  __syncwarp();
+
+  int buf = 0;
+  while (cur >= 0) {
+    const int cnt = s.cnt[cur];
+    const int nxt = next_selected(cur);
+    const T* lp_next = nxt >= 0 ? lp_row + (int64_t)(t0 + nxt) * a.t_stride : nullptr;
+    // the next decoded frame's list and lp[blank]: loads issued now, stored at the end of the frame
+    int pf_id[3] = {0, 0, 0};
+    float pf_lp[3] = {0.0f, 0.0f, 0.0f};
+    float pf_blank = 0.0f;
+    const int pf_cnt = nxt >= 0 ? s.cnt[nxt] : 0;
+    if (nxt >= 0) {
+      const int64_t base = ((int64_t)nxt * a.rows + row) * C;
+#pragma unroll
+      for (int m = 0; m < 3; ++m) {
+        const int i = lane + 32 * m;
+        if (i < pf_cnt) {
+          pf_id[m] = a.pre_ids[base + i];
+          pf_lp[m] = a.pre_lp[base + i];
+        }
+      }
+      if (lane == 0) pf_blank = load_lp(lp_next + a.blank);
+    }
+    const int64_t g = (int64_t)frames_seen + t0 + cur;
+    const bool first = step == 0;
+    const bool gap = !first && g > (int64_t)last_sel + 1;
+    const int* ids = s.ids[buf];
+    const float* lps = s.lps[buf];
+    const float lp_blank = s.lp_blank[buf];
+    const bool valid = lane < nb;
+
+    // 1. collapse after skipped frames
+    if (gap && valid) {
+      pb = log_add(pb, pnb);
+      pnb = -INFINITY;
+    }
+    const float A = valid ? log_add(pb, pnb) : -INFINITY;
+    // 2. my last char in the list
+    int lastpos = -1;
+    if (valid && len > 0)
+      for (int i = 0; i < cnt; ++i)
+        if (ids[i] == last) lastpos = i;
+    // 3. merge pairs: my parent's prefix is mine without my last char
+    int par = -1;
+    const unsigned h_lo = (unsigned)(hash & 0xFFFFFFFFull), h_hi = (unsigned)(hash >> 32);
+    for (int q = 0; q < nb; ++q) {
+      const unsigned q_lo = __shfl_sync(kFull, h_lo, q), q_hi = __shfl_sync(kFull, h_hi, q);
+      const int q_len = __shfl_sync(kFull, len, q);
+      if (valid && len > 0 && q_len == len - 1 && (((unsigned long long)q_hi << 32) | q_lo) == phash) par = q;
+    }
+    s.ex[lane][0] = 0u;
+    s.ex[lane][1] = 0u;
+    s.ex[lane][2] = 0u;
+    const int pq = par >= 0 ? par : lane;
+    const float par_pb = __shfl_sync(kFull, pb, pq), par_A = __shfl_sync(kFull, A, pq);
+    const int par_last = __shfl_sync(kFull, last, pq);
+    const float fold = par >= 0 ? lp_last + (last == par_last ? par_pb : par_A) : -INFINITY;
+    __syncwarp();
+    if (par >= 0 && lastpos >= 0) atomicOr(&s.ex[par][lastpos >> 5], 1u << (lastpos & 31));
+    __syncwarp();
+    const unsigned ex0 = s.ex[lane][0], ex1 = s.ex[lane][1], ex2 = s.ex[lane][2];
+    auto excluded = [&](int i) -> bool {
+      const unsigned wd = i < 32 ? ex0 : (i < 64 ? ex1 : ex2);
+      return (wd >> (i & 31)) & 1u;
+    };
+    auto next_ord = [&](int i) -> int {
+      while (i < cnt && (i == lastpos || excluded(i))) ++i;
+      return i;
+    };
+
+    // 4. heads and rounds
+    const float snb = log_add(valid && len > 0 ? lp_last + pnb : -INFINITY, fold);
+    const float stay = valid ? log_add(lp_blank + A, snb) : -INFINITY;
+    uint32_t k_stay = stay == -INFINITY ? 0u : float_key(stay);
+    if (first && beam > 1 && lane == 0 && k_stay != 0u) k_stay = 0xFFFFFFFFu;  // reserved empty prefix
+    const bool can_ext = valid && len < max_len;
+    uint32_t k_last = 0u;
+    if (can_ext && lastpos >= 0 && !excluded(lastpos)) {
+      const float sc = lps[lastpos] + pb;
+      k_last = sc == -INFINITY ? 0u : float_key(sc);
+    }
+    int oi = can_ext ? next_ord(0) : cnt;
+    uint32_t k_ord = 0u;
+    if (oi < cnt) {
+      const float sc = lps[oi] + A;
+      k_ord = sc == -INFINITY ? 0u : float_key(sc);
+    }
+    int oi2 = oi < cnt ? next_ord(oi + 1) : cnt;
+    float lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
+    const unsigned code_base = (unsigned)(beam + lane * C);
+    int nw = 0;
+    for (; nw < beam; ++nw) {
+      uint32_t bk = k_stay;
+      unsigned bc = (unsigned)lane;
+      int bt = 0;
+      if (k_last > bk) {
+        bk = k_last;
+        bc = code_base + lastpos;
+        bt = 1;
+      }
+      if (k_ord > bk || (k_ord == bk && k_ord != 0u && bt == 1 && oi < lastpos)) {
+        bk = k_ord;
+        bc = code_base + oi;
+        bt = 2;
+      }
+      const uint32_t m = __reduce_max_sync(kFull, bk);
+      if (m == 0u) break;
+      const unsigned wc = __reduce_min_sync(kFull, bk == m ? bc : 0xFFFFFFFFu);
+      if (bk == m && bc == wc) {  // slot codes are unique: exactly one lane wins the round
+        s.win[nw] = (int)wc;
+        if (bt == 0) {
+          k_stay = 0u;
+        } else if (bt == 1) {
+          k_last = 0u;
+        } else {
+          oi = oi2;
+          k_ord = 0u;
+          if (oi < cnt) {
+            const float sc = lp2 + A;
+            k_ord = sc == -INFINITY ? 0u : float_key(sc);
+          }
+          oi2 = oi < cnt ? next_ord(oi + 1) : cnt;
+          lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
+        }
+      }
+    }
+    __syncwarp();
+
+    // 5. new beams (lane r = rank r) from their sources
+    const bool is_w = lane < nw;
+    int src = lane, tok = -1;
+    float lpv = 0.0f;
+    if (is_w) {
+      const int code = s.win[lane];
+      if (code >= beam) {
+        const int e = code - beam;
+        src = e / C;
+        const int i = e - src * C;
+        tok = ids[i];
+        lpv = lps[i];
+      } else {
+        src = code;
+      }
+    }
+    const float g_pb = __shfl_sync(kFull, pb, src), g_pnb = __shfl_sync(kFull, pnb, src);
+    const float g_A = __shfl_sync(kFull, A, src), g_fold = __shfl_sync(kFull, fold, src);
+    const float g_lp_last = __shfl_sync(kFull, lp_last, src);
+    const int g_last = __shfl_sync(kFull, last, src), g_len = __shfl_sync(kFull, len, src);
+    const int g_slot = __shfl_sync(kFull, slot, src);
+    const unsigned g_lo = __shfl_sync(kFull, h_lo, src), g_hi = __shfl_sync(kFull, h_hi, src);
+    const unsigned long long g_hash = ((unsigned long long)g_hi << 32) | g_lo;
+    const unsigned g_plo = __shfl_sync(kFull, (unsigned)(phash & 0xFFFFFFFFull), src);
+    const unsigned g_phi = __shfl_sync(kFull, (unsigned)(phash >> 32), src);
+    float n_pb, n_pnb;
+    int n_last, n_len;
+    unsigned long long n_hash, n_phash;
+    if (tok < 0) {
+      n_pb = lp_blank + g_A;
+      n_pnb = log_add(g_len > 0 ? g_lp_last + g_pnb : -INFINITY, g_fold);
+      n_last = g_last;
+      n_len = g_len;
+      n_hash = g_hash;
+      n_phash = ((unsigned long long)g_phi << 32) | g_plo;
+    } else {
+      n_pb = -INFINITY;
+      n_pnb = lpv + (tok == g_last ? g_pb : g_A);
+      n_last = tok;
+      n_len = g_len + 1;
+      n_hash = extend_hash(g_hash, tok);
+      n_phash = g_hash;
+      if (n_len >= max_len) flags |= kStatusCapHit;
+    }
+    float pf_last = -INFINITY;
+    if (is_w && nxt >= 0 && n_len > 0) pf_last = load_lp(lp_next + n_last);
+
+    // storage: the first winner of a source keeps its storage, later ones fork
+    const unsigned used = __reduce_or_sync(kFull, is_w ? (1u << src) : 0u);
+    const unsigned same = __match_any_sync(kFull, is_w ? src : 64 + lane);
+    const bool fork = is_w && (same & lt_mask) != 0u;
+    const unsigned fork_mask = __ballot_sync(kFull, fork);
+    int n_slot;
+    if (!paged) {
+      const bool unused = lane < beam && !((used >> lane) & 1u);
+      const unsigned free_mask = __ballot_sync(kFull, unused);
+      if (unused) s.free_slots[__popc(free_mask & lt_mask)] = slot;
+      __syncwarp();
+      if (is_w) n_slot = fork ? s.free_slots[__popc(fork_mask & lt_mask)] : g_slot;
+      else n_slot = lane < beam ? s.free_slots[__popc(fork_mask) + (lane - nw)] : lane;
+      unsigned fm = fork_mask;
+      while (fm) {  // forks copy their source's prefix, 128 tokens per load round
+        const int r = __ffs(fm) - 1;
+        fm &= fm - 1u;
+        const int ss = __shfl_sync(kFull, g_slot, r), ds = __shfl_sync(kFull, n_slot, r);
+        const int n = __shfl_sync(kFull, g_len, r);
+        const int32_t* sp = tokens + (int64_t)ss * max_len;
+        int32_t* dp = tokens + (int64_t)ds * max_len;
+        for (int p0 = 0; p0 < n; p0 += 128) {
+          int v[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int p = p0 + lane + 32 * u;
+            v[u] = p < n ? sp[p] : 0;
+          }
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int p = p0 + lane + 32 * u;
+            if (p < n) dp[p] = v[u];
+          }
+        }
+      }
+      if (is_w && tok >= 0) tokens[(int64_t)n_slot * max_len + g_len] = tok;
+    } else {
+      // 1. beams nobody keeps drop their last page (cascading); 2. forks reference their source's
+      if (lane == 0) s.top = top;
+      __syncwarp();
+      if (valid && !((used >> lane) & 1u)) {
+        for (int x = slot; x >= 0;) {
+          if (atomicSub(&rc[x], 1) > 1) break;
+          stack[atomicAdd(&s.top, 1)] = x;
+          x = parent[x];
+        }
+      }
+      if (fork && g_slot >= 0) atomicAdd(&rc[g_slot], 1);
+      __syncwarp();
+      top = s.top;
+      // 3. appends, decided on those counts; allocations in winner (lane) order
+      const int off = g_len % P;
+      int need = 0;  // 1 fresh page, 2 copy on write, 3 in place, 4 lost
+      if (is_w && tok >= 0) need = g_slot == kLostPage ? 4 : off == 0 ? 1 : (rc[g_slot] > 1 ? 2 : 3);
+      __syncwarp();
+      const bool alloc = need == 1 || need == 2;
+      const unsigned am = __ballot_sync(kFull, alloc);
+      const int nalloc = __popc(am);
+      n_slot = is_w ? g_slot : kNoPage;
+      bool deferred = false;
+      if (need == 3) {
+        pages[(int64_t)g_slot * P + off] = tok;
+      } else if (need == 4) {
+        flags |= kStatusPoolFull;
+      } else if (alloc) {
+        const int i = __popc(am & lt_mask);
+        const int pg = i < top ? stack[top - 1 - i] : (fresh + (i - top) < NP ? fresh + (i - top) : -1);
+        if (pg < 0) {
+          flags |= kStatusPoolFull;
+          n_slot = kLostPage;
+        } else {
+          rc[pg] = 1;
+          pages[(int64_t)pg * P + off] = tok;
+          n_slot = pg;
+          if (need == 1) {
+            parent[pg] = g_slot;
+          } else {
+            for (int q = 0; q < off; ++q) pages[(int64_t)pg * P + q] = pages[(int64_t)g_slot * P + q];
+            const int px = parent[g_slot];
+            parent[pg] = px;
+            if (px >= 0) atomicAdd(&rc[px], 1);
+            deferred = atomicSub(&rc[g_slot], 1) == 1;
+          }
+        }
+      }
+      const int top2 = top - min(nalloc, top);
+      fresh = min(NP, fresh + max(0, nalloc - top));
+      const unsigned dm = __ballot_sync(kFull, deferred);
+      __syncwarp();  // allocations read the stack slots the deferred pushes overwrite
+      if (deferred) {  // 4. pages freed by the copies go back last
+        stack[top2 + __popc(dm & lt_mask)] = g_slot;
+        const int px = parent[g_slot];
+        if (px >= 0) atomicSub(&rc[px], 1);
+      }
+      top = top2 + __popc(dm);
+    }
+
+    // commit
+    if (lane < beam) slot = n_slot;
+    if (is_w) {
+      pb = n_pb;
+      pnb = n_pnb;
+      last = n_last;
+      len = n_len;
+      hash = n_hash;
+      phash = n_phash;
+      lp_last = pf_last;
+    }
+    if (nxt >= 0) {
+#pragma unroll
+      for (int m = 0; m < 3; ++m) {
+        const int i = lane + 32 * m;
+        if (i < pf_cnt) {
+          s.ids[buf ^ 1][i] = pf_id[m];
+          s.lps[buf ^ 1][i] = pf_lp[m];
+        }
+      }
+      if (lane == 0) s.lp_blank[buf ^ 1] = pf_blank;
+    }
+    nb = nw;
+    step += 1;
+    last_sel = (int)g;
+    __syncwarp();
+    buf ^= 1;
+    cur = nxt;
+  }
+
+  // write the state back
+  if (lane < beam) {
+    w[L.slot() + lane] = slot;
+    if (lane < nb) {
+      w[L.pb() + lane] = __float_as_int(pb);
+      w[L.pnb() + lane] = __float_as_int(pnb);
+      w[L.last() + lane] = last;
+      w[L.len() + lane] = len;
+      w[L.hash_lo() + lane] = (int32_t)(uint32_t)(hash & 0xFFFFFFFFull);
+      w[L.hash_hi() + lane] = (int32_t)(uint32_t)(hash >> 32);
+      w[L.phash_lo() + lane] = (int32_t)(uint32_t)(phash & 0xFFFFFFFFull);
+      w[L.phash_hi() + lane] = (int32_t)(uint32_t)(phash >> 32);
+    }
+  }
+  flags = (int)__reduce_or_sync(kFull, (unsigned)flags);
+  if (lane == 0) {
+    w[kHdrStep] = step;
+    w[kHdrLastSel] = last_sel;
+    w[kHdrActive] = nb;
+    w[kHdrStatus] = w[kHdrStatus] | flags;  // the pre-pass may have set the bad-value bit
+    w[kHdrFramesSeen] = frames_seen + advance_frames;
+    w[kHdrFreeTop] = top;
+    w[kHdrNextFresh] = fresh;
   }
 }
 
@@ -671,12 +1103,12 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
 constexpr int kFinalizeThreads = 128;
 
 __global__ void __launch_bounds__(kFinalizeThreads)
-ctc_finalize_kernel(StateRefs states, int beam, int max_len, int nbest, int32_t* out_tokens, int32_t* out_len,
-                    float* out_scores, int32_t* out_status) {
+ctc_finalize_kernel(StateRefs states, int beam, int max_len, int page_size, int num_pages, int nbest,
+                    int32_t* out_tokens, int32_t* out_len, float* out_scores, int32_t* out_status) {
   __shared__ float s_score[kMaxBeam];
   __shared__ int s_rank_src[kMaxBeam];
   const int row = blockIdx.x, tid = threadIdx.x;
-  const StateLayout L{beam, max_len};
+  const StateLayout L{beam, max_len, page_size, num_pages};
   const int32_t* w = states.row(row);
   const int step = w[kHdrStep];
   const int nb = step == 0 ? 1 : w[kHdrActive];
@@ -700,6 +1132,21 @@ ctc_finalize_kernel(StateRefs states, int beam, int max_len, int nbest, int32_t*
   __syncthreads();
   if (step == 0) return;
   const int ranks = nb < nbest ? nb : nbest;
+  if (L.paged()) {  // one thread per hypothesis walks its page chain back from the last page
+    const int P = page_size;
+    for (int r = tid; r < ranks; r += kFinalizeThreads) {
+      const int j = s_rank_src[r];
+      const int n = w[L.len() + j];
+      int x = w[L.slot() + j];
+      int32_t* dst = out_tokens + ((int64_t)row * nbest + r) * max_len;
+      for (int start = (n - 1) / P * P; n > 0 && start >= 0; start -= P) {
+        const int end = min(n, start + P);
+        for (int i = start; i < end; ++i) dst[i] = x >= 0 ? w[L.pages() + (int64_t)x * P + (i - start)] : -1;
+        x = x >= 0 ? w[L.parent() + x] : x;
+      }
+    }
+    return;
+  }
   for (int r = 0; r < ranks; ++r) {
     const int j = s_rank_src[r];
     const int n = w[L.len() + j];

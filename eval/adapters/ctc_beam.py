@@ -22,6 +22,7 @@ class CtcBeamAdapterConfig:
     beam_size: int = 10
     blank_skip_threshold: float = 0.98
     max_seq_len: Optional[int] = None
+    paged: bool = False  # paged token storage (identical results; see decoders/ctc.py)
 
 
 CONFIG_SCHEMA = CtcBeamAdapterConfig
@@ -40,6 +41,7 @@ class CtcBeamDecoder:
             blank_skip_threshold=float(cfg.get("blank_skip_threshold", 0.98)),
             nbest=1,
             max_seq_len=cfg.get("max_seq_len"),
+            paged=bool(cfg.get("paged", False)),
         )
 
     def decode(

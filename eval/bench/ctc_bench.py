@@ -54,7 +54,8 @@ def _time_ms(fn, warmup: int, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_offline(warmup: int, repeats: int) -> list[dict]:
+def bench_offline(warmup: int, repeats: int, variant: str = "") -> list[dict]:
+    """variant: "" (defaults), "paged" (paged token storage), "block" (the block kernel at every beam)."""
     from decoders.ctc import load_ops, CtcBeamSearchConfig, ctc_beam_search
 
     ops = load_ops()
@@ -62,23 +63,26 @@ def bench_offline(warmup: int, repeats: int) -> list[dict]:
     for (B, T, V, beam), ref in zip(OFFLINE_SHAPES, REFERENCE_OFFLINE_MS):
         lp = _log_probs(B, T, V)
         lengths = torch.full((B,), T, dtype=torch.int32, device="cuda")
-        fn = lambda: ops.ctc_decode_offline(lp, lengths, beam, 0, 1.0, 1, T)  # noqa: E731
+        cfg = CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0, paged=variant == "paged")
+        store = cfg.storage_args(T)
+        fn = lambda: ops.ctc_decode_offline(lp, lengths, beam, 0, 1.0, 1, T, *store)  # noqa: E731
         ms = _time_ms(fn, warmup, repeats)
-        cfg = CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0)
         e2e = _time_ms(lambda: ctc_beam_search(lp, lengths, cfg), 1, max(3, repeats // 4))
-        rows.append(dict(kind="offline", B=B, T=T, V=V, beam=beam, ms_per_batch=ms, us_per_frame=1e3 * ms / T,
+        rows.append(dict(kind="offline" + (f"_{variant}" if variant else ""), B=B, T=T, V=V, beam=beam,
+                         ms_per_batch=ms, us_per_frame=1e3 * ms / T,
                          ms_with_lists=e2e, reference_ms=ref, speedup_vs_reference=ref / ms))
-        print(f"offline B={B:3d} T={T:4d} V={V:5d} beam={beam:3d}: {ms:8.3f} ms  (ref {ref:6.2f} ms, "
+        print(f"offline{variant and '_' + variant} B={B:3d} T={T:4d} V={V:5d} beam={beam:3d}: {ms:8.3f} ms  (ref {ref:6.2f} ms, "
               f"x{ref / ms:5.2f}; with python lists {e2e:.3f} ms)", flush=True)
     return rows
 
 
-def bench_streaming(warmup: int, repeats: int) -> list[dict]:
+def bench_streaming(warmup: int, repeats: int, variant: str = "") -> list[dict]:
     from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder
 
     rows = []
     for (V, beam, streams), ref in zip(STREAMING, REFERENCE_STREAMING_US):
-        dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0))
+        dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0,
+                                                      paged=variant == "paged"))
         lp = _log_probs(streams, CHUNK_FRAMES * STREAM_CHUNKS, V, seed=1)
         chunks = [lp[:, c * CHUNK_FRAMES:(c + 1) * CHUNK_FRAMES] for c in range(STREAM_CHUNKS)]
 
@@ -114,11 +118,12 @@ def bench_streaming(warmup: int, repeats: int) -> list[dict]:
         ms = statistics.median(timed() for _ in range(repeats))
         frames = CHUNK_FRAMES * STREAM_CHUNKS
         us_frame = 1e3 * ms / frames  # per frame of audio time, all streams advanced
-        rows.append(dict(kind="streaming", V=V, beam=beam, streams=streams, chunk_frames=CHUNK_FRAMES,
+        rows.append(dict(kind="streaming" + (f"_{variant}" if variant else ""), V=V, beam=beam, streams=streams,
+                         chunk_frames=CHUNK_FRAMES,
                          ms_per_chunk=ms / STREAM_CHUNKS, us_per_frame=us_frame,
                          us_per_stream_frame=us_frame / streams, state_bytes_per_stream=dec.state_bytes_per_stream,
                          max_seq_len=dec.max_seq_len, reference_us_per_frame=ref))
-        print(f"streaming V={V:5d} beam={beam:3d} streams={streams:4d}: {us_frame:7.2f} us/frame "
+        print(f"streaming{variant and '_' + variant} V={V:5d} beam={beam:3d} streams={streams:4d}: {us_frame:7.2f} us/frame "
               f"({us_frame / streams:6.3f} us/stream-frame, {ms / STREAM_CHUNKS:.3f} ms/chunk), "
               f"state {dec.state_bytes_per_stream} B/stream (max_seq_len {dec.max_seq_len}); ref {ref}", flush=True)
     return rows
@@ -163,21 +168,25 @@ def print_table(rows: list[dict]) -> None:
     from tabulate import tabulate
 
     ta = {(r["B"], r["T"], r["V"], r["beam"]): r for r in rows if r["kind"] == "torchaudio"}
-    table = []
-    for r in rows:
-        if r["kind"] != "offline":
-            continue
-        t = ta.get((r["B"], r["T"], r["V"], r["beam"]))
-        t_cell = "-" if t is None else (f"{t['ms_per_batch']:.3f}" if t["status"] == "ok" else t["status"])
-        table.append([r["B"], r["T"], r["V"], r["beam"], f"{r['ms_per_batch']:.3f}", f"{r['us_per_frame']:.2f}",
-                      r["reference_ms"], f"{r['speedup_vs_reference']:.2f}x", t_cell])
-    print(tabulate(table, headers=["B", "T", "V", "beam", "ours ms/batch", "us/frame", "reference ms",
-                                   "speedup", "torchaudio ms"], tablefmt="github"))
-    st = [[r["V"], r["beam"], r["streams"], f"{r['us_per_frame']:.2f}", f"{r['us_per_stream_frame']:.3f}",
-           f"{r['ms_per_chunk']:.3f}", r["state_bytes_per_stream"], r["reference_us_per_frame"]]
-          for r in rows if r["kind"] == "streaming"]
-    print(tabulate(st, headers=["V", "beam", "streams", "us/frame", "us/stream-frame", "ms/chunk(16)",
-                                "state B/stream", "reference us/frame"], tablefmt="github"))
+    for kind in dict.fromkeys(r["kind"] for r in rows if r["kind"].startswith("offline")):
+        table = []
+        for r in rows:
+            if r["kind"] != kind:
+                continue
+            t = ta.get((r["B"], r["T"], r["V"], r["beam"]))
+            t_cell = "-" if t is None else (f"{t['ms_per_batch']:.3f}" if t["status"] == "ok" else t["status"])
+            table.append([r["B"], r["T"], r["V"], r["beam"], f"{r['ms_per_batch']:.3f}", f"{r['us_per_frame']:.2f}",
+                          r["reference_ms"], f"{r['speedup_vs_reference']:.2f}x", t_cell])
+        print(kind)
+        print(tabulate(table, headers=["B", "T", "V", "beam", "ours ms/batch", "us/frame", "reference ms",
+                                       "speedup", "torchaudio ms"], tablefmt="github"))
+    for kind in dict.fromkeys(r["kind"] for r in rows if r["kind"].startswith("streaming")):
+        st = [[r["V"], r["beam"], r["streams"], f"{r['us_per_frame']:.2f}", f"{r['us_per_stream_frame']:.3f}",
+               f"{r['ms_per_chunk']:.3f}", r["state_bytes_per_stream"], r["reference_us_per_frame"]]
+              for r in rows if r["kind"] == kind]
+        print(kind)
+        print(tabulate(st, headers=["V", "beam", "streams", "us/frame", "us/stream-frame", "ms/chunk(16)",
+                                    "state B/stream", "reference us/frame"], tablefmt="github"))
 
 
 def main(argv=None) -> None:
@@ -186,7 +195,9 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-torchaudio", action="store_true", help="skip the torchaudio comparison")
-    p.add_argument("--ab-select", action="store_true", help="also time the opt-in warp selection (A/B)")
+    p.add_argument("--variants", default="paged,block",
+                   help="also time these variants: paged (paged token storage), block (the block kernel at every "
+                        "beam, A/B against the one-warp kernel); comma-separated, '' for none")
     p.add_argument("--torchaudio-timeout-s", type=int, default=120)
     p.add_argument("--torchaudio-one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -200,12 +211,11 @@ def main(argv=None) -> None:
     env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda)
     print(env, flush=True)
     rows = bench_offline(args.warmup, args.repeats) + bench_streaming(args.warmup, args.repeats)
-    if args.ab_select:  # A/B: the opt-in one-warp merge selection for beams <= 16
-        os.environ["BEAMDEC_CTC_WARP_SELECT"] = "1"
-        for r in bench_offline(args.warmup, args.repeats) + bench_streaming(args.warmup, args.repeats):
-            r["kind"] += "_warp_select"
-            rows.append(r)
-        os.environ.pop("BEAMDEC_CTC_WARP_SELECT")
+    for variant in [v for v in args.variants.split(",") if v]:
+        if variant == "block":
+            os.environ["BEAMDEC_CTC_KERNEL"] = "block"
+        rows += bench_offline(args.warmup, args.repeats, variant) + bench_streaming(args.warmup, args.repeats, variant)
+        os.environ.pop("BEAMDEC_CTC_KERNEL", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(environment=env, rows=rows), indent=1))  # ours, before torchaudio
     print_table(rows)
