@@ -172,6 +172,12 @@ def graph_mismatch(graph_dir: Path, arpa_path: Optional[Path], tokens: Any = Non
         if have != want:
             return f"built for tokens (kind, blank, V)={have}, the acoustic source has {want}"
     sources = info.get("sources", {})
+    if tokens is not None and sources.get("tokens_sha256"):
+        import hashlib
+
+        digest = hashlib.sha256("\n".join(tokens.tokens).encode()).hexdigest()[:16]
+        if digest != sources["tokens_sha256"]:
+            return "built for another token inventory (tokens_sha256 differs: e.g. a retrained BPE model)"
     if arpa_path is not None and sources.get("arpa"):
         if Path(sources["arpa"]).resolve() != Path(arpa_path).resolve():
             return f"built from {sources['arpa']}, not {arpa_path}"

@@ -179,3 +179,29 @@ def test_per_utterance_boosts_follow_ids_when_the_source_reorders(tmp_path, monk
     # decoder counters: one per timed batch (3 batches of <= 2), the warm-up decode not counted
     [row] = [r for r in out.rows if r["status"] == "ok"]
     assert row["overflow_count"] == 3 and row["decoder_stats"] == {"overflow_count": 3, "partial_count": 6}
+
+
+def test_graph_mismatch_detects_retrained_tokens_and_changed_lm(tmp_path):
+    """Regression: a regenerated workload kept the BPE size but not its pieces; the stale graph lexicon
+    was used and Flashlight's WER jumped 4x. Token inventory and ARPA contents are both checked."""
+    import hashlib
+
+    from eval.runner import graph_mismatch
+
+    wl = FakeWorkload(tmp_path / "wl")
+    tokens = wl.token_set()
+    gdir = tmp_path / "g"
+    gdir.mkdir()
+    arpa_sha = hashlib.sha256(wl.arpa_path.read_bytes()).hexdigest()[:16]
+    tok_sha = hashlib.sha256("\n".join(tokens.tokens).encode()).hexdigest()[:16]
+    info = {"token_kind": "char", "blank_id": 0, "vocab_size": tokens.vocab_size,
+            "sources": {"arpa": str(wl.arpa_path), "arpa_sha256": arpa_sha, "tokens_sha256": tok_sha}}
+    (gdir / "graph_info.json").write_text(json.dumps(info))
+    assert graph_mismatch(gdir, wl.arpa_path, tokens) is None
+    info["sources"]["tokens_sha256"] = "0" * 16
+    (gdir / "graph_info.json").write_text(json.dumps(info))
+    assert "token inventory" in graph_mismatch(gdir, wl.arpa_path, tokens)
+    info["sources"]["tokens_sha256"] = tok_sha
+    (gdir / "graph_info.json").write_text(json.dumps(info))
+    wl.arpa_path.write_text(wl.arpa_path.read_text().replace("-99", "-98"))
+    assert "changed since" in graph_mismatch(gdir, wl.arpa_path, tokens)
