@@ -197,7 +197,8 @@ def test_gpu_paged_equals_flat(ops, beam, page_size):
     assert paged.tokens == flat.tokens
     assert torch.equal(paged.scores, flat.scores)
     assert not bool(paged.page_pool_exhausted.any())
-    assert_results_match(paged, ctc_beam_search(lp.cpu(), lengths, CtcBeamSearchConfig(paged=True, **base)))
+    if beam <= 33:  # the CPU reference at beam 128 is slow; flat-vs-CPU at 128 is covered above
+        assert_results_match(paged, ctc_beam_search(lp.cpu(), lengths, CtcBeamSearchConfig(paged=True, **base)))
 
 
 def test_gpu_paged_small_pool_raises(ops):
