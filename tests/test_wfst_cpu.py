@@ -343,3 +343,24 @@ def test_epsilon_depth_and_pass_count():
         assert d == -1 or WfstDecoder(g, WfstDecoderConfig(eps_iterations=64))._eps_passes(
             WfstDecoderConfig(eps_iterations=64)) == min(64, d + 1)
         assert all(o == 0 for o in a.overflow)
+
+
+def test_harness_adapter_reports_stats(tmp_path):
+    """eval/adapters/wfst.py: hypotheses as word strings, and pop_stats counters (partial results, OOV boosts)."""
+    from types import SimpleNamespace
+
+    from eval.adapters.base import DecodingContext
+    from eval.adapters.wfst import WfstAdapter
+
+    rng = np.random.default_rng(14)
+    g = random_graph(rng, num_tokens=5, finals="none")  # every path is an allow_partial one
+    g.save(tmp_path / "HLG.bin")
+    ctx = DecodingContext(tokens=SimpleNamespace(blank_id=4, vocab_size=5), graph_dir=tmp_path)
+    ad = WfstAdapter({"graph": "HLG", "acoustic_scale": 1.0}, ctx)
+    lp = random_log_probs(rng, 2, 6, 5)
+    hyps = ad.decode(lp, torch.tensor([6, 3]), boosts=[{"nosuchword": 1.0}, {}])
+    want = WfstDecoder(g, WfstDecoderConfig(search_beam=17.0)).decode(lp, [6, 3])
+    assert [h.words for h in hyps] == want.word_strings
+    stats = ad.pop_stats()
+    assert stats["partial_count"] == 2 and stats["oov_boost_words"] == 1 and stats["overflow_count"] == 0
+    assert ad.pop_stats()["partial_count"] == 0

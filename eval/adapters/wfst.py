@@ -60,6 +60,14 @@ class WfstAdapter:
         )
         self.decoder = WfstDecoder(WfstGraph.load(path), config, self.device)
         self.last_result = None
+        self._stats = {"overflow_count": 0, "rescued_count": 0, "partial_count": 0, "oov_boost_words": 0}
+
+    def pop_stats(self) -> dict:
+        """Counters since the last call (the runner reports them): utterances whose overflow the rescue could
+        not absorb, utterances re-decoded with larger capacities, allow_partial results (no final state
+        reached), and boost words that are not in the graph's vocabulary."""
+        out, self._stats = self._stats, {k: 0 for k in self._stats}
+        return out
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor,
                boosts: Optional[Sequence[dict]] = None) -> list[Hypothesis]:
@@ -68,6 +76,10 @@ class WfstAdapter:
         log_probs = log_probs.to(self.device)
         result = self.decoder.decode(log_probs, lengths.cpu(), boosts=boosts)
         self.last_result = result  # overflow / oov reports for the harness
+        self._stats["overflow_count"] += sum(1 for o in result.overflow if o)
+        self._stats["rescued_count"] += len(result.rescued)
+        self._stats["partial_count"] += sum(1 for hp, rf in zip(result.has_path, result.reached_final) if hp and not rf)
+        self._stats["oov_boost_words"] += sum(len(o) for o in result.oov_boost_words)
         return [Hypothesis(tokens=[], words=list(w), score=float(s))
                 for w, s in zip(result.word_strings, result.scores.tolist())]
 
