@@ -295,8 +295,8 @@ class CtcStreamingDecoder:
         state.tensor.zero_()
 
     def _check_state(self, state: "CtcStreamState", name: str = "state") -> None:
-        """Shape/dtype checks here, before the op: the C++ checks name the argument too, but on the H200
-        host (torch 2.11) an argument error thrown from the CUDA op was seen to crash the process."""
+        """Shape/dtype checks here, before the op, with the config in the message (the C++ checks name the
+        argument too)."""
         words = self.state_bytes_per_stream // 4
         t = getattr(state, "tensor", None)
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 2 or t.shape[1] != words:

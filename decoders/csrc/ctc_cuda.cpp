@@ -18,11 +18,13 @@ namespace beamdec {
 
 namespace {
 
-// BEAMDEC_CTC_KERNEL=block: the block-per-row kernel for every beam (A/B against the one-warp kernel that
-// beams <= 32 use by default).
+// BEAMDEC_CTC_KERNEL=block: the block-per-row kernel for every beam; =warp: the one-warp kernel for every
+// beam <= 32 whatever the row count; unset/auto: ctc_launch.h's measured rule.
 int kernel_choice() {
   const char* env = std::getenv("BEAMDEC_CTC_KERNEL");
-  return (env && std::string(env) == "block") ? 1 : 0;
+  if (!env) return 0;
+  const std::string v(env);
+  return v == "block" ? 1 : v == "warp" ? 2 : 0;
 }
 
 ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank, int64_t max_len, int64_t page_size,

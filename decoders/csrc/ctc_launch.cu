@@ -82,7 +82,8 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     ctc_prepass_kernel<T><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     cudaError_t err2;
-    if (d.beam <= 32 && d.kernel == 0) {  // one warp per row
+    const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
+    if (warp) {  // one warp per row
       ctc_decode_warp_kernel<T><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       err2 = cudaGetLastError();
     } else {  // block width: the candidate list (C <= 2*beam+1) must fit one element per thread

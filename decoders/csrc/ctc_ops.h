@@ -13,11 +13,16 @@
 // status bit 1: some hypothesis reached max_seq_len; bit 2: the page pool ran out (paged).
 //
 // Argument errors. Every check is a macro that throws from the op's own frame, with the message built from
-// strings only (integers pre-formatted by std::to_string). Background: on the H200 host (torch 2.11) a
-// ValueError thrown by a helper defined in ctc_cpu.cpp and called by the CUDA op crashed the process
-// (SIGSEGV, no Python traceback) while an op-frame check with a string-only message raised cleanly; the
-// op `ctc_debug_raise` runs each variant (helper frame / op frame x integer / string message) in isolation
-// so the GPU tests can tell which one crashes (tests/test_ctc_gpu.py::test_gpu_error_path_matrix).
+// strings only: integers are pre-formatted by std::to_string, never streamed. Why: on the H200 host
+// (torch 2.11+cu130, extension built there by its g++) any TORCH_CHECK whose message streamed an integer
+// through c10::str (an std::ostringstream in extension code) killed the process with SIGSEGV and no Python
+// traceback -- on CPU and CUDA dispatch alike, from the op frame or a helper in another translation unit,
+// with or without a live CUDAGuard -- while every string-only message raised a clean ValueError. The op
+// `ctc_debug_raise` runs those variants one per subprocess (tests/test_ctc_gpu.py::
+// test_gpu_error_path_matrix). The lower-level cause (most likely the libstdc++ the image's Python process
+// loads not matching the headers the extension's integer ostream/num_put code was compiled against) was not
+// isolated further; string-only messages avoid it everywhere. Earlier "helper in ctc_cpu.cpp" theories were
+// wrong: those helpers simply were the checks whose messages contained integers.
 #pragma once
 #include <torch/types.h>
 

@@ -55,7 +55,8 @@ def _time_ms(fn, warmup: int, repeats: int) -> float:
 
 
 def bench_offline(warmup: int, repeats: int, variant: str = "") -> list[dict]:
-    """variant: "" (defaults), "paged" (paged token storage), "block" (the block kernel at every beam)."""
+    """variant: "" (defaults), "paged" (paged token storage), "block" / "warp" (kernel forced; the caller sets
+    BEAMDEC_CTC_KERNEL)."""
     from decoders.ctc import load_ops, CtcBeamSearchConfig, ctc_beam_search
 
     ops = load_ops()
@@ -195,9 +196,10 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-torchaudio", action="store_true", help="skip the torchaudio comparison")
-    p.add_argument("--variants", default="paged,block",
+    p.add_argument("--variants", default="paged,block,warp",
                    help="also time these variants: paged (paged token storage), block (the block kernel at every "
-                        "beam, A/B against the one-warp kernel); comma-separated, '' for none")
+                        "beam), warp (the one-warp kernel at every beam <= 32 and row count); comma-separated, '' "
+                        "for none")
     p.add_argument("--torchaudio-timeout-s", type=int, default=120)
     p.add_argument("--torchaudio-one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -212,8 +214,8 @@ def main(argv=None) -> None:
     print(env, flush=True)
     rows = bench_offline(args.warmup, args.repeats) + bench_streaming(args.warmup, args.repeats)
     for variant in [v for v in args.variants.split(",") if v]:
-        if variant == "block":
-            os.environ["BEAMDEC_CTC_KERNEL"] = "block"
+        if variant in ("block", "warp"):
+            os.environ["BEAMDEC_CTC_KERNEL"] = variant
         rows += bench_offline(args.warmup, args.repeats, variant) + bench_streaming(args.warmup, args.repeats, variant)
         os.environ.pop("BEAMDEC_CTC_KERNEL", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
