@@ -288,3 +288,35 @@ def k2_model_decode(graph: WfstGraph, lp: np.ndarray, length: int, search_beam: 
         return -math.inf, [], []
     sc, ws, labs = cur[graph.final_state]
     return float(sc), list(ws), list(labs)
+
+
+def k2py_final_column_emulation(graph: WfstGraph) -> WfstGraph:
+    """A graph on which our decoder reproduces k2py's FINAL-arc scoring (see k2_model_decode): every FINAL
+    arc s -> F (weight w) gets an emitting twin s -> F' reading a new last column V (fill it with 0 on real
+    frames), F' a dead end like k2's final state on a real frame. Decode with log-probs padded by a zero
+    column: the twins compete for each frame's maximum and F' counts as an active state, as in k2py."""
+    n, V = graph.num_states, graph.num_tokens
+    src = graph.src().astype(np.int64)
+    il = np.asarray(graph.ilabel, dtype=np.int64)
+    splits, words = graph.aux_csr()
+    fin = np.nonzero(il == FINAL)[0]
+    group = np.where(il >= 0, 0, np.where(il == EPSILON, 2, 3))
+    all_src = np.concatenate([src, src[fin]])
+    all_group = np.concatenate([group, np.ones(len(fin), dtype=np.int64)])
+    old = np.concatenate([np.arange(graph.num_arcs), fin])  # the arc each new arc copies from
+    order = np.lexsort((np.arange(len(old)), all_group, all_src))
+    twin = np.concatenate([np.zeros(graph.num_arcs, bool), np.ones(len(fin), bool)])[order]
+    old = old[order]
+    dest = np.where(twin, n, np.asarray(graph.dest)[old]).astype(np.int32)
+    ilabel = np.where(twin, V, il[old]).astype(np.int32)
+    counts = (splits[old + 1] - splits[old]).astype(np.int64)
+    new_splits = np.zeros(len(old) + 1, dtype=np.int32)
+    np.cumsum(counts, out=new_splits[1:])
+    gather = np.repeat(splits[old], counts) + (np.arange(int(counts.sum())) - np.repeat(new_splits[:-1], counts))
+    row_splits = np.zeros(n + 2, dtype=np.int32)
+    np.cumsum(np.bincount(all_src, minlength=n + 1), out=row_splits[1:])
+    return WfstGraph(num_states=n + 1, start_state=graph.start_state, final_state=graph.final_state,
+                     num_tokens=V + 1, row_splits=row_splits, dest=dest, ilabel=ilabel,
+                     olabel=np.asarray(graph.olabel)[old].astype(np.int32),
+                     weight=np.asarray(graph.weight)[old].astype(np.float32), words=graph.words,
+                     info=dict(graph.info), aux_splits=new_splits, aux_words=np.asarray(words)[gather].astype(np.int32))
