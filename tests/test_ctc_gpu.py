@@ -190,6 +190,28 @@ def test_gpu_warp_kernel_equals_block_kernel(ops, beam, monkeypatch):
         assert_results_match(warp, block)
 
 
+@pytest.mark.parametrize("beam", [2, 10, 32])
+def test_gpu_batched_fork_copy_equals_default(ops, beam, monkeypatch):
+    """BEAMDEC_CTC_FORK_COPY=batched (several prefix-copy loads in flight in the one-warp kernel) changes only
+    how forks copy: results are bit-identical, offline (prefixes past 128 and 512 tokens) and streaming."""
+    monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
+    lp = random_log_probs(3, 900, 300, seed=beam, peaky=1.0).cuda()
+    lengths = torch.tensor([900, 613, 5])
+    cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=1.0)
+    ref = ctc_beam_search(lp, lengths, cfg)
+    assert max(len(t) for t in ref.tokens[0]) > 512
+    monkeypatch.setenv("BEAMDEC_CTC_FORK_COPY", "batched")
+    got = ctc_beam_search(lp, lengths, cfg)
+    assert got.tokens == ref.tokens and torch.equal(got.scores, ref.scores)
+    dec = CtcStreamingDecoder(cfg)
+    state = dec.create_state(3, 300, device="cuda")
+    for t0 in range(0, 900, 7):
+        dec.decode_chunk(lp[:, t0:t0 + 7], state=state)
+    streamed = dec.finalize(state)
+    full = ctc_beam_search(lp, torch.tensor([900] * 3), cfg)
+    assert streamed.tokens == full.tokens
+
+
 @pytest.mark.parametrize("beam", [1, 10, 32, 33, 128])
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_gpu_paged_equals_flat(ops, beam, page_size):

@@ -44,6 +44,8 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.page_size = (int)page_size;
   d.num_pages = (int)num_pages;
   d.kernel = kernel_choice();
+  const char* copy = std::getenv("BEAMDEC_CTC_FORK_COPY");
+  d.batched_copy = (copy && std::string(copy) == "batched") ? 1 : 0;
   return d;
 }
 

@@ -43,6 +43,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.C = candidate_count(d.beam, d.V);
   fa.max_len = d.max_len;
   fa.page_size = d.page_size;
+  fa.batched_copy = d.batched_copy;
   fa.num_pages = d.num_pages;
   fa.lengths = d.lengths;
   fa.mask = d.mask;

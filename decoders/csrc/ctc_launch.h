@@ -29,6 +29,9 @@ struct DecodeLaunch {
   // 0 (auto): one warp per row for beam <= 32 and rows <= kWarpKernelMaxRows, else the block kernel;
   // 1: the block kernel for every beam; 2: the one-warp kernel whenever beam <= 32
   int kernel = 0;
+  // 1: the one-warp kernel's flat fork copies keep several 128-token loads in flight (opt-in, untested on a GPU
+  // at commit time; BEAMDEC_CTC_FORK_COPY=batched)
+  int batched_copy = 0;
 };
 
 // Measured on the H200 (2026-11-29, beam 10, V 5000): the one-warp kernel is faster than the block kernel

@@ -57,6 +57,7 @@ struct FrameArgs {
   float* pre_lp;           // (kTile, rows, C)
   int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
   int page_size, num_pages;  // paged token storage (page_size 0: flat)
+  int batched_copy;          // one-warp kernel, flat: fork copies with several loads in flight (opt-in)
   StateRefs states;
 };
 
@@ -958,7 +959,55 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       __syncwarp();
       if (is_w) n_slot = fork ? s.free_slots[__popc(fork_mask & lt_mask)] : g_slot;
       else n_slot = lane < beam ? s.free_slots[__popc(fork_mask) + (lane - nw)] : lane;
-      unsigned fm = fork_mask;
+      if (a.batched_copy) {
+        // forks copy their source's prefix in items of 128 tokens (fork, chunk); the loads of up to
+        // kCopyBatch items are in flight before their stores (sources are kept slots, destinations slots
+        // nobody kept, so no item reads another's output): one memory round trip per batch, not per item
+        constexpr int kCopyBatch = 4;
+        unsigned fm = fork_mask;
+        int n = 0, p0 = 0;  // current fork's length and next chunk (warp-uniform)
+        const int32_t* sp = tokens;
+        int32_t* dp = tokens;
+        bool more = fm != 0u;
+        while (more) {
+          int v[kCopyBatch][4];
+          int32_t* dps[kCopyBatch];
+          int pos[kCopyBatch], lim[kCopyBatch];
+          bool act[kCopyBatch];
+#pragma unroll
+          for (int j = 0; j < kCopyBatch; ++j) {
+            while (p0 >= n && fm) {  // the next fork with tokens
+              const int r = __ffs(fm) - 1;
+              fm &= fm - 1u;
+              const int ss = __shfl_sync(kFull, g_slot, r), ds = __shfl_sync(kFull, n_slot, r);
+              n = __shfl_sync(kFull, g_len, r);
+              p0 = 0;
+              sp = tokens + (int64_t)ss * max_len;
+              dp = tokens + (int64_t)ds * max_len;
+            }
+            act[j] = p0 < n;
+            dps[j] = dp;
+            pos[j] = p0;
+            lim[j] = n;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              const int p = p0 + lane + 32 * u;
+              v[j][u] = (act[j] && p < n) ? sp[p] : 0;
+            }
+            if (act[j]) p0 += 128;
+          }
+#pragma unroll
+          for (int j = 0; j < kCopyBatch; ++j) {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              const int p = pos[j] + lane + 32 * u;
+              if (act[j] && p < lim[j]) dps[j][p] = v[j][u];
+            }
+          }
+          more = p0 < n || fm != 0u;
+        }
+      }
+      unsigned fm = a.batched_copy ? 0u : fork_mask;
       while (fm) {  // forks copy their source's prefix, 128 tokens per load round
         const int r = __ffs(fm) - 1;
         fm &= fm - 1u;

@@ -196,10 +196,10 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-torchaudio", action="store_true", help="skip the torchaudio comparison")
-    p.add_argument("--variants", default="paged,block,warp",
+    p.add_argument("--variants", default="paged,block,warp,batchcopy",
                    help="also time these variants: paged (paged token storage), block (the block kernel at every "
-                        "beam), warp (the one-warp kernel at every beam <= 32 and row count); comma-separated, '' "
-                        "for none")
+                        "beam), warp (the one-warp kernel at every beam <= 32 and row count), batchcopy (opt-in batched "
+                        "fork copies); comma-separated, '' for none")
     p.add_argument("--torchaudio-timeout-s", type=int, default=120)
     p.add_argument("--torchaudio-one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -216,8 +216,11 @@ def main(argv=None) -> None:
     for variant in [v for v in args.variants.split(",") if v]:
         if variant in ("block", "warp"):
             os.environ["BEAMDEC_CTC_KERNEL"] = variant
+        if variant == "batchcopy":
+            os.environ["BEAMDEC_CTC_FORK_COPY"] = "batched"
         rows += bench_offline(args.warmup, args.repeats, variant) + bench_streaming(args.warmup, args.repeats, variant)
         os.environ.pop("BEAMDEC_CTC_KERNEL", None)
+        os.environ.pop("BEAMDEC_CTC_FORK_COPY", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(environment=env, rows=rows), indent=1))  # ours, before torchaudio
     print_table(rows)

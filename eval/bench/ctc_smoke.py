@@ -26,6 +26,11 @@ def main() -> None:
     os.environ["BEAMDEC_CTC_KERNEL"] = "block"  # the block kernel at beam <= 32 too
     ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3, paged=True, page_size=4))
     ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3))
+    os.environ["BEAMDEC_CTC_KERNEL"] = "warp"  # the opt-in batched fork copies
+    os.environ["BEAMDEC_CTC_FORK_COPY"] = "batched"
+    rb = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3))
+    os.environ.pop("BEAMDEC_CTC_FORK_COPY")
+    assert rb.tokens == ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3)).tokens
     os.environ.pop("BEAMDEC_CTC_KERNEL")
     ctc_beam_search(lp.half(), lengths, CtcBeamSearchConfig(beam_size=10, blank_skip_threshold=1.0))
     for paged in (False, True):
