@@ -4,20 +4,26 @@
 //   1. ctc_prepass_kernel   grid (tile_len, rows): for every frame that is decoded (blank skipping /
 //      speech mask / row length decided here), the top-C non-blank chars by (lp desc, id asc), sorted,
 //      C = min(2*beam + 1, V - 1). Frame-parallel: it holds the whole vocabulary scan.
-//   2. ctc_decode_tile_kernel grid (rows): one block per row loops over the tile's frames in-kernel with the
-//      beam state in shared memory. Why the pre-pass list is enough: an ordinary extension of beam k by
+//   2. the decode kernel, grid (rows), looping over the tile's frames in-kernel: ctc_decode_warp_kernel (one
+//      warp per row, beam state in registers; beam <= 32 and <= 64 rows, see ctc_launch.h) or
+//      ctc_decode_tile_kernel (one block per row, beam state in shared memory; every beam up to 128).
+//      Why the pre-pass list is enough: an ordinary extension of beam k by
 //      char c scores lp[c] + A_k (A_k = logaddexp(pb_k, pnb_k)), so within a beam ordinary chars rank as
 //      lp does. The only exceptions are the last char (scored from pb_k) and chars whose extension merges
 //      into another beam (m_k of them). A char at rank i >= beam + 1 + m_k in the frame's list is
 //      therefore beaten by >= beam ordinary extensions of the same beam and can never survive; since
 //      m_k <= beam - 1, the top 2*beam + 1 chars hold every possible survivor. Merged extensions are
 //      scored exactly from lp[c] (folded into the stay of the beam they equal).
-// Per frame (decode kernel): collapse after skipped frames -> merge pairs by prefix hash, all pairs in
+// Per frame (block kernel): collapse after skipped frames -> merge pairs by prefix hash, all pairs in
 // parallel -> fold merged extensions -> score beam*(C+1) candidate slots -> top `beam` keys (ties: lowest
 // slot): compact + rank-by-count when <= 256 candidates are live, else radix select + ordered gather ->
-// state update with slot-based token storage (copy only on forks). The next decoded frame's candidate
-// list, lp[blank] and lp[last] are prefetched during the current frame. An opt-in one-warp merge of the
-// per-beam candidate streams (beam <= 16, BEAMDEC_CTC_WARP_SELECT=1) measured slower and is off.
+// state update with flat slots (copy only on forks) or paged storage (ctc_common.cuh). The one-warp
+// kernel does the same per frame without block barriers (its comment below). The next decoded frame's
+// candidate list, lp[blank] and lp[last] are prefetched during the current frame.
+// Measured on the H200 (2026-11-29, B=1, T=200, V=5000, beam 10): 4.9 us per frame with the one-warp
+// kernel, 6.6 with the block kernel; paged storage 5.4 (its reference-count updates are global atomics
+// whose results the warp waits for). Flat fork copies are a serial chain of memory round trips in the
+// one-warp kernel; BEAMDEC_CTC_FORK_COPY=batched keeps four 128-token loads in flight (not yet measured).
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
