@@ -2,9 +2,22 @@
 # One device call for the WFST decoder (see eval/bench/wfst_bench.py): wheels, graphs (carried xz-compressed
 # under data/carry, since the images exceed the 64 MiB carry limit), extension build (WFST only), GPU tests,
 # compute-sanitizer on a small case, and the benchmark. Logs and JSON go to $OUT.
-#   prepare here:  data/carry/{whl/*.whl, g/<topology>/{TLG.bin,TLG.fst,HLG.bin}.xz + words.txt, lp_other_char.pt}
-#   run there:     bash eval/bench/wfst_gpu_run.sh        (carry: data/carry)
+#   prepare here:  bash eval/bench/wfst_gpu_run.sh prepare   (needs data/graphs/tiny/char_blanklast/{compact,normal}
+#                  and .whl/; writes data/carry/{whl/*.whl, g/<topology>/{TLG.bin,TLG.fst,HLG.bin}.xz + words.txt,
+#                  lp_other_char.pt} from the CURRENT workload, ~48 MB)
+#   run there:     bash eval/bench/wfst_gpu_run.sh           (carry: data/carry)
 set -o pipefail
+if [ "${1:-}" = prepare ]; then
+  rm -rf data/carry && mkdir -p data/carry/whl || exit 1
+  cp .whl/jiwer* .whl/rapidfuzz* .whl/riva* .whl/kaldifst* data/carry/whl/ || exit 1
+  for t in compact normal; do
+    mkdir -p data/carry/g/$t
+    for f in TLG.bin TLG.fst HLG.bin; do xz -T2 -6 -c data/graphs/tiny/char_blanklast/$t/$f > data/carry/g/$t/$f.xz || exit 1; done
+    cp data/graphs/tiny/char_blanklast/$t/words.txt data/carry/g/$t/
+  done
+  python -m eval.bench.wfst_bench --dump-lp data/carry/lp_other_char.pt && du -sh data/carry
+  exit $?
+fi
 T0=$(date +%s); left() { echo $(( ${DEADLINE_S:-570} - ($(date +%s) - T0) )); }
 export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst
 OUT=${OUT:-runs/gpu}; mkdir -p "$OUT"
