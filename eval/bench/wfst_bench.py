@@ -11,6 +11,14 @@ Rows per (decoder, graph, batch size[, CUDA-graph mode]); JSON out.
     python -m eval.bench.wfst_bench --scale tiny --kind char --set other \
         --graph-dir compact=data/graphs/tiny/char_blanklast/compact --graph-dir normal=data/graphs/tiny/char_blanklast/normal
     python -m eval.bench.wfst_bench --lp-file lp.pt --decoders k2py --graph-dir compact=...   # k2py: CPU
+    bash eval/bench/wfst_gpu_run.sh prepare; then on the GPU host: bash eval/bench/wfst_gpu_run.sh
+
+Measured on one H200 (tiny char workload, 'other' set, 200 utts = 1242 s of audio, batch 1 on 25 utts; beam 17,
+max_active 10000; plain fused launches), decoder-only RTFx ours / Riva 0.4.4 on the same TLG and log-probs:
+compact TLG b1 430/122 (3.5x), b32 2981/1198 (2.5x), b200 11314/2620 (4.3x); normal TLG b1 489/127, b32
+3360/1244, b200 12521/2762 (4.5x); ours on the HLG b200 ~27.5k. WER 13.64 % ours vs 13.72 % Riva (compact).
+VRAM (free-memory delta, both): b200 732 vs 1290 MiB, b32 140 vs 228 MiB, b1 26 vs 26 MiB (compact), 48 vs
+30 MiB (normal TLG). k2py (CPU, one core, HLG): ~93-119 RTFx; our CPU reference on one core: ~640 (TLG).
 """
 from __future__ import annotations
 
