@@ -212,6 +212,28 @@ def test_gpu_batched_fork_copy_equals_default(ops, beam, monkeypatch):
     assert streamed.tokens == full.tokens
 
 
+@pytest.mark.parametrize("beam", [1, 10, 32])
+def test_gpu_paged_smem_metadata_equals_flat(ops, beam, monkeypatch):
+    """BEAMDEC_CTC_PAGED_SMEM=1 (page metadata in shared memory for the one-warp kernel) returns exactly the
+    flat results, offline over several tiles and streaming in small chunks (metadata copied in and out per
+    launch)."""
+    monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
+    lp = random_log_probs(3, 400, 1025, seed=beam + 3, peaky=3.0).cuda()
+    lengths = torch.tensor([400, 257, 0])
+    base = dict(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=0.98)
+    flat = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(**base))
+    monkeypatch.setenv("BEAMDEC_CTC_PAGED_SMEM", "1")
+    for page_size in (1, 16):
+        paged = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(paged=True, page_size=page_size, **base))
+        assert paged.tokens == flat.tokens and torch.equal(paged.scores, flat.scores)
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(paged=True, page_size=4, max_seq_len=420, **base))
+    state = dec.create_state(3, 1025, device="cuda")
+    for t0 in range(0, 400, 7):
+        dec.decode_chunk(lp[:, t0:t0 + 7], state=state)
+    full = ctc_beam_search(lp, torch.tensor([400] * 3), CtcBeamSearchConfig(**base))
+    assert dec.finalize(state).tokens == full.tokens
+
+
 @pytest.mark.parametrize("beam", [1, 10, 32, 33, 128])
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_gpu_paged_equals_flat(ops, beam, page_size):

@@ -44,6 +44,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.max_len = d.max_len;
   fa.page_size = d.page_size;
   fa.batched_copy = d.batched_copy;
+  fa.paged_smem = d.paged_smem && d.page_size > 0 && d.num_pages <= kPagedSmemMaxPages ? 1 : 0;
   fa.num_pages = d.num_pages;
   fa.lengths = d.lengths;
   fa.mask = d.mask;
@@ -85,7 +86,8 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     cudaError_t err2;
     const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
     if (warp) {  // one warp per row
-      ctc_decode_warp_kernel<T><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
+      const size_t meta = fa.paged_smem ? (size_t)3 * d.num_pages * sizeof(int32_t) : 0;
+      ctc_decode_warp_kernel<T><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
       err2 = cudaGetLastError();
     } else {  // block width: the candidate list (C <= 2*beam+1) must fit one element per thread
       err2 = d.beam <= 16   ? launch_decode<128, T>(fa, t0, tile_len, advance, stream)

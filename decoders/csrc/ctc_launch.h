@@ -32,7 +32,12 @@ struct DecodeLaunch {
   // 1: the one-warp kernel's flat fork copies keep several 128-token loads in flight (opt-in, untested on a GPU
   // at commit time; BEAMDEC_CTC_FORK_COPY=batched)
   int batched_copy = 0;
+  // 1: the one-warp kernel keeps a paged row's page metadata (3 x num_pages words) in shared memory when it
+  // fits kPagedSmemMaxPages (opt-in, untested on a GPU at commit time; BEAMDEC_CTC_PAGED_SMEM=1)
+  int paged_smem = 0;
 };
+
+constexpr int kPagedSmemMaxPages = 4096;  // 48 KiB of shared memory
 
 // Measured on the H200 (2026-11-29, beam 10, V 5000): the one-warp kernel is faster than the block kernel
 // per decoded frame at 1..64 rows (4.9 vs 6.6 us/frame at 1 row, 1.32 vs 1.63 ms at B=64 x 200 frames) but

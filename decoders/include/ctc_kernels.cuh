@@ -23,7 +23,9 @@
 // Measured on the H200 (2026-11-29, B=1, T=200, V=5000, beam 10): 4.9 us per frame with the one-warp
 // kernel, 6.6 with the block kernel; paged storage 5.4 (its reference-count updates are global atomics
 // whose results the warp waits for). Flat fork copies are a serial chain of memory round trips in the
-// one-warp kernel; BEAMDEC_CTC_FORK_COPY=batched keeps four 128-token loads in flight (not yet measured).
+// one-warp kernel; BEAMDEC_CTC_FORK_COPY=batched keeps four 128-token loads in flight, and
+// BEAMDEC_CTC_PAGED_SMEM=1 keeps a paged row's page metadata in shared memory (both opt-in, not yet run on
+// a GPU when committed; tests/test_ctc_gpu.py and the bench variants batchcopy / paged_smem cover them).
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
@@ -64,6 +66,7 @@ struct FrameArgs {
   int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
   int page_size, num_pages;  // paged token storage (page_size 0: flat)
   int batched_copy;          // one-warp kernel, flat: fork copies with several loads in flight (opt-in)
+  int paged_smem;            // one-warp kernel, paged: page metadata in shared memory (opt-in)
   StateRefs states;
 };
 
@@ -729,6 +732,11 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   int32_t* stack = w + L.free_stack();
   int32_t* pages = w + L.pages();
   const T* lp_row = a.log_probs + (int64_t)row * a.b_stride;
+  // opt-in (a.paged_smem): the page metadata (parent links, reference counts, free stack) of this row lives in
+  // shared memory for the launch, so reference-count updates and pops are shared-memory operations rather
+  // than global round trips; copied in below and back at the end (only the used ranges)
+  extern __shared__ int32_t s_meta[];  // (3 * NP) when a.paged_smem
+  const bool meta_smem = paged && a.paged_smem;
 
   int step = w[kHdrStep];
   int last_sel = w[kHdrLastSel];
@@ -749,6 +757,17 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     return;
   }
   const T* lp_cur = lp_row + (int64_t)(t0 + cur) * a.t_stride;
+  if (meta_smem) {
+    for (int i = lane; i < fresh; i += 32) {
+      s_meta[i] = parent[i];
+      s_meta[NP + i] = rc[i];
+    }
+    for (int i = lane; i < top; i += 32) s_meta[2 * NP + i] = stack[i];
+    parent = s_meta;
+    rc = s_meta + NP;
+    stack = s_meta + 2 * NP;
+    __syncwarp();
+  }
   float pb = -INFINITY, pnb = -INFINITY, lp_last = -INFINITY;
   int last = -1, len = 0, slot = paged ? kNoPage : lane;
   unsigned long long hash = kEmptyHash, phash = 0;
@@ -1128,6 +1147,14 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   }
 
   // write the state back
+  if (meta_smem) {
+    __syncwarp();
+    for (int i = lane; i < fresh; i += 32) {
+      w[L.parent() + i] = s_meta[i];
+      w[L.refcnt() + i] = s_meta[NP + i];
+    }
+    for (int i = lane; i < top; i += 32) w[L.free_stack() + i] = s_meta[2 * NP + i];
+  }
   if (lane < beam) {
     w[L.slot() + lane] = slot;
     if (lane < nb) {

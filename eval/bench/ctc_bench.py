@@ -64,7 +64,7 @@ def bench_offline(warmup: int, repeats: int, variant: str = "") -> list[dict]:
     for (B, T, V, beam), ref in zip(OFFLINE_SHAPES, REFERENCE_OFFLINE_MS):
         lp = _log_probs(B, T, V)
         lengths = torch.full((B,), T, dtype=torch.int32, device="cuda")
-        cfg = CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0, paged=variant == "paged")
+        cfg = CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0, paged=variant.startswith("paged"))
         store = cfg.storage_args(T)
         fn = lambda: ops.ctc_decode_offline(lp, lengths, beam, 0, 1.0, 1, T, *store)  # noqa: E731
         ms = _time_ms(fn, warmup, repeats)
@@ -83,7 +83,7 @@ def bench_streaming(warmup: int, repeats: int, variant: str = "") -> list[dict]:
     rows = []
     for (V, beam, streams), ref in zip(STREAMING, REFERENCE_STREAMING_US):
         dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0,
-                                                      paged=variant == "paged"))
+                                                      paged=variant.startswith("paged")))
         lp = _log_probs(streams, CHUNK_FRAMES * STREAM_CHUNKS, V, seed=1)
         chunks = [lp[:, c * CHUNK_FRAMES:(c + 1) * CHUNK_FRAMES] for c in range(STREAM_CHUNKS)]
 
@@ -196,10 +196,11 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-torchaudio", action="store_true", help="skip the torchaudio comparison")
-    p.add_argument("--variants", default="paged,block,warp,batchcopy",
+    p.add_argument("--variants", default="paged,block,warp,batchcopy,paged_smem",
                    help="also time these variants: paged (paged token storage), block (the block kernel at every "
                         "beam), warp (the one-warp kernel at every beam <= 32 and row count), batchcopy (opt-in batched "
-                        "fork copies); comma-separated, '' for none")
+                        "fork copies), paged_smem (paged, opt-in shared-memory page metadata); comma-separated, '' "
+                        "for none")
     p.add_argument("--torchaudio-timeout-s", type=int, default=120)
     p.add_argument("--torchaudio-one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -218,9 +219,12 @@ def main(argv=None) -> None:
             os.environ["BEAMDEC_CTC_KERNEL"] = variant
         if variant == "batchcopy":
             os.environ["BEAMDEC_CTC_FORK_COPY"] = "batched"
+        if variant == "paged_smem":
+            os.environ["BEAMDEC_CTC_PAGED_SMEM"] = "1"
         rows += bench_offline(args.warmup, args.repeats, variant) + bench_streaming(args.warmup, args.repeats, variant)
         os.environ.pop("BEAMDEC_CTC_KERNEL", None)
         os.environ.pop("BEAMDEC_CTC_FORK_COPY", None)
+        os.environ.pop("BEAMDEC_CTC_PAGED_SMEM", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(environment=env, rows=rows), indent=1))  # ours, before torchaudio
     print_table(rows)

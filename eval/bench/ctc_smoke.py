@@ -30,6 +30,10 @@ def main() -> None:
     os.environ["BEAMDEC_CTC_FORK_COPY"] = "batched"
     rb = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3))
     os.environ.pop("BEAMDEC_CTC_FORK_COPY")
+    os.environ["BEAMDEC_CTC_PAGED_SMEM"] = "1"  # the opt-in shared-memory page metadata
+    rs = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3, paged=True, page_size=4))
+    os.environ.pop("BEAMDEC_CTC_PAGED_SMEM")
+    assert rs.tokens == rb.tokens
     assert rb.tokens == ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3)).tokens
     os.environ.pop("BEAMDEC_CTC_KERNEL")
     ctc_beam_search(lp.half(), lengths, CtcBeamSearchConfig(beam_size=10, blank_skip_threshold=1.0))
