@@ -87,7 +87,10 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
     if (warp) {  // one warp per row
       const size_t meta = fa.paged_smem ? (size_t)3 * d.num_pages * sizeof(int32_t) : 0;
-      ctc_decode_warp_kernel<T><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
+      if (fa.paged_smem || fa.batched_copy)  // opt-in experiments: their own instantiation
+        ctc_decode_warp_kernel<T, true><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
+      else
+        ctc_decode_warp_kernel<T, false><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       err2 = cudaGetLastError();
     } else {  // block width: the candidate list (C <= 2*beam+1) must fit one element per thread
       err2 = d.beam <= 16   ? launch_decode<128, T>(fa, t0, tile_len, advance, stream)

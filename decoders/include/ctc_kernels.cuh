@@ -716,7 +716,9 @@ struct WarpShared {
   int top;
 };
 
-template <typename T>
+// kOptIn: compiled with the opt-in experiments (a.batched_copy, a.paged_smem); the default instantiation
+// (false) leaves them out entirely, so its code is what the measurements above ran.
+template <typename T, bool kOptIn>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
@@ -736,7 +738,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   // shared memory for the launch, so reference-count updates and pops are shared-memory operations rather
   // than global round trips; copied in below and back at the end (only the used ranges)
   extern __shared__ int32_t s_meta[];  // (3 * NP) when a.paged_smem
-  const bool meta_smem = paged && a.paged_smem;
+  const bool meta_smem = kOptIn && paged && a.paged_smem;
 
   int step = w[kHdrStep];
   int last_sel = w[kHdrLastSel];
@@ -984,7 +986,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       __syncwarp();
       if (is_w) n_slot = fork ? s.free_slots[__popc(fork_mask & lt_mask)] : g_slot;
       else n_slot = lane < beam ? s.free_slots[__popc(fork_mask) + (lane - nw)] : lane;
-      if (a.batched_copy) {
+      if (kOptIn && a.batched_copy) {
         // forks copy their source's prefix in items of 128 tokens (fork, chunk); the loads of up to
         // kCopyBatch items are in flight before their stores (sources are kept slots, destinations slots
         // nobody kept, so no item reads another's output): one memory round trip per batch, not per item
@@ -1032,7 +1034,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
           more = p0 < n || fm != 0u;
         }
       }
-      unsigned fm = a.batched_copy ? 0u : fork_mask;
+      unsigned fm = (kOptIn && a.batched_copy) ? 0u : fork_mask;
       while (fm) {  // forks copy their source's prefix, 128 tokens per load round
         const int r = __ffs(fm) - 1;
         fm &= fm - 1u;
