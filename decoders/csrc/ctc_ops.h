@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common_check.h"
 #include "ctc_common.cuh"
 
 namespace beamdec {
@@ -66,27 +67,13 @@ CtcOutputs ctc_finalize_cuda(const at::Tensor& state, int64_t beam_size, int64_t
                              int64_t page_size, int64_t num_pages);
 void ctc_debug_raise_cuda(const at::Tensor& x, int64_t mode);
 
-namespace ctcmsg {
-inline std::string s(int64_t v) { return std::to_string(v); }
-inline std::string s(const at::IntArrayRef& v) {
-  std::string out = "(";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + ")";
-}
-inline std::string s(at::ScalarType t) { return std::string(c10::toString(t)); }
-}  // namespace ctcmsg
+namespace ctcmsg = msg;  // string-only message formatting (common_check.h)
 
 }  // namespace beamdec
 
 // One argument check: throws c10::ValueError (Python ValueError) from the calling frame; `msg` is only
 // evaluated when the check fails and must be a std::string / const char* expression.
-#define CTC_ARG_CHECK(cond, msg)                                   \
-  do {                                                             \
-    if (C10_UNLIKELY(!(cond))) {                                   \
-      const std::string ctc_arg_check_msg_ = (msg);                \
-      TORCH_CHECK_VALUE(false, ctc_arg_check_msg_);                \
-    }                                                              \
-  } while (0)
+#define CTC_ARG_CHECK(cond, msg) BEAMDEC_CHECK_VALUE(cond, msg)
 
 #define CTC_CHECK_CONFIG(beam_size, blank_id, vocab_size, nbest, max_seq_len, page_size, num_pages)                 \
   do {                                                                                                              \

@@ -266,44 +266,44 @@ void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, c
                        int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
                        const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
                        int64_t eps_iterations, int64_t words_capacity) {
-  TORCH_CHECK(log_probs.dim() == 3, "wfst_decode: log_probs must be (B, T, V), got ", log_probs.dim(), " dims");
-  TORCH_CHECK(log_probs.scalar_type() == at::kFloat || log_probs.scalar_type() == at::kHalf,
+  BEAMDEC_CHECK(log_probs.dim() == 3, "wfst_decode: log_probs must be (B, T, V), got ", log_probs.dim(), " dims");
+  BEAMDEC_CHECK(log_probs.scalar_type() == at::kFloat || log_probs.scalar_type() == at::kHalf,
               "wfst_decode: log_probs must be float32 or float16, got ", log_probs.scalar_type());
-  TORCH_CHECK(log_probs.is_contiguous(), "wfst_decode: log_probs must be contiguous");
+  BEAMDEC_CHECK(log_probs.is_contiguous(), "wfst_decode: log_probs must be contiguous");
   const int64_t B = log_probs.size(0), T = log_probs.size(1);
-  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == B && lengths.scalar_type() == at::kLong && lengths.is_cpu(),
+  BEAMDEC_CHECK(lengths.dim() == 1 && lengths.size(0) == B && lengths.scalar_type() == at::kLong && lengths.is_cpu(),
               "wfst_decode: lengths must be a CPU int64 tensor of shape (", B, ",)");
   auto len = lengths.accessor<int64_t, 1>();
   for (int64_t b = 0; b < B; ++b)
-    TORCH_CHECK(len[b] >= 0 && len[b] <= T, "wfst_decode: lengths[", b, "] = ", len[b], " outside [0, ", T, "]");
+    BEAMDEC_CHECK(len[b] >= 0 && len[b] <= T, "wfst_decode: lengths[", b, "] = ", len[b], " outside [0, ", T, "]");
   const auto dev = log_probs.device();
   const int64_t N = row_splits.numel() - 1, A = dest.numel();
-  TORCH_CHECK(N >= 1, "wfst_decode: graph must have at least one state");
+  BEAMDEC_CHECK(N >= 1, "wfst_decode: graph must have at least one state");
   for (const at::Tensor* t : {&row_splits, &eps_begin, &final_begin, &dest, &ilabel, &aux_splits, &aux_words,
                               &boost_keys}) {
-    TORCH_CHECK(t->scalar_type() == at::kInt && t->is_contiguous() && t->device() == dev,
+    BEAMDEC_CHECK(t->scalar_type() == at::kInt && t->is_contiguous() && t->device() == dev,
                 "wfst_decode: graph/boost index tensors must be contiguous int32 on ", dev);
   }
-  TORCH_CHECK(weight.scalar_type() == at::kFloat && weight.is_contiguous() && weight.device() == dev,
+  BEAMDEC_CHECK(weight.scalar_type() == at::kFloat && weight.is_contiguous() && weight.device() == dev,
               "wfst_decode: weight must be contiguous float32 on ", dev);
-  TORCH_CHECK(boost_values.scalar_type() == at::kFloat && boost_values.is_contiguous() && boost_values.device() == dev,
+  BEAMDEC_CHECK(boost_values.scalar_type() == at::kFloat && boost_values.is_contiguous() && boost_values.device() == dev,
               "wfst_decode: boost_values must be contiguous float32 on ", dev);
-  TORCH_CHECK(eps_begin.numel() == N && final_begin.numel() == N, "wfst_decode: eps_begin/final_begin need ", N,
+  BEAMDEC_CHECK(eps_begin.numel() == N && final_begin.numel() == N, "wfst_decode: eps_begin/final_begin need ", N,
               " entries");
-  TORCH_CHECK(ilabel.numel() == A && weight.numel() == A && aux_splits.numel() == A + 1,
+  BEAMDEC_CHECK(ilabel.numel() == A && weight.numel() == A && aux_splits.numel() == A + 1,
               "wfst_decode: dest/ilabel/weight must have A entries and aux_splits A + 1");
-  TORCH_CHECK(start_state >= 0 && start_state < N, "wfst_decode: start_state ", start_state, " outside [0, ", N, ")");
-  TORCH_CHECK(final_state >= 0 && final_state < N, "wfst_decode: final_state ", final_state, " outside [0, ", N, ")");
-  TORCH_CHECK(boost_keys.dim() == 2 && boost_values.sizes() == boost_keys.sizes() &&
+  BEAMDEC_CHECK(start_state >= 0 && start_state < N, "wfst_decode: start_state ", start_state, " outside [0, ", N, ")");
+  BEAMDEC_CHECK(final_state >= 0 && final_state < N, "wfst_decode: final_state ", final_state, " outside [0, ", N, ")");
+  BEAMDEC_CHECK(boost_keys.dim() == 2 && boost_values.sizes() == boost_keys.sizes() &&
                   (boost_keys.size(0) == B || boost_keys.size(1) == 0),
               "wfst_decode: boost_keys/boost_values must be (B, C) with the same shape");
   const int64_t C = boost_keys.size(1);
-  TORCH_CHECK(C == 0 || (C & (C - 1)) == 0, "wfst_decode: boost table capacity must be a power of two, got ", C);
-  TORCH_CHECK(search_beam > 0, "wfst_decode: search_beam must be > 0, got ", search_beam);
-  TORCH_CHECK(min_active >= 0 && max_active > min_active,
+  BEAMDEC_CHECK(C == 0 || (C & (C - 1)) == 0, "wfst_decode: boost table capacity must be a power of two, got ", C);
+  BEAMDEC_CHECK(search_beam > 0, "wfst_decode: search_beam must be > 0, got ", search_beam);
+  BEAMDEC_CHECK(min_active >= 0 && max_active > min_active,
               "wfst_decode: need 0 <= min_active < max_active, got ", min_active, ", ", max_active);
-  TORCH_CHECK(eps_iterations >= 0, "wfst_decode: eps_iterations must be >= 0 (0: epsilon-free graph)");
-  TORCH_CHECK(words_capacity >= 1, "wfst_decode: words_capacity must be >= 1");
+  BEAMDEC_CHECK(eps_iterations >= 0, "wfst_decode: eps_iterations must be >= 0 (0: epsilon-free graph)");
+  BEAMDEC_CHECK(words_capacity >= 1, "wfst_decode: words_capacity must be >= 1");
 }
 
 at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
@@ -317,7 +317,7 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
-  TORCH_CHECK(log_probs.is_cpu(), "wfst_decode_cpu: log_probs must be on the CPU");
+  BEAMDEC_CHECK(log_probs.is_cpu(), "wfst_decode_cpu: log_probs must be on the CPU");
   const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
   const int64_t N = row_splits.numel() - 1;
 
@@ -329,7 +329,7 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
   {  // epsilon arcs present? (decides whether the closure runs at all)
     for (int64_t s = 0; s < N && !g.has_eps; ++s) g.has_eps = g.eps_begin[s] < g.final_begin[s];
   }
-  TORCH_CHECK(!g.has_eps || eps_iterations >= 1, "wfst_decode: the graph has epsilon arcs, eps_iterations must be >= 1");
+  BEAMDEC_CHECK(!g.has_eps || eps_iterations >= 1, "wfst_decode: the graph has epsilon arcs, eps_iterations must be >= 1");
   Options opt{static_cast<float>(search_beam), static_cast<float>(min_active), static_cast<float>(max_active),
               allow_partial, static_cast<float>(acoustic_scale), static_cast<int32_t>(eps_iterations)};
   const int64_t C = boost_keys.size(1);

@@ -25,14 +25,14 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
-  TORCH_CHECK(log_probs.is_cuda(), "wfst_decode_cuda: log_probs must be a CUDA tensor");
-  TORCH_CHECK(frontier_capacity >= 1 && frontier_capacity < (1 << 28), "wfst_decode: frontier_capacity out of range");
-  TORCH_CHECK(candidate_capacity >= 1 && candidate_capacity < (1LL << 31),
+  BEAMDEC_CHECK(log_probs.is_cuda(), "wfst_decode_cuda: log_probs must be a CUDA tensor");
+  BEAMDEC_CHECK(frontier_capacity >= 1 && frontier_capacity < (1 << 28), "wfst_decode: frontier_capacity out of range");
+  BEAMDEC_CHECK(candidate_capacity >= 1 && candidate_capacity < (1LL << 31),
               "wfst_decode: candidate_capacity out of range");
-  TORCH_CHECK(hash_capacity >= 2 && (hash_capacity & (hash_capacity - 1)) == 0 && hash_capacity < (1LL << 31),
+  BEAMDEC_CHECK(hash_capacity >= 2 && (hash_capacity & (hash_capacity - 1)) == 0 && hash_capacity < (1LL << 31),
               "wfst_decode: hash_capacity must be a power of two >= 2");
-  TORCH_CHECK(arena_capacity >= 1 && arena_capacity < (1LL << 31), "wfst_decode: arena_capacity out of range");
-  TORCH_CHECK(words_capacity < (1LL << 30), "wfst_decode: words_capacity out of range");
+  BEAMDEC_CHECK(arena_capacity >= 1 && arena_capacity < (1LL << 31), "wfst_decode: arena_capacity out of range");
+  BEAMDEC_CHECK(words_capacity < (1LL << 30), "wfst_decode: words_capacity out of range");
   c10::cuda::CUDAGuard guard(log_probs.device());
   const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
   const int64_t N = row_splits.numel() - 1;
@@ -71,7 +71,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
       static_cast<int32_t>(max_length), C ? boost_keys.data_ptr<int32_t>() : nullptr,
       C ? boost_values.data_ptr<float>() : nullptr, static_cast<int32_t>(C), workspace.data_ptr(),
       result.data_ptr<int32_t>(), num_sms, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "wfst_decode_cuda: CUDA error ", cudaGetErrorString(err));
+  BEAMDEC_CHECK(err == cudaSuccess, "wfst_decode_cuda: CUDA error ", cudaGetErrorString(err));
   return result;
 }
 

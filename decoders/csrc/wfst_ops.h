@@ -15,6 +15,8 @@
 #pragma once
 #include <torch/types.h>
 
+#include "common_check.h"
+
 namespace beamdec {
 
 at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
