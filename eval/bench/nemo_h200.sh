@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the NeMo path on the offline H200 host (see .ci/gpu-host/requirements-nemo.txt):
-# install the carried wheels, GPU tests of tests/test_nemo_e2e.py, then eval.bench.nemo_e2e.
+# install the carried wheels, eval.bench.nemo_e2e (most important first), then the GPU tests of tests/test_nemo_e2e.py.
 #   bash eval/bench/nemo_h200.sh short   # acoustic path only, greedy decoding (~1 min)
 #   bash eval/bench/nemo_h200.sh full    # + a run with the CUDA decoders (may JIT-build the extension)
 # Needs `.whl` and `.whl-nemo` carried; writes logs to $OUT.
@@ -19,12 +19,12 @@ export PYTHONPATH=.:/tmp/site-nemo:${PYTHONPATH:-}
 echo "wheels installed in $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import importlib.metadata as m; print({p: m.version(p) for p in ('torch', 'nemo_toolkit', 'lightning', 'numpy')})"
-timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nemo_e2e.py 2>&1 | tail -15
-echo "gpu tests done at $(( $(date +%s) - t0 )) s"
 timeout 70 python3 -m eval.bench.nemo_e2e --runs tiny-bpe:fp32:1,32,200 small-bpe:fp32:200 small-bpe:bf16:200 \
   --num-utterances 400 --decoders greedy --workdir /tmp/nemo_bench --out "$OUT/nemo_e2e.jsonl" 2>&1 \
   | grep -v "NeMo W\|NeMo I\|^I0000\|warn" | tail -20
 echo "bench done at $(( $(date +%s) - t0 )) s"
+timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nemo_e2e.py 2>&1 | tail -15
+echo "gpu tests done at $(( $(date +%s) - t0 )) s"
 if [ "$mode" = full ]; then
   timeout 50 python3 -m eval.bench.nemo_e2e --runs small-bpe:bf16:200 --num-utterances 400 \
     --decoders greedy ctc_beam wfst torchaudio_ctc --workdir /tmp/nemo_bench --out "$OUT/nemo_e2e_decoders.jsonl" 2>&1 \
