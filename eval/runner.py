@@ -541,7 +541,12 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
                         lp, lens, transfer = on_device[r.device]
                         r.transfer_seconds += transfer
                         if batch_idx < exp.warmup_batches:
-                            r.decoder.decode(lp, lens, boosts=batch_boosts)
+                            # untimed, but memory-probed: first-call allocations (arenas, caches) are the
+                            # decoder's footprint and would be invisible to the probe afterwards
+                            warm_probe = MemoryProbe(r.device)
+                            with warm_probe:
+                                r.decoder.decode(lp, lens, boosts=batch_boosts)
+                            r.memory = r.memory.merge(warm_probe.stats)
                             _pop_stats(r.decoder)  # warm-up counts are not the run's
                         probe = MemoryProbe(r.device)
                         with probe, r.decode_watch:
