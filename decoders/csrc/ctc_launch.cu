@@ -87,8 +87,15 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
     if (warp) {  // one warp per row
       const size_t meta = fa.paged_smem ? (size_t)3 * d.num_pages * sizeof(int32_t) : 0;
-      if (fa.paged_smem || fa.batched_copy)  // opt-in experiments: their own instantiation
+      if (fa.paged_smem || fa.batched_copy) {  // opt-in experiments: their own instantiation
+        // meta can reach 48 KiB; with the kernel's static shared memory that exceeds the default dynamic
+        // limit ("invalid argument" at launch, seen on the H200), so opt in to the larger carve-out.
+        if (meta > 0 && (err2 = cudaFuncSetAttribute(ctc_decode_warp_kernel<T, true>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)meta)) !=
+                            cudaSuccess)
+          return err2;
         ctc_decode_warp_kernel<T, true><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
+      }
       else
         ctc_decode_warp_kernel<T, false><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       err2 = cudaGetLastError();

@@ -52,7 +52,12 @@ class RivaAdapter:
         batch = int(cfg.get("max_batch_size", 200))
         c.online_opts.max_batch_size = batch
         c.online_opts.num_channels = 2 * batch
-        c.online_opts.lattice_postprocessor_opts.acoustic_scale = float(cfg.get("acoustic_scale", 1.0))
+        # The log-probs are scaled by acoustic_scale before the search (as for wfst, k2py and kaldi: an LM
+        # weight of 1/acoustic_scale), so the lattice already carries scaled scores: post-processing uses 1.0.
+        self.acoustic_scale = float(cfg.get("acoustic_scale", 1.0))
+        if not self.acoustic_scale > 0:
+            raise ValueError(f"riva: acoustic_scale must be > 0, got {self.acoustic_scale}")
+        c.online_opts.lattice_postprocessor_opts.acoustic_scale = 1.0
         c.n_input_per_chunk = 50
         self.max_batch = batch
         self.decoder = BatchedMappedDecoderCuda(c, str(fst), str(words), ctx.tokens.vocab_size)
@@ -61,7 +66,7 @@ class RivaAdapter:
                boosts: Optional[Sequence[dict]] = None) -> list[Hypothesis]:
         if boosts and any(boosts):
             raise NotImplementedError("riva adapter: word boosting is not wired (needs a per-stream boost graph)")
-        lp = log_probs.float().cuda().contiguous()
+        lp = (log_probs.float().cuda() * self.acoustic_scale).contiguous()
         out: list[Hypothesis] = []
         for i in range(0, lp.shape[0], self.max_batch):
             res = self.decoder.decode_mbr(lp[i : i + self.max_batch], lengths[i : i + self.max_batch].to("cpu",
