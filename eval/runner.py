@@ -320,6 +320,15 @@ def hypothesis_text(h: Hypothesis, tokens) -> str:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _max_merge(into: dict, *others: dict) -> dict:
+    """Per-key maximum of peak-memory dicts (stage name -> bytes)."""
+    out = dict(into)
+    for other in others:
+        for k, v in (other or {}).items():
+            out[k] = max(int(v), out.get(k, 0))
+    return out
+
+
 def make_result_row(
     *,
     experiment: str,
@@ -338,6 +347,7 @@ def make_result_row(
     env: dict,
     batch_size: int,
     warmup_batches: int,
+    acoustic_stage_peak_bytes: Optional[dict] = None,
 ) -> dict:
     e2e_seconds = acoustic_seconds + transfer_seconds + decoder_seconds
     return {
@@ -369,6 +379,9 @@ def make_result_row(
         "peak_rss_bytes": memory.peak_rss_bytes,
         "rss_increase_bytes": memory.rss_increase_bytes,
         "cuda_peak_bytes": memory.cuda_peak_bytes,
+        # peak CUDA memory of each acoustic stage (features, encoder, ...) over the dataset, when the source
+        # measures it (NeMo); the acoustic model's memory is shared by every decoder row of the dataset
+        "acoustic_stage_peak_bytes": dict(acoustic_stage_peak_bytes or {}),
         "overflow_count": int(stats.get("overflow_count", 0)),
         "decoder_stats": dict(stats),
         "batch_size": batch_size,
@@ -517,6 +530,7 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
             for r in active:
                 r.reset()
             acoustic_seconds, audio_seconds, frames = 0.0, 0.0, 0
+            stage_peaks: dict[str, int] = {}
             n_batches = (len(utterances) + exp.batch_size - 1) // exp.batch_size
             bar = tqdm(
                 source.batches(utterances, exp.batch_size), total=n_batches, disable=not exp.progress,
@@ -524,6 +538,7 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
             )
             for batch_idx, batch in enumerate(bar):
                 acoustic_seconds += batch.acoustic_seconds
+                stage_peaks = _max_merge(stage_peaks, batch.stage_memory_bytes)
                 audio_seconds += batch.audio_seconds
                 frames += int(batch.lengths.sum())
                 on_device: dict[str, tuple] = {}
@@ -588,6 +603,7 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
                     decoder_cuda_seconds=r.decode_watch.cuda_seconds, acoustic_seconds=acoustic_seconds,
                     transfer_seconds=r.transfer_seconds, memory=r.memory, stats=r.stats,
                     env=env, batch_size=exp.batch_size, warmup_batches=exp.warmup_batches,
+                    acoustic_stage_peak_bytes=stage_peaks,
                 )
                 row["_wer_stats"] = stats
                 rows.append(row)
@@ -612,6 +628,7 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Any = 
             transfer_seconds=sum(p["end_to_end_seconds"] - p["acoustic_seconds"] - p["decoder_seconds"] for p in parts),
             memory=mem, stats=_sum_stats(p["decoder_stats"] for p in parts), env=env,
             batch_size=exp.batch_size, warmup_batches=exp.warmup_batches,
+            acoustic_stage_peak_bytes=_max_merge({}, *(p["acoustic_stage_peak_bytes"] for p in parts)),
         )
         rows.append(total)
     for row in rows:

@@ -205,3 +205,24 @@ def test_graph_mismatch_detects_retrained_tokens_and_changed_lm(tmp_path):
     (gdir / "graph_info.json").write_text(json.dumps(info))
     wl.arpa_path.write_text(wl.arpa_path.read_text().replace("-99", "-98"))
     assert "changed since" in graph_mismatch(gdir, wl.arpa_path, tokens)
+
+
+def test_acoustic_stage_memory_reaches_the_results(tmp_path):
+    """Issue 5: the source's per-stage GPU memory (NeMo measures features/encoder/ctc_head peaks per batch)
+    lands in every result row as the per-stage maximum over the dataset, and over all datasets in 'all'."""
+    from _eval_fakes import FakeSource
+
+    class Measured(FakeSource):
+        def batches(self, utterances, batch_size):
+            for i, batch in enumerate(super().batches(utterances, batch_size)):
+                batch.stage_memory_bytes = {"encoder": 1000 * (i + 1), "features": 7}
+                yield batch
+
+    wl = FakeWorkload(tmp_path / "wl")
+    cfg = compose_config([f"experiment.output_dir={tmp_path / 'runs'}", f"graph.root={tmp_path / 'g'}", "experiment.run=r",
+                          "experiment.progress=false", "experiment.batch_size=2", "decoder=greedy"])
+    out = run_experiment(cfg, workload=wl, source_factory=lambda c, **kw: Measured(kw["tokens"], corrupt=False))
+    rows = {r["dataset"]: r for r in out.rows if r["status"] == "ok"}
+    # 5 utterances per set in batches of 2 -> 3 batches: the encoder peak is the third batch's
+    assert rows["clean"]["acoustic_stage_peak_bytes"] == {"encoder": 3000, "features": 7}
+    assert rows["all"]["acoustic_stage_peak_bytes"] == {"encoder": 3000, "features": 7}
