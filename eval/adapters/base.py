@@ -13,6 +13,7 @@ cannot boost raise `NotImplementedError` when given non-empty boosts.
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
@@ -83,3 +84,20 @@ def build_decoder(name: str, cfg: dict[str, Any], ctx: DecodingContext) -> Decod
     if name not in _REGISTRY:
         raise RuntimeError(f"module {ADAPTER_MODULES[name]} did not register decoder {name!r}")
     return _REGISTRY[name](cfg, ctx)
+
+
+_GRAPH_CACHE: dict = {}
+_GRAPH_LOCK = threading.Lock()
+
+
+def load_graph_cached(adapter: str, graph_dir: Path, graph_file: str, loader: Callable[[Path], Any]):
+    """`loader(path)` once per (adapter, graph file) and process: parsing a TLG/HLG takes seconds and every
+    batch size / boost value of a run builds a fresh adapter. A missing file names the recipe to run."""
+    path = Path(graph_dir) / graph_file
+    key = (adapter, str(path.resolve()))
+    with _GRAPH_LOCK:
+        if key not in _GRAPH_CACHE:
+            if not path.is_file():
+                raise FileNotFoundError(f"{adapter} adapter: {path} not found (build graphs with recipes.build_graphs)")
+            _GRAPH_CACHE[key] = loader(path)
+        return _GRAPH_CACHE[key]

@@ -40,7 +40,6 @@ tests model deviations (1)-(2) explicitly when they compare with k2py at tight b
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -50,7 +49,7 @@ import torch
 
 from decoders.graph import WfstGraph
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from eval.adapters.base import DecodingContext, load_graph_cached, register_decoder
 
 log = logging.getLogger(__name__)
 
@@ -69,27 +68,20 @@ class K2pyConfig:
 
 CONFIG_SCHEMA = K2pyConfig
 
-_CACHE: dict = {}
-_LOCK = threading.Lock()
-
-
 def _load(graph_dir: Path, graph_file: str):
-    """(k2py graph dict, WfstGraph) for a graph directory, cached per process (the text parse is slow)."""
-    import k2py
+    """(k2py graph dict, WfstGraph, path index) for a graph directory, cached per process."""
 
-    key = (str(graph_dir.resolve()), graph_file)
-    with _LOCK:
-        if key not in _CACHE:
-            text_path = graph_dir / graph_file
-            if not text_path.is_file():
-                raise FileNotFoundError(f"k2py adapter: {text_path} not found (build graphs with recipes.build_graphs)")
-            graph = WfstGraph.load(graph_dir / "HLG.bin") if (graph_dir / "HLG.bin").is_file() else \
-                WfstGraph.from_k2_text(text_path, words=graph_dir / "words.txt")
-            k2g = k2py.CreateFsaVecFromStr(text_path.read_text(encoding="utf-8"), -1, False)
-            from recipes.graphs.paths import _Index
+    def parse(text_path: Path):
+        import k2py
 
-            _CACHE[key] = (k2g, graph, _Index(graph))
-        return _CACHE[key]
+        from recipes.graphs.paths import _Index
+
+        graph = WfstGraph.load(graph_dir / "HLG.bin") if (graph_dir / "HLG.bin").is_file() else \
+            WfstGraph.from_k2_text(text_path, words=graph_dir / "words.txt")
+        k2g = k2py.CreateFsaVecFromStr(text_path.read_text(encoding="utf-8"), -1, False)
+        return k2g, graph, _Index(graph)
+
+    return load_graph_cached("k2py", graph_dir, graph_file, parse)
 
 
 class K2pyDecoder:

@@ -14,7 +14,6 @@ drifts towards search_beam frame by frame. With wide beams both return the Viter
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -23,7 +22,7 @@ import numpy as np
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from eval.adapters.base import DecodingContext, load_graph_cached, register_decoder
 
 
 @dataclass
@@ -40,27 +39,21 @@ class KaldiDecoderConfig:
 
 CONFIG_SCHEMA = KaldiDecoderConfig
 
-_CACHE: dict = {}
-_LOCK = threading.Lock()
-
-
 def _load(graph_dir: Path, graph_file: str):
-    import kaldifst
+    """(OpenFst TLG, word list) for a graph directory, cached per process."""
 
-    key = (str(graph_dir.resolve()), graph_file)
-    with _LOCK:
-        if key not in _CACHE:
-            path = graph_dir / graph_file
-            if not path.is_file():
-                raise FileNotFoundError(f"kaldi adapter: {path} not found (build graphs with recipes.build_graphs)")
-            fst = kaldifst.StdVectorFst.read(str(path))
-            if fst is None:  # kaldifst returns None for const FSTs read as vector
-                fst = kaldifst.StdConstFst.read(str(path))
-            if fst is None:
-                raise ValueError(f"kaldi adapter: {path} is not a readable OpenFst file")
-            words = [l.split()[0] for l in open(graph_dir / "words.txt", encoding="utf-8") if l.strip()]
-            _CACHE[key] = (fst, words)
-        return _CACHE[key]
+    def parse(path: Path):
+        import kaldifst
+
+        fst = kaldifst.StdVectorFst.read(str(path))
+        if fst is None:  # kaldifst returns None for const FSTs read as vector
+            fst = kaldifst.StdConstFst.read(str(path))
+        if fst is None:
+            raise ValueError(f"kaldi adapter: {path} is not a readable OpenFst file")
+        words = [l.split()[0] for l in open(graph_dir / "words.txt", encoding="utf-8") if l.strip()]
+        return fst, words
+
+    return load_graph_cached("kaldi", graph_dir, graph_file, parse)
 
 
 class KaldiDecoder:
