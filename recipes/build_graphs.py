@@ -145,7 +145,6 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     ConfigStore.instance().store(name="build_graphs_cli", node=BuildGraphsConfig)
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 
     @hydra.main(version_base=None, config_name="build_graphs_cli")
     def _app(cfg: BuildGraphsConfig) -> None:
@@ -169,12 +168,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         print(size_table(infos))
         print(f"total {time.perf_counter() - t0:.1f} s")
 
-    old = sys.argv
-    sys.argv = [old[0]] + argv + extra
-    try:
-        _app()
-    finally:
-        sys.argv = old
+    from recipes.cli import run_hydra_app
+
+    run_hydra_app(_app, argv)
 
 
 if __name__ == "__main__":

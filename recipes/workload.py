@@ -387,20 +387,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     cs = ConfigStore.instance()
     cs.store(name="workload_cli", node=WorkloadCliConfig)
     argv = list(sys.argv[1:] if argv is None else argv)
-    # no run directory, no .hydra/ output, no log files: this CLI only writes the workload
-    extra = ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 
     @hydra.main(version_base=None, config_name="workload_cli")
     def _app(cfg: WorkloadCliConfig) -> None:
         c = OmegaConf.to_object(cfg)
         prepare_workload(scale=c.scale, root=c.root, seed=c.seed, force=c.force)
 
-    old = sys.argv
-    sys.argv = [old[0]] + argv + extra
-    try:
-        _app()
-    finally:
-        sys.argv = old
+    from recipes.cli import run_hydra_app
+
+    run_hydra_app(_app, argv)
 
 
 if __name__ == "__main__":
