@@ -36,9 +36,9 @@ decoders/include/ctc_common.cuh. They are device-specific (a CPU state is not a 
 
 CUDA kernels (decoders/include/ctc_kernels.cuh): a frame-parallel pre-pass ranks each frame's vocabulary,
 then one launch per 128-frame tile decodes it, one warp per row (beam <= 32, up to 64 rows) or one block
-per row. `BEAMDEC_CTC_KERNEL=block|warp` forces one kernel (A/B); `BEAMDEC_CTC_FORK_COPY=batched` (flat
-fork copies with several loads in flight) and `BEAMDEC_CTC_PAGED_SMEM=1` (paged metadata in shared memory)
-are opt-in latency experiments for the one-warp kernel, not yet measured. Reproduce the numbers with
+per row. `BEAMDEC_CTC_KERNEL=block|warp` forces one kernel (A/B); `BEAMDEC_CTC_FORK_COPY=eager` (flat
+prefixes copied every frame instead of rebuilt once per launch) and `BEAMDEC_CTC_PAGED_SMEM=1` (paged
+metadata in shared memory) are A/B switches of the one-warp kernel. Reproduce the numbers with
 `python -m eval.bench.ctc_bench --out runs/bench/ctc_bench.json` on the GPU host.
 """
 from __future__ import annotations
@@ -52,8 +52,9 @@ import torch
 from decoders.types import Hypothesis
 
 MAX_BEAM_SIZE = 128
-STREAMING_MAX_SEQ_LEN = 1000  # tokens per stream; flat state = 4 * (16 + 9*beam + beam*max_seq_len) bytes
+STREAMING_MAX_SEQ_LEN = 1000  # tokens per stream; flat state = 4*(16 + 9*beam) + 2*beam*max_seq_len bytes
 _HEADER_WORDS = 16  # mirrors kHeaderWords in ctc_common.cuh
+MAX_VOCAB = 65536  # mirrors kMaxVocab: token ids are stored in 16 bits
 _STATUS_BAD_VALUE = 1
 _STATUS_CAP_HIT = 2
 _STATUS_POOL_FULL = 4
@@ -195,6 +196,9 @@ def _check_log_probs(log_probs: torch.Tensor, name: str = "log_probs") -> None:
         raise ValueError(f"{name} must be float32 or float16, got {log_probs.dtype}")
     if log_probs.shape[2] < 2:
         raise ValueError(f"{name}: vocabulary size V must be >= 2 (blank + one token), got {log_probs.shape[2]}")
+    if log_probs.shape[2] > MAX_VOCAB:
+        raise ValueError(f"{name}: vocabulary size V must be <= {MAX_VOCAB} (token ids are stored in 16 bits), "
+                         f"got {log_probs.shape[2]}")
 
 
 def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor) -> CtcResult:
@@ -241,7 +245,8 @@ def ctc_beam_search(
         raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
     if log_probs.is_cuda:
         lengths = lengths.to(device=log_probs.device, dtype=torch.int32)
-    max_seq_len = config.max_seq_len if config.max_seq_len is not None else max(T, 1)
+    # default: never cuts (a prefix has at most T tokens); even, so the kernels copy token slots as whole words
+    max_seq_len = config.max_seq_len if config.max_seq_len is not None else max(2, T + (T & 1))
     ops = load_ops()
     outs = ops.ctc_decode_offline(
         log_probs.contiguous(), lengths, config.beam_size, config.blank_id,
@@ -257,9 +262,10 @@ def default_num_pages(beam_size: int, max_seq_len: int, page_size: int) -> int:
 
 def state_bytes(beam_size: int, max_seq_len: int, page_size: int = 0, num_pages: int = 0) -> int:
     """Bytes of one stream's state (what create_state allocates per row); page_size 0 = flat storage."""
+    # token ids are 16-bit, two per int32 word (ctc_common.cuh)
     if page_size == 0:
-        return 4 * (_HEADER_WORDS + 9 * beam_size + beam_size * max_seq_len)
-    return 4 * (_HEADER_WORDS + 9 * beam_size + num_pages * (3 + page_size))
+        return 4 * (_HEADER_WORDS + 9 * beam_size + (beam_size * max_seq_len + 1) // 2)
+    return 4 * (_HEADER_WORDS + 9 * beam_size + 3 * num_pages + (num_pages * page_size + 1) // 2)
 
 
 class CtcStreamingDecoder:
@@ -290,8 +296,9 @@ class CtcStreamingDecoder:
     def create_state(self, batch: int, vocab_size: int, device: torch.device | str = "cpu") -> "CtcStreamState":
         if batch < 1:
             raise ValueError(f"batch must be >= 1, got {batch}")
-        if vocab_size < 2 or not self.config.blank_id < vocab_size:
-            raise ValueError(f"vocab_size must be >= 2 and > blank_id={self.config.blank_id}, got {vocab_size}")
+        if vocab_size < 2 or not self.config.blank_id < vocab_size or vocab_size > MAX_VOCAB:
+            raise ValueError(f"vocab_size must be in [2, {MAX_VOCAB}] and > blank_id={self.config.blank_id}, "
+                             f"got {vocab_size}")
         words = self.state_bytes_per_stream // 4
         # Zeros = "nothing decoded yet"; the kernels initialise the beams on the first decoded frame.
         tensor = torch.zeros((batch, words), dtype=torch.int32, device=device)

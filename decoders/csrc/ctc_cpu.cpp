@@ -57,7 +57,7 @@ void paged_update(int32_t* w, const ctc::StateLayout& L, const std::vector<int>&
   int32_t* parent = w + L.parent();
   int32_t* rc = w + L.refcnt();
   int32_t* stack = w + L.free_stack();
-  int32_t* pages = w + L.pages();
+  ctc::token_t* pages = reinterpret_cast<ctc::token_t*>(w + L.pages());
   int32_t& top = w[ctc::kHdrFreeTop];
   int32_t& fresh = w[ctc::kHdrNextFresh];
   const int old_nb = (int)old_len.size(), nw = (int)src.size();
@@ -96,7 +96,7 @@ void paged_update(int32_t* w, const ctc::StateLayout& L, const std::vector<int>&
     const int off = old_len[src[r]] % P;
     if (need[r] == kNone) continue;
     if (need[r] == kInPlace) {
-      pages[(int64_t)x * P + off] = tok[r];
+      pages[(int64_t)x * P + off] = (ctc::token_t)tok[r];
       continue;
     }
     if (need[r] == kLost) {
@@ -111,7 +111,7 @@ void paged_update(int32_t* w, const ctc::StateLayout& L, const std::vector<int>&
       continue;
     }
     rc[pg] = 1;
-    pages[(int64_t)pg * P + off] = tok[r];
+    pages[(int64_t)pg * P + off] = (ctc::token_t)tok[r];
     ntail[r] = pg;
     if (need[r] == kFresh) {  // the beam's reference on its old last page becomes the new page's parent link
       parent[pg] = x;
@@ -136,14 +136,15 @@ void paged_update(int32_t* w, const ctc::StateLayout& L, const std::vector<int>&
 // back from `slot` (its last page); -1 where paged tokens were lost.
 void read_tokens(const int32_t* w, const ctc::StateLayout& L, int slot, int len, int32_t* out) {
   if (!L.paged()) {
-    const int32_t* toks = w + L.tokens() + (int64_t)slot * L.max_len;
+    const ctc::token_t* toks = reinterpret_cast<const ctc::token_t*>(w + L.tokens()) + (int64_t)slot * L.max_len;
     std::copy(toks, toks + len, out);
     return;
   }
   const int P = L.page_size;
   int32_t x = slot;
   for (int start = (len - 1) / P * P; len > 0 && start >= 0; start -= P) {
-    for (int i = start; i < std::min(len, start + P); ++i) out[i] = x >= 0 ? w[L.pages() + (int64_t)x * P + i - start] : -1;
+    const ctc::token_t* pages = reinterpret_cast<const ctc::token_t*>(w + L.pages());
+    for (int i = start; i < std::min(len, start + P); ++i) out[i] = x >= 0 ? (int32_t)pages[(int64_t)x * P + i - start] : -1;
     x = x >= 0 ? w[L.parent() + x] : x;
   }
 }
@@ -331,7 +332,9 @@ struct RowDecoder {
         std::memcpy(&w[L.pnb() + j], &b.pnb, 4);
         w[L.len() + j] = (int32_t)b.prefix.size();
         w[L.last() + j] = b.prefix.empty() ? -1 : b.prefix.back();
-        if (!L.paged()) std::copy(b.prefix.begin(), b.prefix.end(), w + L.tokens() + (int64_t)j * max_len);
+        if (!L.paged())
+          std::copy(b.prefix.begin(), b.prefix.end(),
+                    reinterpret_cast<ctc::token_t*>(w + L.tokens()) + (int64_t)j * max_len);
       }
     }
   }

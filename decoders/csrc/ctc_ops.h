@@ -82,6 +82,9 @@ namespace ctcmsg = msg;  // string-only message formatting (common_check.h)
                   "beam_size must be in [1, " + s(beamdec::ctc::kMaxBeam) + "], got " + s(beam_size));              \
     CTC_ARG_CHECK((vocab_size) >= 2,                                                                                \
                   "log_probs: vocabulary size V (last dim) must be >= 2 (blank + one token), got " + s(vocab_size)); \
+    CTC_ARG_CHECK((vocab_size) <= beamdec::ctc::kMaxVocab,                                                          \
+                  "log_probs: vocabulary size V (last dim) must be <= " + s(beamdec::ctc::kMaxVocab) +              \
+                      " (token ids are stored in 16 bits), got " + s(vocab_size));                                \
     CTC_ARG_CHECK((blank_id) >= 0 && (blank_id) < (vocab_size),                                                     \
                   "blank_id must be in [0, V=" + s(vocab_size) + "), got " + s(blank_id));                          \
     CTC_ARG_CHECK((nbest) >= 1 && (nbest) <= (beam_size),                                                           \

@@ -9,13 +9,13 @@
 //   hash_lo/hi, phash_lo/hi       64-bit hash of the prefix and of the prefix without its last token (GPU
 //                                 only: finds merge pairs without comparing token lists)
 //   flat storage (page_size == 0):
-//     tokens[beam][max_len]       token slots
+//     tokens[beam][max_len]       token slots, 16-bit token ids (token_t), two per word
 //   paged storage (page_size > 0; P = page_size, NP = num_pages):
 //     parent[NP]                  the page holding the previous P tokens of a prefix (-1: none)
 //     refcnt[NP]                  beams whose last page it is + pages whose parent it is
 //     free_stack[NP]              recycled pages (top in header kHdrFreeTop; never-used pages come from
 //                                 the bump counter kHdrNextFresh)
-//     pages[NP][P]                token storage
+//     pages[NP][P]                token storage (16-bit token ids, two per word)
 //     and slot[beam] holds each beam's last page (-1: empty prefix; -2: tokens lost, pool exhausted).
 // Flat storage keeps each prefix in a slot (a permutation of [0, beam)): a winner that keeps its source's
 // slot appends in place; a source chosen by several winners is forked into a slot freed by a source
@@ -46,6 +46,10 @@ namespace beamdec {
 namespace ctc {
 
 constexpr int kMaxBeam = 128;      // widest beam any path supports
+// Token ids are stored in 16 bits (two per state word): half the state and half the bytes a fork copies.
+// Hence V <= kMaxVocab (every CTC vocabulary in use is far below; the ops reject larger ones).
+using token_t = uint16_t;
+constexpr int kMaxVocab = 65536;
 constexpr int kHeaderWords = 16;
 constexpr int kTile = 128;         // frames per pre-pass tile (pre-pass + decode launches per tile)
 constexpr int kMaxStreamsPerLaunch = 256;  // state pointers travel by value (2 KiB of kernel params)
@@ -84,15 +88,16 @@ struct StateLayout {
   CTC_HD int hash_hi() const { return kHeaderWords + 6 * beam; }
   CTC_HD int phash_lo() const { return kHeaderWords + 7 * beam; }
   CTC_HD int phash_hi() const { return kHeaderWords + 8 * beam; }
-  CTC_HD int tokens() const { return kHeaderWords + 9 * beam; }  // flat
+  CTC_HD int tokens() const { return kHeaderWords + 9 * beam; }  // flat (word offset of token_t data)
   CTC_HD bool paged() const { return page_size > 0; }
   CTC_HD int max_pages() const { return page_size > 0 ? (max_len + page_size - 1) / page_size : 0; }
   CTC_HD int64_t parent() const { return kHeaderWords + 9 * beam; }  // paged
   CTC_HD int64_t refcnt() const { return parent() + num_pages; }
   CTC_HD int64_t free_stack() const { return refcnt() + num_pages; }
-  CTC_HD int64_t pages() const { return free_stack() + num_pages; }
-  CTC_HD int64_t words() const {
-    return paged() ? pages() + (int64_t)num_pages * page_size : (int64_t)tokens() + (int64_t)beam * max_len;
+  CTC_HD int64_t pages() const { return free_stack() + num_pages; }  // word offset of token_t data
+  CTC_HD int64_t words() const {  // token_t data rounded up to whole words
+    return paged() ? pages() + ((int64_t)num_pages * page_size + 1) / 2
+                   : (int64_t)tokens() + ((int64_t)beam * max_len + 1) / 2;
   }
 };
 

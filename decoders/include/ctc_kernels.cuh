@@ -20,12 +20,14 @@
 // state update with flat slots (copy only on forks) or paged storage (ctc_common.cuh). The one-warp
 // kernel does the same per frame without block barriers (its comment below). The next decoded frame's
 // candidate list, lp[blank] and lp[last] are prefetched during the current frame.
-// Measured on the H200 (2026-11-29, B=1, T=200, V=5000, beam 10): 4.9 us per frame with the one-warp
-// kernel, 6.6 with the block kernel; paged storage 5.4 (its reference-count updates are global atomics
-// whose results the warp waits for). Flat fork copies are a serial chain of memory round trips in the
-// one-warp kernel; BEAMDEC_CTC_FORK_COPY=batched keeps four 128-token loads in flight, and
-// BEAMDEC_CTC_PAGED_SMEM=1 keeps a paged row's page metadata in shared memory (both opt-in, not yet run on
-// a GPU when committed; tests/test_ctc_gpu.py and the bench variants batchcopy / paged_smem cover them).
+// Flat token storage in the one-warp kernel is lazy: tokens are never read while decoding (merges use the
+// prefix hashes), so each frame only records (source beam, token) per winner in shared memory and the
+// prefixes are rebuilt once at the end of the launch (one batch of fork copies per launch instead of a
+// serial chain of copies per frame). BEAMDEC_CTC_FORK_COPY=eager restores the per-frame copies (A/B).
+// Measured on the H200 (2026-11-29, B=1, T=200, V=5000, beam 10, eager copies): 4.9 us per frame with the
+// one-warp kernel, 6.6 with the block kernel; paged storage 5.4 (its reference-count updates are global
+// atomics whose results the warp waits for). BEAMDEC_CTC_PAGED_SMEM=1 keeps a paged row's page metadata in
+// shared memory (opt-in). Current numbers: eval/bench/ctc_bench.py and reports/measurements/.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
@@ -65,7 +67,7 @@ struct FrameArgs {
   float* pre_lp;           // (kTile, rows, C)
   int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
   int page_size, num_pages;  // paged token storage (page_size 0: flat)
-  int batched_copy;          // one-warp kernel, flat: fork copies with several loads in flight (opt-in)
+  int eager_copy;            // one-warp kernel, flat: copy forked prefixes every frame (opt-in A/B; default lazy)
   int paged_smem;            // one-warp kernel, paged: page metadata in shared memory (opt-in)
   StateRefs states;
 };
@@ -273,11 +275,11 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
   const int P = a.page_size;
   const StateLayout L{beam, max_len, a.page_size, a.num_pages};
   int32_t* w = a.states.row(row);
-  int32_t* tokens = w + L.tokens();
+  token_t* tokens = reinterpret_cast<token_t*>(w + L.tokens());
   int32_t* parent = w + L.parent();
   int32_t* rc = w + L.refcnt();
   int32_t* stack = w + L.free_stack();
-  int32_t* pages = w + L.pages();
+  token_t* pages = reinterpret_cast<token_t*>(w + L.pages());
   const T* lp_row = a.log_probs + (int64_t)row * a.b_stride;
 
   if (tid == 0) {
@@ -627,8 +629,8 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
         for (int x = warp; x < nw; x += NT / 32) {
           if (!s.n_copy[x]) continue;
           const int k = s.n_src[x];
-          const int32_t* src = tokens + (int64_t)s.slot[k] * max_len;
-          int32_t* dst = tokens + (int64_t)s.n_slot[x] * max_len;
+          const token_t* src = tokens + (int64_t)s.slot[k] * max_len;
+          token_t* dst = tokens + (int64_t)s.n_slot[x] * max_len;
           for (int p = lane; p < s.len[k]; p += 32) dst[p] = src[p];
         }
         if (tid < nw && s.n_tok[tid] >= 0)
@@ -714,9 +716,45 @@ struct WarpShared {
   int free_slots[32];
   unsigned ex[32][3];  // per beam: list positions whose extension is merged into another beam
   int top;
+  // flat, lazy storage: per decoded frame f of the launch and winner r, src | (token + 1) << 8 (token -1: a stay)
+  unsigned hist[kTile][32];
+  int cp_src[32], cp_dst[32], cp_n[32];  // end of launch: prefix copies (source slot, destination slot, length)
 };
 
-// kOptIn: compiled with the opt-in experiments (a.batched_copy, a.paged_smem); the default instantiation
+// Copies runs of elements within `base` (a warp, all lanes): run i is n[i] elements from src[i] * stride to
+// dst[i] * stride. Up to kU loads per lane are in flight before their stores; sources and destinations
+// are disjoint slots, so no run reads another's output.
+template <typename E>
+__device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const int* src, const int* dst,
+                                               const int* n, int count, int lane) {
+  constexpr int kU = 16;
+  int fi = 0, p0 = 0;  // warp-uniform cursor: run fi, element p0
+  while (fi < count) {
+    E v[kU];
+    int64_t d[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      while (fi < count && p0 >= n[fi]) {
+        ++fi;
+        p0 = 0;
+      }
+      d[u] = -1;
+      if (fi < count) {
+        const int p = p0 + lane;
+        if (p < n[fi]) {
+          v[u] = base[(int64_t)src[fi] * stride + p];
+          d[u] = (int64_t)dst[fi] * stride + p;
+        }
+        p0 += 32;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (d[u] >= 0) base[d[u]] = v[u];
+  }
+}
+
+// kOptIn: compiled with the opt-in experiments (a.eager_copy, a.paged_smem); the default instantiation
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 template <typename T, bool kOptIn>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
@@ -728,17 +766,19 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   const unsigned lt_mask = (1u << lane) - 1u;
   const StateLayout L{beam, max_len, P, NP};
   int32_t* w = a.states.row(row);
-  int32_t* tokens = w + L.tokens();
+  token_t* tokens = reinterpret_cast<token_t*>(w + L.tokens());
   int32_t* parent = w + L.parent();
   int32_t* rc = w + L.refcnt();
   int32_t* stack = w + L.free_stack();
-  int32_t* pages = w + L.pages();
+  token_t* pages = reinterpret_cast<token_t*>(w + L.pages());
   const T* lp_row = a.log_probs + (int64_t)row * a.b_stride;
   // opt-in (a.paged_smem): the page metadata (parent links, reference counts, free stack) of this row lives in
   // shared memory for the launch, so reference-count updates and pops are shared-memory operations rather
   // than global round trips; copied in below and back at the end (only the used ranges)
   extern __shared__ int32_t s_meta[];  // (3 * NP) when a.paged_smem
   const bool meta_smem = kOptIn && paged && a.paged_smem;
+  const bool lazy = !paged && !(kOptIn && a.eager_copy);
+  int nf = 0;  // frames decoded by this launch (lazy: rows of s.hist)
 
   int step = w[kHdrStep];
   int last_sel = w[kHdrLastSel];
@@ -789,6 +829,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       if (len > 0) lp_last = load_lp(lp_cur + last);
     }
   }
+  const int slot0 = slot, len0 = len;  // this lane's beam at the start of the launch (lazy storage)
   {
     const int64_t base = ((int64_t)cur * a.rows + row) * C;
     for (int i = lane; i < s.cnt[cur]; i += 32) {
@@ -973,77 +1014,34 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     float pf_last = -INFINITY;
     if (is_w && nxt >= 0 && n_len > 0) pf_last = load_lp(lp_next + n_last);
 
-    // storage: the first winner of a source keeps its storage, later ones fork
-    const unsigned used = __reduce_or_sync(kFull, is_w ? (1u << src) : 0u);
-    const unsigned same = __match_any_sync(kFull, is_w ? src : 64 + lane);
-    const bool fork = is_w && (same & lt_mask) != 0u;
-    const unsigned fork_mask = __ballot_sync(kFull, fork);
-    int n_slot;
-    if (!paged) {
+    // storage. Flat, lazy (default): record (source, token) of every winner; the prefixes are rebuilt once at
+    // the end of the launch. Flat, eager (opt-in A/B): forks copy their source's prefix now. Paged: ctc_common.cuh.
+    int n_slot = slot;
+    if (lazy) {
+      s.hist[nf][lane] = is_w ? (unsigned)src | ((unsigned)(tok + 1) << 8) : 0u;
+      ++nf;
+    } else if (!paged) {
+      // the first winner of a source keeps its slot, later ones fork into slots nobody kept
+      const unsigned used = __reduce_or_sync(kFull, is_w ? (1u << src) : 0u);
+      const unsigned same = __match_any_sync(kFull, is_w ? src : 64 + lane);
+      const bool fork = is_w && (same & lt_mask) != 0u;
+      const unsigned fork_mask = __ballot_sync(kFull, fork);
       const bool unused = lane < beam && !((used >> lane) & 1u);
       const unsigned free_mask = __ballot_sync(kFull, unused);
       if (unused) s.free_slots[__popc(free_mask & lt_mask)] = slot;
       __syncwarp();
       if (is_w) n_slot = fork ? s.free_slots[__popc(fork_mask & lt_mask)] : g_slot;
       else n_slot = lane < beam ? s.free_slots[__popc(fork_mask) + (lane - nw)] : lane;
-      if (kOptIn && a.batched_copy) {
-        // forks copy their source's prefix in items of 128 tokens (fork, chunk); the loads of up to
-        // kCopyBatch items are in flight before their stores (sources are kept slots, destinations slots
-        // nobody kept, so no item reads another's output): one memory round trip per batch, not per item
-        constexpr int kCopyBatch = 4;
-        unsigned fm = fork_mask;
-        int n = 0, p0 = 0;  // current fork's length and next chunk (warp-uniform)
-        const int32_t* sp = tokens;
-        int32_t* dp = tokens;
-        bool more = fm != 0u;
-        while (more) {
-          int v[kCopyBatch][4];
-          int32_t* dps[kCopyBatch];
-          int pos[kCopyBatch], lim[kCopyBatch];
-          bool act[kCopyBatch];
-#pragma unroll
-          for (int j = 0; j < kCopyBatch; ++j) {
-            while (p0 >= n && fm) {  // the next fork with tokens
-              const int r = __ffs(fm) - 1;
-              fm &= fm - 1u;
-              const int ss = __shfl_sync(kFull, g_slot, r), ds = __shfl_sync(kFull, n_slot, r);
-              n = __shfl_sync(kFull, g_len, r);
-              p0 = 0;
-              sp = tokens + (int64_t)ss * max_len;
-              dp = tokens + (int64_t)ds * max_len;
-            }
-            act[j] = p0 < n;
-            dps[j] = dp;
-            pos[j] = p0;
-            lim[j] = n;
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-              const int p = p0 + lane + 32 * u;
-              v[j][u] = (act[j] && p < n) ? sp[p] : 0;
-            }
-            if (act[j]) p0 += 128;
-          }
-#pragma unroll
-          for (int j = 0; j < kCopyBatch; ++j) {
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-              const int p = pos[j] + lane + 32 * u;
-              if (act[j] && p < lim[j]) dps[j][p] = v[j][u];
-            }
-          }
-          more = p0 < n || fm != 0u;
-        }
-      }
-      unsigned fm = (kOptIn && a.batched_copy) ? 0u : fork_mask;
+      unsigned fm = fork_mask;
       while (fm) {  // forks copy their source's prefix, 128 tokens per load round
         const int r = __ffs(fm) - 1;
         fm &= fm - 1u;
         const int ss = __shfl_sync(kFull, g_slot, r), ds = __shfl_sync(kFull, n_slot, r);
         const int n = __shfl_sync(kFull, g_len, r);
-        const int32_t* sp = tokens + (int64_t)ss * max_len;
-        int32_t* dp = tokens + (int64_t)ds * max_len;
+        const token_t* sp = tokens + (int64_t)ss * max_len;
+        token_t* dp = tokens + (int64_t)ds * max_len;
         for (int p0 = 0; p0 < n; p0 += 128) {
-          int v[4];
+          token_t v[4];
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
             const int p = p0 + lane + 32 * u;
@@ -1056,8 +1054,11 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
           }
         }
       }
-      if (is_w && tok >= 0) tokens[(int64_t)n_slot * max_len + g_len] = tok;
+      if (is_w && tok >= 0) tokens[(int64_t)n_slot * max_len + g_len] = (token_t)tok;
     } else {
+      const unsigned used = __reduce_or_sync(kFull, is_w ? (1u << src) : 0u);
+      const unsigned same = __match_any_sync(kFull, is_w ? src : 64 + lane);
+      const bool fork = is_w && (same & lt_mask) != 0u;
       // 1. beams nobody keeps drop their last page (cascading); 2. forks reference their source's
       if (lane == 0) s.top = top;
       __syncwarp();
@@ -1148,6 +1149,52 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     cur = nxt;
   }
 
+  if (lazy) {
+    // Rebuild the prefixes: walk each live beam back through this launch's winners to the beam it came from
+    // at the launch start (its origin). The first live beam of an origin keeps the origin's slot, later ones
+    // take slots no live beam came from and copy the origin's prefix (all copies at once), then every beam
+    // writes the tokens it appended during the launch, found on a second walk back.
+    const bool live = lane < nb;
+    int org = lane;
+    if (live)
+      for (int f = nf - 1; f >= 0; --f) org = (int)(s.hist[f][org] & 0xFFu);
+    const unsigned used = __reduce_or_sync(kFull, live ? (1u << org) : 0u);
+    const unsigned same = __match_any_sync(kFull, live ? org : 64 + lane);
+    const bool fork = live && (same & lt_mask) != 0u;
+    const unsigned fork_mask = __ballot_sync(kFull, fork);
+    const bool unused = lane < beam && !((used >> lane) & 1u);
+    const unsigned free_mask = __ballot_sync(kFull, unused);
+    if (unused) s.free_slots[__popc(free_mask & lt_mask)] = slot0;
+    const int o_slot = __shfl_sync(kFull, slot0, org), o_len = __shfl_sync(kFull, len0, org);
+    __syncwarp();
+    int n_slot = lane;
+    if (live) n_slot = fork ? s.free_slots[__popc(fork_mask & lt_mask)] : o_slot;
+    else if (lane < beam) n_slot = s.free_slots[__popc(fork_mask) + (lane - nb)];
+    if (fork) {
+      const int i = __popc(fork_mask & lt_mask);
+      s.cp_src[i] = o_slot;
+      s.cp_dst[i] = n_slot;
+      s.cp_n[i] = (max_len & 1) ? o_len : (o_len + 1) / 2;
+    }
+    __syncwarp();
+    if (max_len & 1)
+      warp_copy_runs(tokens, max_len, s.cp_src, s.cp_dst, s.cp_n, __popc(fork_mask), lane);
+    else  // even slot stride: whole 32-bit words (a copied odd tail element is past the length or rewritten below)
+      warp_copy_runs(reinterpret_cast<uint32_t*>(w + L.tokens()), max_len / 2, s.cp_src, s.cp_dst, s.cp_n,
+                     __popc(fork_mask), lane);
+    __syncwarp();
+    if (live) {
+      token_t* dst = tokens + (int64_t)n_slot * max_len;
+      int pos = len, b = lane;
+      for (int f = nf - 1; f >= 0; --f) {
+        const unsigned e = s.hist[f][b];
+        if (e >> 8) dst[--pos] = (token_t)((e >> 8) - 1u);
+        b = (int)(e & 0xFFu);
+      }
+    }
+    if (lane < beam) slot = n_slot;
+  }
+
   // write the state back
   if (meta_smem) {
     __syncwarp();
@@ -1218,6 +1265,7 @@ ctc_finalize_kernel(StateRefs states, int beam, int max_len, int page_size, int 
   const int ranks = nb < nbest ? nb : nbest;
   if (L.paged()) {  // one thread per hypothesis walks its page chain back from the last page
     const int P = page_size;
+    const token_t* pages = reinterpret_cast<const token_t*>(w + L.pages());
     for (int r = tid; r < ranks; r += kFinalizeThreads) {
       const int j = s_rank_src[r];
       const int n = w[L.len() + j];
@@ -1225,7 +1273,7 @@ ctc_finalize_kernel(StateRefs states, int beam, int max_len, int page_size, int 
       int32_t* dst = out_tokens + ((int64_t)row * nbest + r) * max_len;
       for (int start = (n - 1) / P * P; n > 0 && start >= 0; start -= P) {
         const int end = min(n, start + P);
-        for (int i = start; i < end; ++i) dst[i] = x >= 0 ? w[L.pages() + (int64_t)x * P + (i - start)] : -1;
+        for (int i = start; i < end; ++i) dst[i] = x >= 0 ? (int32_t)pages[(int64_t)x * P + (i - start)] : -1;
         x = x >= 0 ? w[L.parent() + x] : x;
       }
     }
@@ -1234,7 +1282,7 @@ ctc_finalize_kernel(StateRefs states, int beam, int max_len, int page_size, int 
   for (int r = 0; r < ranks; ++r) {
     const int j = s_rank_src[r];
     const int n = w[L.len() + j];
-    const int32_t* src = w + L.tokens() + (int64_t)w[L.slot() + j] * max_len;
+    const token_t* src = reinterpret_cast<const token_t*>(w + L.tokens()) + (int64_t)w[L.slot() + j] * max_len;
     int32_t* dst = out_tokens + ((int64_t)row * nbest + r) * max_len;
     for (int p = tid; p < n; p += kFinalizeThreads) dst[p] = src[p];
   }
