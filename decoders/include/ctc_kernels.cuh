@@ -869,6 +869,15 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     const float* lps = s.lps[buf];
     const float lp_blank = s.lp_blank[buf];
     const bool valid = lane < nb;
+    // the next frame's lp of every possible new last token (a beam's own last: it stays; a listed char: an
+    // extension), loaded now so the winners pick theirs with a shuffle instead of waiting for a load
+    float nx_own = -INFINITY, nx_c[3] = {-INFINITY, -INFINITY, -INFINITY};
+    if (nxt >= 0) {
+      if (valid && len > 0) nx_own = load_lp(lp_next + last);
+#pragma unroll
+      for (int m = 0; m < 3; ++m)
+        if (lane + 32 * m < cnt) nx_c[m] = load_lp(lp_next + ids[lane + 32 * m]);
+    }
 
     // 1. collapse after skipped frames
     if (gap && valid) {
@@ -969,7 +978,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
 
     // 5. new beams (lane r = rank r) from their sources
     const bool is_w = lane < nw;
-    int src = lane, tok = -1;
+    int src = lane, tok = -1, tpos = 0;
     float lpv = 0.0f;
     if (is_w) {
       const int code = s.win[lane];
@@ -979,6 +988,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
         const int i = e - src * C;
         tok = ids[i];
         lpv = lps[i];
+        tpos = i;
       } else {
         src = code;
       }
@@ -1011,8 +1021,10 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       n_phash = g_hash;
       if (n_len >= max_len) flags |= kStatusCapHit;
     }
-    float pf_last = -INFINITY;
-    if (is_w && nxt >= 0 && n_len > 0) pf_last = load_lp(lp_next + n_last);
+    const float nx_stay = __shfl_sync(kFull, nx_own, src);
+    const float nx0 = __shfl_sync(kFull, nx_c[0], tpos & 31), nx1 = __shfl_sync(kFull, nx_c[1], tpos & 31),
+                nx2 = __shfl_sync(kFull, nx_c[2], tpos & 31);
+    const float pf_last = tok < 0 ? nx_stay : (tpos < 32 ? nx0 : (tpos < 64 ? nx1 : nx2));
 
     // storage. Flat, lazy (default): record (source, token) of every winner; the prefixes are rebuilt once at
     // the end of the launch. Flat, eager (opt-in A/B): forks copy their source's prefix now. Paged: ctc_common.cuh.
