@@ -887,12 +887,15 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     const float A = valid ? log_add(pb, pnb) : -INFINITY;
     // 2. my last char in the list
     int lastpos = -1;
-    if (valid && len > 0)
+    if (valid && len > 0) {
+#pragma unroll 4
       for (int i = 0; i < cnt; ++i)
         if (ids[i] == last) lastpos = i;
+    }
     // 3. merge pairs: my parent's prefix is mine without my last char
     int par = -1;
     const unsigned h_lo = (unsigned)(hash & 0xFFFFFFFFull), h_hi = (unsigned)(hash >> 32);
+#pragma unroll 4
     for (int q = 0; q < nb; ++q) {
       const unsigned q_lo = __shfl_sync(kFull, h_lo, q), q_hi = __shfl_sync(kFull, h_hi, q);
       const int q_len = __shfl_sync(kFull, len, q);
@@ -913,10 +916,6 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       const unsigned wd = i < 32 ? ex0 : (i < 64 ? ex1 : ex2);
       return (wd >> (i & 31)) & 1u;
     };
-    auto next_ord = [&](int i) -> int {
-      while (i < cnt && (i == lastpos || excluded(i))) ++i;
-      return i;
-    };
 
     // 4. heads and rounds
     const float snb = log_add(valid && len > 0 ? lp_last + pnb : -INFINITY, fold);
@@ -929,20 +928,54 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       const float sc = lps[lastpos] + pb;
       k_last = sc == -INFINITY ? 0u : float_key(sc);
     }
-    int oi = can_ext ? next_ord(0) : cnt;
+    // my ordinary extensions: list positions below cnt that are neither my last char nor merged into another
+    // beam, as a bit set consumed lowest first (list order = score order); none when I cannot extend
+    unsigned rem0 = 0u, rem1 = 0u, rem2 = 0u;  // cnt <= 2 * 32 + 1: positions 0..64
+    if (can_ext) {
+      rem0 = (cnt >= 32 ? 0xFFFFFFFFu : (1u << cnt) - 1u) & ~ex0;
+      rem1 = (cnt >= 64 ? 0xFFFFFFFFu : cnt > 32 ? (1u << (cnt - 32)) - 1u : 0u) & ~ex1;
+      rem2 = (cnt > 64 ? 1u : 0u) & ~ex2;
+      if (lastpos >= 0) {
+        const unsigned bit = ~(1u << (lastpos & 31));
+        if (lastpos < 32) rem0 &= bit;
+        else if (lastpos < 64) rem1 &= bit;
+        else rem2 &= bit;
+      }
+    }
+    auto pop_ord = [&]() -> int {
+      if (rem0) {
+        const int i = __ffs(rem0) - 1;
+        rem0 &= rem0 - 1u;
+        return i;
+      }
+      if (rem1) {
+        const int i = 31 + __ffs(rem1);
+        rem1 &= rem1 - 1u;
+        return i;
+      }
+      if (rem2) {
+        rem2 = 0u;
+        return 64;
+      }
+      return cnt;
+    };
+    int oi = pop_ord();
     uint32_t k_ord = 0u;
     if (oi < cnt) {
       const float sc = lps[oi] + A;
       k_ord = sc == -INFINITY ? 0u : float_key(sc);
     }
-    int oi2 = oi < cnt ? next_ord(oi + 1) : cnt;
+    int oi2 = oi < cnt ? pop_ord() : cnt;  // the next one, its lp loaded a round ahead
     float lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
     const unsigned code_base = (unsigned)(beam + lane * C);
-    int nw = 0;
-    for (; nw < beam; ++nw) {
-      uint32_t bk = k_stay;
-      unsigned bc = (unsigned)lane;
-      int bt = 0;
+    // my head: the best of my stay, last-char extension and next ordinary extension (ties: lowest slot code)
+    uint32_t bk = 0u;
+    unsigned bc = 0u;
+    int bt = 0;
+    auto head = [&]() {
+      bk = k_stay;
+      bc = (unsigned)lane;
+      bt = 0;
       if (k_last > bk) {
         bk = k_last;
         bc = code_base + lastpos;
@@ -953,11 +986,17 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
         bc = code_base + oi;
         bt = 2;
       }
+    };
+    head();
+    int nw = 0;
+    for (; nw < beam; ++nw) {
       const uint32_t m = __reduce_max_sync(kFull, bk);
       if (m == 0u) break;
-      const unsigned wc = __reduce_min_sync(kFull, bk == m ? bc : 0xFFFFFFFFu);
-      if (bk == m && bc == wc) {  // slot codes are unique: exactly one lane wins the round
-        s.win[nw] = (int)wc;
+      // the lowest slot code among the heads at the maximum: stays (codes < beam) before extensions, then the
+      // lower beam (a lane offers one head; extension codes are beam + lane * C + position)
+      const unsigned tie = __ballot_sync(kFull, bk == m), tie_stay = __ballot_sync(kFull, bk == m && bt == 0);
+      if (lane == __ffs(tie_stay ? tie_stay : tie) - 1) {
+        s.win[nw] = (int)bc;
         if (bt == 0) {
           k_stay = 0u;
         } else if (bt == 1) {
@@ -969,9 +1008,10 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
             const float sc = lp2 + A;
             k_ord = sc == -INFINITY ? 0u : float_key(sc);
           }
-          oi2 = oi < cnt ? next_ord(oi + 1) : cnt;
+          oi2 = oi < cnt ? pop_ord() : cnt;
           lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
         }
+        head();
       }
     }
     __syncwarp();
