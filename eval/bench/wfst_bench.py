@@ -168,6 +168,7 @@ def main(argv=None) -> None:
     ap.add_argument("--dump-lp", default=None, help="write the set's log-probs + references here and exit")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32, 200])
     ap.add_argument("--b1-utts", type=int, default=50, help="utterances decoded at batch 1 (time budget)")
+    ap.add_argument("--k2py-utts", type=int, default=None, help="utterances k2py decodes (CPU; default: all)")
     ap.add_argument("--graph-dir", action="append", default=[], help="name=path (TLG.bin/HLG.bin/TLG.fst/words.txt)")
     ap.add_argument("--graphs", nargs="+", default=["TLG", "HLG"])
     ap.add_argument("--decoders", nargs="+", default=["ours", "riva"], help="ours riva k2py")
@@ -183,6 +184,10 @@ def main(argv=None) -> None:
         print(f"wrote {args.dump_lp}")
         return
     total = min(args.max_utts, data["lp"].shape[0])
+    gpu_only = [d for d in args.decoders if d in ("ours", "riva")]
+    if gpu_only and not torch.cuda.is_available():  # say so instead of failing inside the first GPU run
+        print(f"no CUDA device: skipping {' '.join(gpu_only)} (GPU decoders)", flush=True)
+        args.decoders = [d for d in args.decoders if d not in gpu_only]
     if "ours" in args.decoders and torch.cuda.is_available():  # load our kernels once, outside every measurement
         from decoders.graph import WfstGraph
         from decoders.wfst import WfstDecoder
@@ -229,9 +234,10 @@ def main(argv=None) -> None:
                     rows.append(dict(decoder="riva", graph=f"{name}/TLG", batch=b, error=repr(e)[:300]))
                     print(rows[-1], flush=True)
         if "k2py" in args.decoders and (gdir / "HLG.k2.txt").is_file():
-            r = bench_k2py(gdir, data, total)
+            n = total if args.k2py_utts is None else min(total, args.k2py_utts)
+            r = bench_k2py(gdir, data, n)
             hyps = r.pop("hyps")
-            emit(dict(decoder="k2py(cpu)", graph=f"{name}/HLG", batch=1, **r), hyps, total)
+            emit(dict(decoder="k2py(cpu)", graph=f"{name}/HLG", batch=1, **r), hyps, n)
     print(f"wrote {out}")
 
 

@@ -1,12 +1,99 @@
 #!/usr/bin/env bash
-# One device call for the WFST decoder (see eval/bench/wfst_bench.py): wheels, graphs (carried xz-compressed
-# under data/carry, since the images exceed the 64 MiB carry limit), extension build (WFST only), GPU tests,
-# compute-sanitizer on a small case, and the benchmark. Logs and JSON go to $OUT.
+# One device call for the WFST decoder (see eval/bench/wfst_bench.py). Three modes:
+#
+# 1) tiny (default): wheels, graphs (carried xz-compressed under data/carry, since the images exceed the 64 MiB
+#    carry limit), extension build (WFST only), GPU tests, compute-sanitizer on a small case, and the benchmark.
 #   prepare here:  bash eval/bench/wfst_gpu_run.sh prepare   (needs data/graphs/tiny/char_blanklast/{compact,normal}
 #                  and .whl/; writes data/carry/{whl/*.whl, g/<topology>/{TLG.bin,TLG.fst,HLG.bin}.xz + words.txt,
 #                  lp_other_char.pt} from the CURRENT workload, ~48 MB)
 #   run there:     bash eval/bench/wfst_gpu_run.sh           (carry: data/carry)
+#
+# 2) scale: the SMALL or BENCH workload, regenerated ON THE HOST from its seed (bench graphs are far over the carry
+#    limit). Nothing to prepare here but .whl/ (../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt;
+#    the host image already has numpy, sentencepiece, tqdm, filelock, psutil, scipy, pyyaml).
+#   run there:     SCALE=small bash eval/bench/wfst_gpu_run.sh scale      (carry: .whl)
+#   Stages (each under `timeout`, a "STAGE name rc= wall_s= peak_rss_mb=" line each, all in $OUT/scale_<S>.log):
+#     wheels -> [ext build in the background] -> workload (recipes.workload) -> [log-probs of UTTS 'other'
+#     utterances, char, in the background] -> graphs: char/blank-last lang stage (L, G, LG, epsilon-free LG)
+#     once, then compact and normal TLG+HLG in two forked processes -> sizes table -> wfst_bench ours+riva on
+#     both topologies (TLG and HLG), batch 1 (B1 utts)/32/200, with k2py (CPU, HLG) on K2_UTTS utterances
+#     running beside it on other cores.
+#   Env: SCALE (small|bench), UTTS (200), B1 (30), K2_UTTS (50; 0 = no k2py), K2_PARALLEL (1; 0 = k2py after
+#     the GPU runs, so it cannot disturb their timing), DECODERS (ours riva), MODES (0), FUSE (1), DEADLINE_S (570),
+#     WL_S / GRAPH_S (stage budgets, 240 / 330 s).
+#   Measured on the 2-core CPU box where this was written (2026-11-30, Python 3.11, 1 thread per stage, other
+#   jobs sharing the cores; wall s / peak RSS):  MEASUREMENTS_PLACEHOLDER
 set -o pipefail
+if [ "${1:-}" = scale ]; then
+  SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-50}
+  case $SCALE in small|bench) ;; *) echo "SCALE must be small or bench, got '$SCALE'"; exit 2;; esac
+  T0=$(date +%s); left() { echo $(( ${DEADLINE_S:-570} - ($(date +%s) - T0) )); }
+  export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst TQDM_MININTERVAL=${TQDM_MININTERVAL:-15}  # sparse progress lines
+  OUT=${OUT:-runs/gpu_$SCALE}; mkdir -p "$OUT" data/lp || exit 1
+  exec > >(tee -a "$OUT/scale_$SCALE.log") 2>&1
+  # timed NAME BUDGET_S CMD...: CMD under `timeout`, then its wall time and the peak RSS of its process tree
+  TIMED='import resource, subprocess, sys, time
+t0 = time.time(); rc = subprocess.call(["timeout", sys.argv[2], *sys.argv[3:]])
+mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(f"STAGE {sys.argv[1]} rc={rc} wall_s={time.time() - t0:.1f} peak_rss_mb={mb:.0f}", flush=True); sys.exit(rc)'
+  timed() { python3 -c "$TIMED" "$@"; }
+  # lang stage once, then one forked process per topology: recipes.graphs.build builds the topologies one after
+  # another (under one lock), so its per-topology step is swapped for one that forks and returns at once
+  GRAPHS='import logging, multiprocessing as mp, sys
+from recipes.build_graphs import build_graphs
+from recipes.graphs import build as B
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+serial, procs = B.build_topology_graphs, []
+def forked(*a, **kw):
+    procs.append(mp.get_context("fork").Process(target=serial, args=a, kwargs=kw)); procs[-1].start(); return {}
+B.build_topology_graphs = forked
+kw = {"max_hlg_arcs": int(sys.argv[2])} if len(sys.argv) > 2 and sys.argv[2] else {}  # library default else
+build_graphs(scale=sys.argv[1], token_kinds=["char"], blanks=["last"], topologies=["compact", "normal"], **kw)
+for p in procs:
+    p.join()
+sys.exit(1 if any(p.exitcode for p in procs) else 0)'
+  SIZES='import json, pathlib, sys
+from recipes.graphs.info import size_table
+g = pathlib.Path(sys.argv[1])
+print(size_table({(sys.argv[2], "char_blanklast", t): json.loads((g / t / "graph_info.json").read_text())
+                  for t in ("compact", "normal") if (g / t / "graph_info.json").is_file()}))
+print("lang:", json.loads((g / "lang" / "lang_info.json").read_text())["sizes"])'
+  echo "scale=$SCALE utts=$UTTS k2py_utts=$K2_UTTS $(date -u +%FT%TZ) $(nproc) cores"
+  S=$(date +%s); export PYTHONPATH=.:$PYTHONPATH
+  if [ -n "${WHEELS-.whl}" ]; then  # WHEELS= (empty): use what the python3 on PATH has (a CPU check, say)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      ${WHEELS:-.whl}/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit 1
+  fi
+  echo "STAGE wheels wall_s=$(( $(date +%s) - S ))"
+  nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+  # the extension (nvcc, parallel) builds while the CPU stages run; wfst_bench would build it too if this failed
+  timed ext_build 300 python3 -c "from decoders._ext import ops; ops()" > "$OUT/ext_build.log" 2>&1 & EXT=$!
+  timed workload ${WL_S:-240} python3 -m recipes.workload scale=$SCALE || exit 1
+  LP=data/lp/${SCALE}_other_char_$UTTS.pt
+  timed logprobs 120 python3 -m eval.bench.wfst_bench --scale $SCALE --kind char --set other --max-utts $UTTS \
+    --dump-lp $LP > "$OUT/logprobs.log" 2>&1 & LPJ=$!
+  timed graphs ${GRAPH_S:-330} python3 -c "$GRAPHS" $SCALE "${MAX_HLG_ARCS:-}" || exit 1
+  G=data/graphs/$SCALE/char_blanklast
+  python3 -c "$SIZES" $G $SCALE | tee "$OUT/graph_sizes_$SCALE.md"
+  du -sh $G/*/TLG.bin $G/*/HLG.bin $G/*/TLG.fst 2>/dev/null
+  wait $LPJ; tail -2 "$OUT/logprobs.log"; wait $EXT; tail -3 "$OUT/ext_build.log"
+  [ -f $LP ] || exit 1
+  GDIRS="--graph-dir compact=$G/compact --graph-dir normal=$G/normal"
+  k2() { [ "$(left)" -gt 20 ] || { echo "k2py: no time left"; return 1; }; timed k2py $(left) python3 -m eval.bench.wfst_bench --lp-file $LP --max-utts $UTTS --decoders k2py \
+    --k2py-utts $K2_UTTS $GDIRS --out "$OUT/wfst_bench_k2py_$SCALE.json" > "$OUT/k2py.log" 2>&1; }
+  [ "$K2_UTTS" -gt 0 ] && [ -f $G/compact/HLG.k2.txt ] || { echo "k2py: not run (K2_UTTS=0 or no HLG)"; K2_UTTS=0; }
+  [ "$K2_UTTS" -gt 0 ] && [ "${K2_PARALLEL:-1}" = 1 ] && { k2 & K2J=$!; }
+  echo "bench: $(left) s left"; [ "$(left)" -gt 30 ] || { echo "no time left for the benchmark"; exit 1; }
+  timed bench $(( $(left) - 5 )) python3 -m eval.bench.wfst_bench --lp-file $LP --max-utts $UTTS --b1-utts ${B1:-30} \
+    $GDIRS --cuda-graph-modes ${MODES:-0} --fuse-modes ${FUSE:-1} --decoders ${DECODERS:-ours riva} \
+    --out "$OUT/wfst_bench_$SCALE.json" 2>&1 | grep -v Warning
+  if [ "$K2_UTTS" -gt 0 ]; then
+    if [ -n "${K2J:-}" ]; then wait $K2J; else k2; fi
+    grep -v Warning "$OUT/k2py.log" | tail -8
+  fi
+  echo "total_s=$(( $(date +%s) - T0 ))"; sleep 1  # let tee flush the log
+  exit 0
+fi
 if [ "${1:-}" = prepare ]; then
   rm -rf data/carry && mkdir -p data/carry/whl || exit 1
   cp .whl/jiwer* .whl/rapidfuzz* .whl/riva* .whl/kaldifst* data/carry/whl/ || exit 1
