@@ -24,10 +24,13 @@
 // prefix hashes), so each frame only records (source beam, token) per winner in shared memory and the
 // prefixes are rebuilt once at the end of the launch (one batch of fork copies per launch instead of a
 // serial chain of copies per frame). BEAMDEC_CTC_FORK_COPY=eager restores the per-frame copies (A/B).
-// Measured on the H200 (2026-11-29, B=1, T=200, V=5000, beam 10, eager copies): 4.9 us per frame with the
-// one-warp kernel, 6.6 with the block kernel; paged storage 5.4 (its reference-count updates are global
-// atomics whose results the warp waits for). BEAMDEC_CTC_PAGED_SMEM=1 keeps a paged row's page metadata in
-// shared memory (opt-in). Current numbers: eval/bench/ctc_bench.py and reports/measurements/.
+// Measured on the H200 (B=1, T=200, V=5000, beam 10; reports/measurements/h200_2026-11-30): 4.45 us per
+// frame with the one-warp kernel (2026-11-29, eager copies and two reduces per round: 4.9), 6.7 with the
+// block kernel; paged storage ~5.4 (its reference-count updates are global atomics whose results the warp
+// waits for). Nsight Compute on that kernel: ~1,700 warp instructions per frame at ~5 cycles each, latency
+// bound on the dependent chains (the `beam` rounds of step 4 are ~half of it); the pre-pass is ~21 us per
+// launch (1.5 GHz), which is what a 16-frame streaming chunk pays on top. BEAMDEC_CTC_PAGED_SMEM=1 keeps a
+// paged row's page metadata in shared memory (opt-in).
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
