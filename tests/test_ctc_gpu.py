@@ -48,6 +48,21 @@ def test_gpu_matches_cpu_long(ops, V, beam):
           top1_only=True)
 
 
+@pytest.mark.parametrize("V", [300, 1025, 5000])
+@pytest.mark.parametrize("levels", [2, 4, 16, 1000])
+def test_gpu_prepass_ties(ops, V, levels):
+    """Log-probs on a few levels: many exact ties around the C-th largest (the pre-pass threshold path ranks
+    them by id, or falls back to the radix select when over its cap); must equal the CPU reference, and the
+    all-equal row too."""
+    g = torch.Generator().manual_seed(V + levels)
+    lp = torch.randint(0, levels, (3, 20, V), generator=g).float().mul(-1.5)
+    lp[2] = 0.0  # every token equal
+    lp = lp.log_softmax(-1)
+    for beam in (1, 10, 32):
+        _both(lp, torch.tensor([20, 20, 20]), CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 3),
+                                                                  blank_skip_threshold=1.0))
+
+
 @pytest.mark.parametrize("blank", ["first", "last"])
 def test_gpu_adversarial(ops, blank):
     V = 29

@@ -165,6 +165,8 @@ __device__ __forceinline__ int block_ordered_gather(KeyAt key_at, int n, uint32_
 // ---------------------------------------------------------------------------------------------------
 constexpr int kPrepassThreads = 256;
 constexpr int kPrepassCacheMaxV = 12288;  // vocabularies up to this cache their keys in shared memory
+constexpr int kPrepassFastMaxC = 65;     // threshold fast path for beam <= 32 (C <= 2 * 32 + 1)
+constexpr int kPrepassFastCap = 512;     // candidates at or above the threshold it ranks (else: radix select)
 
 template <typename T>
 __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<T> a, int t0) {
@@ -219,6 +221,55 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
     if (cached) return s_keys[c];
     return c == blank ? 0u : float_key(load_lp(lp + c));
   };
+  const int64_t out_base = ((int64_t)pos * a.rows + row) * a.C;
+  if (cached && a.C <= kPrepassFastMaxC && a.V >= NT) {
+    // Fast path. The C-th largest of the NT per-thread maxima (tau) is a lower bound on the C-th largest key
+    // (the C maxima above it are distinct elements), so the top C all have key >= tau; usually only a few
+    // more do. Rank those few exactly; fall back to the radix select when too many pass (heavy ties).
+    __shared__ uint32_t s_max[NT];
+    __shared__ int s_fid[kPrepassFastCap];
+    __shared__ uint32_t s_tau;
+    __shared__ int s_nf;
+    uint32_t mx = 0u;
+    for (int c = tid; c < a.V; c += NT) mx = max(mx, s_keys[c]);
+    s_max[tid] = mx;
+    if (tid == 0) s_nf = 0;
+    __syncthreads();
+    int r = 0;
+    for (int j = 0; j < NT; ++j) {
+      const uint32_t v = s_max[j];
+      r += v > mx || (v == mx && j < tid);
+    }
+    if (r == a.C - 1) s_tau = mx;  // ranks are a permutation: exactly one thread
+    __syncthreads();
+    const uint32_t tau = s_tau;
+    if (tau > 0u)
+      for (int c = tid; c < a.V; c += NT)
+        if (s_keys[c] >= tau) {
+          const int i = atomicAdd(&s_nf, 1);
+          if (i < kPrepassFastCap) s_fid[i] = c;
+        }
+    __syncthreads();
+    const int nf = s_nf;
+    if (tau > 0u && nf <= kPrepassFastCap) {  // block-uniform
+      for (int i = tid; i < nf; i += NT) {
+        const int id = s_fid[i];
+        const uint32_t k = s_keys[id];
+        int rank = 0;
+        for (int j = 0; j < nf; ++j) {
+          const int idj = s_fid[j];
+          const uint32_t kj = s_keys[idj];
+          rank += kj > k || (kj == k && idj < id);
+        }
+        if (rank < a.C) {
+          a.pre_ids[out_base + rank] = id;
+          a.pre_lp[out_base + rank] = load_lp(lp + id);
+        }
+      }
+      if (tid == 0) *cnt_out = a.C;
+      return;
+    }
+  }
   uint32_t thr;
   int k_eq;
   block_radix_select<NT>(key_at, a.V, a.C, s_hist, s_sel, thr, k_eq);
@@ -226,7 +277,6 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   for (int i = tid; i < n; i += NT) s_list_key[i] = key_at(s_list[i]);
   __syncthreads();
   // rank by (key desc, id asc); s_list is in ascending id order already
-  const int64_t out_base = ((int64_t)pos * a.rows + row) * a.C;
   for (int i = tid; i < n; i += NT) {
     const uint32_t ki = s_list_key[i];
     int rank = 0;
