@@ -771,9 +771,6 @@ struct WarpShared {
   int top;
   // flat, lazy storage: per decoded frame f of the launch and winner r, src | (token + 1) << 8 (token -1: a stay)
   unsigned hist[kTile][32];
-  int htab[64];                          // merge pairs: beam hash table (-1: empty)
-  unsigned hlo[32], hhi[32];
-  int hlen[32];
   int cp_src[32], cp_dst[32], cp_n[32];  // end of launch: prefix copies (source slot, destination slot, length)
 };
 
@@ -941,45 +938,21 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       pnb = -INFINITY;
     }
     const float A = valid ? log_add(pb, pnb) : -INFINITY;
-    // 2. my last char in the list: binary search by (key desc, id asc), the pre-pass order (lp_last is the
-    // same load of the same element as the list's lp, so the keys compare exactly)
+    // 2. my last char in the list
     int lastpos = -1;
     if (valid && len > 0) {
-      const uint32_t kl = float_key(lp_last);
-      int lo = 0, hi = cnt;
-      while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        const uint32_t km = float_key(lps[mid]);
-        if (km > kl || (km == kl && ids[mid] < last)) lo = mid + 1;
-        else hi = mid;
-      }
-      if (lo < cnt && ids[lo] == last) lastpos = lo;
+#pragma unroll 4
+      for (int i = 0; i < cnt; ++i)
+        if (ids[i] == last) lastpos = i;
     }
-    // 3. merge pairs: my parent is the beam whose prefix is mine without my last char (prefix hash and
-    // length), found through a 64-entry open-addressing table of this frame's beam hashes
-    const unsigned h_lo = (unsigned)(hash & 0xFFFFFFFFull), h_hi = (unsigned)(hash >> 32);
-    s.htab[lane] = -1;
-    s.htab[lane + 32] = -1;
-    if (valid) {
-      s.hlo[lane] = h_lo;
-      s.hhi[lane] = h_hi;
-      s.hlen[lane] = len;
-    }
-    __syncwarp();
-    if (valid)
-      for (int t = (int)(h_lo & 63u); atomicCAS(&s.htab[t], -1, lane) != -1;) t = (t + 1) & 63;
-    __syncwarp();
+    // 3. merge pairs: my parent's prefix is mine without my last char
     int par = -1;
-    if (valid && len > 0) {
-      const unsigned p_lo = (unsigned)(phash & 0xFFFFFFFFull), p_hi = (unsigned)(phash >> 32);
-      for (int t = (int)(p_lo & 63u);; t = (t + 1) & 63) {  // <= 32 of 64 entries used: ends at an empty one
-        const int q = s.htab[t];
-        if (q < 0) break;
-        if (s.hlo[q] == p_lo && s.hhi[q] == p_hi && s.hlen[q] == len - 1) {
-          par = q;
-          break;
-        }
-      }
+    const unsigned h_lo = (unsigned)(hash & 0xFFFFFFFFull), h_hi = (unsigned)(hash >> 32);
+#pragma unroll 4
+    for (int q = 0; q < nb; ++q) {
+      const unsigned q_lo = __shfl_sync(kFull, h_lo, q), q_hi = __shfl_sync(kFull, h_hi, q);
+      const int q_len = __shfl_sync(kFull, len, q);
+      if (valid && len > 0 && q_len == len - 1 && (((unsigned long long)q_hi << 32) | q_lo) == phash) par = q;
     }
     s.ex[lane][0] = 0u;
     s.ex[lane][1] = 0u;
