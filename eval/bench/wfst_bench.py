@@ -12,6 +12,7 @@ Rows per (decoder, graph, batch size[, CUDA-graph mode]); JSON out.
         --graph-dir compact=data/graphs/tiny/char_blanklast/compact --graph-dir normal=data/graphs/tiny/char_blanklast/normal
     python -m eval.bench.wfst_bench --lp-file lp.pt --decoders k2py --graph-dir compact=...   # k2py: CPU
     bash eval/bench/wfst_gpu_run.sh prepare; then on the GPU host: bash eval/bench/wfst_gpu_run.sh
+    SCALE=small bash eval/bench/wfst_gpu_run.sh scale   # on the GPU host: regenerates workload + graphs there
 
 Measured on one H200 (tiny char workload, 'other' set, 200 utts = 1242 s of audio, batch 1 on 25 utts; beam 17,
 max_active 10000; plain fused launches), decoder-only RTFx ours / Riva 0.4.4 on the same TLG and log-probs:
@@ -238,6 +239,7 @@ def main(argv=None) -> None:
             r = bench_k2py(gdir, data, n)
             hyps = r.pop("hyps")
             emit(dict(decoder="k2py(cpu)", graph=f"{name}/HLG", batch=1, **r), hyps, n)
+    out.write_text(json.dumps(dict(rows=rows), indent=1))  # also when no row was measured
     print(f"wrote {out}")
 
 

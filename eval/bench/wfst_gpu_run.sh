@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the WFST decoder (see eval/bench/wfst_bench.py). Three modes:
+# One device call for the WFST decoder (see eval/bench/wfst_bench.py), in two flavours:
 #
 # 1) tiny (default): wheels, graphs (carried xz-compressed under data/carry, since the images exceed the 64 MiB
 #    carry limit), extension build (WFST only), GPU tests, compute-sanitizer on a small case, and the benchmark.
@@ -8,25 +8,50 @@
 #                  lp_other_char.pt} from the CURRENT workload, ~48 MB)
 #   run there:     bash eval/bench/wfst_gpu_run.sh           (carry: data/carry)
 #
-# 2) scale: the SMALL or BENCH workload, regenerated ON THE HOST from its seed (bench graphs are far over the carry
-#    limit). Nothing to prepare here but .whl/ (../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt;
-#    the host image already has numpy, sentencepiece, tqdm, filelock, psutil, scipy, pyyaml).
-#   run there:     SCALE=small bash eval/bench/wfst_gpu_run.sh scale      (carry: .whl)
-#   Stages (each under `timeout`, a "STAGE name rc= wall_s= peak_rss_mb=" line each, all in $OUT/scale_<S>.log):
-#     wheels -> [ext build in the background] -> workload (recipes.workload) -> [log-probs of UTTS 'other'
-#     utterances, char, in the background] -> graphs: char/blank-last lang stage (L, G, LG, epsilon-free LG)
-#     once, then compact and normal TLG+HLG in two forked processes -> sizes table -> wfst_bench ours+riva on
-#     both topologies (TLG and HLG), batch 1 (B1 utts)/32/200, with k2py (CPU, HLG) on K2_UTTS utterances
-#     running beside it on other cores.
-#   Env: SCALE (small|bench), UTTS (200), B1 (30), K2_UTTS (50; 0 = no k2py), K2_PARALLEL (1; 0 = k2py after
-#     the GPU runs, so it cannot disturb their timing), DECODERS (ours riva), MODES (0), FUSE (1), DEADLINE_S (570),
-#     WL_S / GRAPH_S (stage budgets, 240 / 330 s).
-#   Measured on the 2-core CPU box where this was written (2026-11-30, Python 3.11, 1 thread per stage, other
-#   jobs sharing the cores; wall s / peak RSS):  MEASUREMENTS_PLACEHOLDER
+# 2) scale: the SMALL or BENCH workload regenerated ON THE HOST from its seed (bench graphs are far over the carry
+#    limit; bytes may differ from here with the host's numpy/sentencepiece, the shape does not). Nothing to prepare
+#    but .whl/ (../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt); the host image already has
+#    numpy, sentencepiece, tqdm, filelock, click, psutil, scipy, pyyaml, packaging (KINDS.md's package list).
+#   run there:     SCALE=small bash eval/bench/wfst_gpu_run.sh scale      (carry: .whl; timeout_s 600)
+#                  SCALE=bench bash eval/bench/wfst_gpu_run.sh scale      (TLG only, see below)
+#   Stages, each under `timeout` with a "STAGE name rc= wall_s= peak_rss_mb=" line, all in $OUT/scale_<S>.log:
+#     wheels -> [extension build, background] -> workload (recipes.workload) -> [log-probs of UTTS 'other'
+#     utterances, char, background] -> graphs: char/blank-last lang stage (L, G, LG, epsilon-free LG) once, then
+#     compact and normal TLG+HLG in two forked processes -> size table ($OUT/graph_sizes_<S>.md) -> wfst_bench
+#     ours+riva on both topologies (TLG, and HLG where built), batch 1 (B1 utts)/32/200 -> $OUT/wfst_bench_<S>.json,
+#     with k2py (CPU, HLG.k2.txt) on K2_UTTS utterances in a second process beside it (wfst_bench_k2py_<S>.json).
+#   Env: SCALE (small|bench), UTTS (200), B1 (30), K2_UTTS (50; 0 = no k2py), K2_PARALLEL (1; 0 = k2py after the
+#     GPU runs, so it cannot disturb their timing), DECODERS (ours riva), MODES (0), FUSE (1), DEADLINE_S (570),
+#     WL_S (240), GRAPH_S (default: what is left minus 100 s for the benchmark), MAX_HLG_ARCS (library default
+#     20M for small; 0 = no HLG, the default for bench), WHEELS (.whl; empty = use the packages python3 has).
+#   Every stage is cached (workload params.json, lang_info.json, graph_info.json, the log-prob file): a call cut
+#   short by the deadline can be run again on the still-warm machine (it stays warm ~30 s) and continues.
+#
+#   MEASURED HERE (2026-11-30, 2-core AMD EPYC VM, Python 3.11, numpy 2.4.6, kaldifst 1.8.3, no GPU; the script
+#   itself with WHEELS= and the CPU torch: ours/riva skipped, "no CUDA device"); wall s / peak RSS:
+#     small: workload 17 s / 0.4 GB; graphs 179 s / 3.3 GB (lang 85 s, then compact || normal TLG+HLG 93 s;
+#            one after another through recipes.build_graphs: 452 s under heavier load); log-probs (200 utts)
+#            12 s / 0.3 GB; k2py 50 utts x 2 HLGs 71 s / 3.0 GB (RTFx 32-38, ~25 s of it loading each HLG.k2.txt);
+#            whole script 268 s. Sizes: compact TLG 952,863 states / 2,413,769 arcs, HLG 952,863 / 13,865,931;
+#            normal TLG 977,438 / 3,715,398, HLG 952,863 / 13,584,829 (TLG.bin 59/87 MB, HLG.bin 289/284 MB).
+#     bench: workload 74 s / 3.1 GB alone (114 s beside a graph build); graphs, TLG only (MAX_HLG_ARCS=0):
+#            244 s / 3.8 GB (lang 181 s, then both TLGs side by side 61 s). With the HLG (estimated 19.8M
+#            epsilon-free LG arcs, under the 20M default): lang 432 s, the compact HLG FST (52.6M arcs) 3.5 min
+#            later, its conversion and k2 text still running 5 min after that at 10 GB RSS (stopped there):
+#            far beyond one call. Sizes: LG 1,981,058 states / 3,702,944 arcs; compact TLG 4,226,130 /
+#            10,235,274; normal TLG 4,308,905 / 15,123,795 (TLG.bin 251/353 MB, TLG.fst 204/278 MB).
+#   ESTIMATED for the H200 host (16 cores, not measured; assumes a core at least as fast as this box's, whose
+#   numbers above were taken with 2-3 jobs sharing 2 cores): wheels ~10 s; extension ~16 s (seen there) in the
+#   background; small ~15 s workload + ~150-180 s graphs + ~60-120 s benchmark (k2py ~70 s beside it) = ~4-5.5
+#   min; bench ~60-75 s workload + ~200-250 s graphs + ~90-180 s benchmark (Riva loads a 200-280 MB TLG.fst
+#   for each of its 6 runs) = ~7-9 min, inside the 570 s deadline only if the host is not slower than this box:
+#   if the graphs stage is cut, call again at once (cached stages are skipped). Bench with the HLG needs
+#   several calls on a warm machine (MAX_HLG_ARCS=20000000); not planned.
 set -o pipefail
 if [ "${1:-}" = scale ]; then
   SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-50}
   case $SCALE in small|bench) ;; *) echo "SCALE must be small or bench, got '$SCALE'"; exit 2;; esac
+  [ $SCALE = bench ] && MAX_HLG_ARCS=${MAX_HLG_ARCS-0}  # bench: TLG only unless asked (HLG: see the header)
   T0=$(date +%s); left() { echo $(( ${DEADLINE_S:-570} - ($(date +%s) - T0) )); }
   export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst TQDM_MININTERVAL=${TQDM_MININTERVAL:-15}  # sparse progress lines
   OUT=${OUT:-runs/gpu_$SCALE}; mkdir -p "$OUT" data/lp || exit 1
@@ -72,20 +97,22 @@ print("lang:", json.loads((g / "lang" / "lang_info.json").read_text())["sizes"])
   LP=data/lp/${SCALE}_other_char_$UTTS.pt
   timed logprobs 120 python3 -m eval.bench.wfst_bench --scale $SCALE --kind char --set other --max-utts $UTTS \
     --dump-lp $LP > "$OUT/logprobs.log" 2>&1 & LPJ=$!
-  timed graphs ${GRAPH_S:-330} python3 -c "$GRAPHS" $SCALE "${MAX_HLG_ARCS:-}" || exit 1
+  timed graphs ${GRAPH_S:-$(( $(left) - 100 ))} python3 -c "$GRAPHS" $SCALE "${MAX_HLG_ARCS:-}" || exit 1
   G=data/graphs/$SCALE/char_blanklast
   python3 -c "$SIZES" $G $SCALE | tee "$OUT/graph_sizes_$SCALE.md"
   du -sh $G/*/TLG.bin $G/*/HLG.bin $G/*/TLG.fst 2>/dev/null
   wait $LPJ; tail -2 "$OUT/logprobs.log"; wait $EXT; tail -3 "$OUT/ext_build.log"
   [ -f $LP ] || exit 1
   GDIRS="--graph-dir compact=$G/compact --graph-dir normal=$G/normal"
-  k2() { [ "$(left)" -gt 20 ] || { echo "k2py: no time left"; return 1; }; timed k2py $(left) python3 -m eval.bench.wfst_bench --lp-file $LP --max-utts $UTTS --decoders k2py \
+  k2() {
+    [ "$(left)" -gt 20 ] || { echo "k2py: no time left"; return 1; }
+    timed k2py $(left) python3 -m eval.bench.wfst_bench --lp-file $LP --max-utts $UTTS --decoders k2py \
     --k2py-utts $K2_UTTS $GDIRS --out "$OUT/wfst_bench_k2py_$SCALE.json" > "$OUT/k2py.log" 2>&1; }
   [ "$K2_UTTS" -gt 0 ] && [ -f $G/compact/HLG.k2.txt ] || { echo "k2py: not run (K2_UTTS=0 or no HLG)"; K2_UTTS=0; }
   [ "$K2_UTTS" -gt 0 ] && [ "${K2_PARALLEL:-1}" = 1 ] && { k2 & K2J=$!; }
   echo "bench: $(left) s left"; [ "$(left)" -gt 30 ] || { echo "no time left for the benchmark"; exit 1; }
-  timed bench $(( $(left) - 5 )) python3 -m eval.bench.wfst_bench --lp-file $LP --max-utts $UTTS --b1-utts ${B1:-30} \
-    $GDIRS --cuda-graph-modes ${MODES:-0} --fuse-modes ${FUSE:-1} --decoders ${DECODERS:-ours riva} \
+  timed bench $(( $(left) - 5 )) python3 -m eval.bench.wfst_bench --lp-file $LP --max-utts $UTTS \
+    --b1-utts ${B1:-30} $GDIRS --cuda-graph-modes ${MODES:-0} --fuse-modes ${FUSE:-1} --decoders ${DECODERS:-ours riva} \
     --out "$OUT/wfst_bench_$SCALE.json" 2>&1 | grep -v Warning
   if [ "$K2_UTTS" -gt 0 ]; then
     if [ -n "${K2J:-}" ]; then wait $K2J; else k2; fi
