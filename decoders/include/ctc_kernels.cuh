@@ -202,10 +202,23 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   __syncthreads();
   bool bad = false;
   if (cached) {
-    for (int c = tid; c < a.V; c += NT) {
-      const float f = load_lp(lp + c);
-      bad |= (f != f) || f == INFINITY;
-      s_keys[c] = c == a.blank ? 0u : float_key(f);
+    // kLoadBatch loads per thread in flight before their keys are stored (one memory round trip per batch)
+    constexpr int kLoadBatch = 8;
+    for (int c0 = tid; c0 < a.V; c0 += NT * kLoadBatch) {
+      float f[kLoadBatch];
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int c = c0 + u * NT;
+        f[u] = c < a.V ? load_lp(lp + c) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int c = c0 + u * NT;
+        if (c < a.V) {
+          bad |= (f[u] != f[u]) || f[u] == INFINITY;
+          s_keys[c] = c == a.blank ? 0u : float_key(f[u]);
+        }
+      }
     }
   } else {
     for (int c = tid; c < a.V; c += NT) {
