@@ -1055,38 +1055,30 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     };
     head();
     int nw = 0;
-    while (nw < beam) {
+    for (; nw < beam; ++nw) {
       const uint32_t m = __reduce_max_sync(kFull, bk);
       if (m == 0u) break;
       // the lowest slot code among the heads at the maximum: stays (codes < beam) before extensions, then the
       // lower beam (a lane offers one head; extension codes are beam + lane * C + position)
       const unsigned tie = __ballot_sync(kFull, bk == m), tie_stay = __ballot_sync(kFull, bk == m && bt == 0);
-      const uint32_t below = __reduce_max_sync(kFull, bk < m ? bk : 0u);
-      const uint32_t others = __popc(tie) > 1 ? m : below;  // the best head of the other lanes
-      const int wl = __ffs(tie_stay ? tie_stay : tie) - 1;
-      if (lane == wl) {
-        // the winner keeps taking while its next head beats every other lane's (strictly: ties go back to
-        // a full round for the slot-code order), exactly the rounds it would win one by one
-        do {
-          s.win[nw++] = (int)bc;
-          if (bt == 0) {
-            k_stay = 0u;
-          } else if (bt == 1) {
-            k_last = 0u;
-          } else {
-            oi = oi2;
-            k_ord = 0u;
-            if (oi < cnt) {
-              const float sc = lp2 + A;
-              k_ord = sc == -INFINITY ? 0u : float_key(sc);
-            }
-            oi2 = oi < cnt ? pop_ord() : cnt;
-            lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
+      if (lane == __ffs(tie_stay ? tie_stay : tie) - 1) {
+        s.win[nw] = (int)bc;
+        if (bt == 0) {
+          k_stay = 0u;
+        } else if (bt == 1) {
+          k_last = 0u;
+        } else {
+          oi = oi2;
+          k_ord = 0u;
+          if (oi < cnt) {
+            const float sc = lp2 + A;
+            k_ord = sc == -INFINITY ? 0u : float_key(sc);
           }
-          head();
-        } while (nw < beam && bk > others);
+          oi2 = oi < cnt ? pop_ord() : cnt;
+          lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
+        }
+        head();
       }
-      nw = __shfl_sync(kFull, nw, wl);
     }
     __syncwarp();
 
