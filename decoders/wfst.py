@@ -44,7 +44,10 @@ BEAMDEC_WFST_CUDA_GRAPH=1 replays the decode as a cached CUDA graph (slower here
 
 Capacities (GPU only; the CPU reference never runs out): any hit sets a per-utterance overflow bit
 (decoders/include/wfst_defs.h); `decode` re-decodes flagged utterances with `rescue_factor` times larger
-capacities (up to `max_rescues` times) and reports in `overflow` only what it could not absorb.
+capacities (up to `max_rescues` times) and reports in `overflow` only what it could not absorb
+(`rescued_overflow` says what sent each rescued utterance). The back-pointer arena holds word links only:
+a token reached by an arc without output words inherits its predecessor's link, so the arena grows with
+word ends rather than with every surviving token (the backtrack reads nothing but words).
 """
 from __future__ import annotations
 
@@ -101,7 +104,7 @@ class WfstDecoderConfig:
     # frontier <= 15.8k states, back-pointers per frame <= 2k, batch mean <= 775); anything rarer is rescued.
     frontier_capacity: Optional[int] = None  # distinct states per step (default 2 * max_active, >= 4096)
     candidate_factor: int = 4  # admitted candidates per step = candidate_factor * frontier_capacity
-    arena_capacity: Optional[int] = None  # back-pointers for the batch (default ~1024 per decoded step)
+    arena_capacity: Optional[int] = None  # word links for the batch (default ~1024 per decoded step)
     words_capacity: Optional[int] = None  # words per utterance (default T + 16)
     eps_iterations: int = 8  # epsilon-closure passes per frame (TLG)
     rescue_factor: int = 8
@@ -173,6 +176,8 @@ class WfstResult:
     reached_final: list[bool]
     has_path: list[bool] = field(default_factory=list)
     rescued: list[int] = field(default_factory=list)  # utterances re-decoded with larger capacities
+    # overflow bits of the first pass that sent each rescued utterance (same order as `rescued`)
+    rescued_overflow: list[int] = field(default_factory=list)
     oov_boost_words: list[list] = field(default_factory=list)  # per utterance: boost keys not in the graph
 
     def hypotheses(self) -> list[Hypothesis]:
@@ -490,6 +495,7 @@ class WfstDecoder:
 
         # Rescue: re-decode flagged utterances with larger capacities.
         rescued: list[int] = []
+        first_bits = {int(i): int(rows_np[i, 1]) for i in np.nonzero(rows_np[:, 1] != 0)[0]}
         cfg = self.config
         for _ in range(self.config.max_rescues if self.device.type == "cuda" else 0):
             flagged = np.nonzero(rows_np[:, 1] != 0)[0]
@@ -510,9 +516,11 @@ class WfstDecoder:
             if sub.shape[1] > rows_np.shape[1]:
                 rows_np = np.pad(rows_np, ((0, 0), (0, sub.shape[1] - rows_np.shape[1])))
             rows_np[flagged, : sub.shape[1]] = sub
-        return self._parse(rows_np, oov, sorted(rescued))
+        rescued = sorted(rescued)
+        return self._parse(rows_np, oov, rescued, [first_bits.get(i, 0) for i in rescued])
 
-    def _parse(self, rows: np.ndarray, oov: list[list], rescued: list[int]) -> WfstResult:
+    def _parse(self, rows: np.ndarray, oov: list[list], rescued: list[int],
+               rescued_overflow: Optional[list[int]] = None) -> WfstResult:
         words_all, strings_all, overflow, reached, has_path = [], [], [], [], []
         scores = rows[:, 3].astype(np.int32).view(np.float32).astype(np.float64)
         vocab = self.graph.words
@@ -532,6 +540,7 @@ class WfstDecoder:
             reached_final=reached,
             has_path=has_path,
             rescued=rescued,
+            rescued_overflow=list(rescued_overflow or []),
             oov_boost_words=oov,
         )
 

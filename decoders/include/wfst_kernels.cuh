@@ -496,7 +496,7 @@ __device__ __forceinline__ void resolve_lane(const DeviceGraph& g, Workspace& ws
   int any_dirty = 0;
   for (int base = 0; base < n; base += kBlock) {
     const int i = base + threadIdx.x;
-    int need = 0;
+    int need = 0, alloc = 0;
     float score = -INFINITY;
     int2 cand = make_int2(-2, 0);
     if (i < n) {
@@ -517,17 +517,24 @@ __device__ __forceinline__ void resolve_lane(const DeviceGraph& g, Workspace& ws
         need = score > sc[i];
       }
       dirty[i] = need;
+      // Word links only: the arena stores a back-pointer just for an arc that outputs words; a token reached
+      // by any other arc passes its predecessor's link on (the backtrack reads words and nothing else), so
+      // the arena grows with word ends, not with every surviving token.
+      alloc = need && g.aux_splits[cand.y + 1] > g.aux_splits[cand.y];
     }
     any_dirty |= need;
     int chunk_total;
-    const int ex = block_exclusive_scan(need, chunk_total);
+    const int ex = block_exclusive_scan(alloc, chunk_total);
     if (threadIdx.x == 0) {
       unsigned long long at = chunk_total ? atomicAdd(ws.arena_cursor, (unsigned long long)chunk_total) : 0ull;
       s_base = static_cast<long long>(at);
       if (chunk_total && static_cast<long long>(at) + chunk_total > arena_cap) atomicOr(&L.overflow, kOverflowArena);
     }
     __syncthreads();
-    if (need) {
+    if (need && !alloc) {
+      sc[i] = score;
+      win[i] = cand.x;
+    } else if (need) {
       const long long w = s_base + ex;
       sc[i] = score;
       if (w < arena_cap) {

@@ -93,13 +93,19 @@ def bench_ours(graph_path: Path, data: dict, n: int, batch: int, cfg_kwargs: dic
     g = _GRAPHS.get(str(graph_path)) or _GRAPHS.setdefault(str(graph_path), WfstGraph.load(graph_path))
     dec = WfstDecoder(g, WfstDecoderConfig(**cfg_kwargs), "cuda")
 
+    causes: dict = {}  # first-pass overflow kind -> rescued utterances (of the last timed pass)
+
     def run():
         words, overflow, rescued = [], 0, 0
+        causes.clear()
         for i in range(0, n, batch):
             r = dec.decode(lp_dev[i : i + batch], lengths[i : i + batch])
             words += [" ".join(w) for w in r.word_strings]
             overflow += sum(1 for o in r.overflow if o)
             rescued += len(r.rescued)
+            for bits in r.rescued_overflow:
+                for name in r.overflow_names(bits):
+                    causes[name] = causes.get(name, 0) + 1
         return words, overflow, rescued
 
     sec, (hyps, overflow, rescued) = _timed(run, repeats)
@@ -110,7 +116,7 @@ def bench_ours(graph_path: Path, data: dict, n: int, batch: int, cfg_kwargs: dic
 
     _w._graph_cache.clear()  # next run uploads (and is charged for) the graph again
     return dict(seconds=sec, hyps=hyps, torch_peak_bytes=int(peak), vram_delta_bytes=int(used),
-                overflow_utts=overflow, rescued_utts=rescued)
+                overflow_utts=overflow, rescued_utts=rescued, rescue_causes=dict(causes))
 
 
 def bench_riva(fst: Path, words_txt: Path, data: dict, n: int, batch: int, repeats: int) -> dict:
