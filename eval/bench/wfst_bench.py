@@ -20,6 +20,9 @@ compact TLG b1 430/122 (3.5x), b32 2981/1198 (2.5x), b200 11314/2620 (4.3x); nor
 3360/1244, b200 12521/2762 (4.5x); ours on the HLG b200 ~27.5k. WER 13.64 % ours vs 13.72 % Riva (compact).
 VRAM (free-memory delta, both): b200 732 vs 1290 MiB, b32 140 vs 228 MiB, b1 26 vs 26 MiB (compact), 48 vs
 30 MiB (normal TLG). k2py (CPU, one core, HLG): ~93-119 RTFx; our CPU reference on one core: ~640 (TLG).
+At bench scale (200k words, 4.2 M-state TLGs, 2026-11-30, word-link arena) the lead shrinks: compact TLG
+b1 2.1x, b32 1.06x, b200 1.8x; normal TLG b1 2.6x, b32 1.3x, b200 2.4x; 12-18 of 200 utterances are rescued
+for frontier overflow (`rescue_causes`). Tables: reports/measurements/h200_2026-11-30/README.md.
 """
 from __future__ import annotations
 
