@@ -36,9 +36,9 @@ decoders/include/ctc_common.cuh. They are device-specific (a CPU state is not a 
 
 CUDA kernels (decoders/include/ctc_kernels.cuh): a frame-parallel pre-pass ranks each frame's vocabulary,
 then one launch per 128-frame tile decodes it, one warp per row (beam <= 32, up to 64 rows) or one block
-per row. `BEAMDEC_CTC_KERNEL=block|warp` forces one kernel (A/B); `BEAMDEC_CTC_FORK_COPY=eager` (flat
-prefixes copied every frame instead of rebuilt once per launch) and `BEAMDEC_CTC_PAGED_SMEM=1` (paged
-metadata in shared memory) are A/B switches of the one-warp kernel. Reproduce the numbers with
+per row; flat token storage there is rebuilt once per launch from a per-frame (source, token) history.
+`BEAMDEC_CTC_KERNEL=block|warp` forces one kernel (A/B); `BEAMDEC_CTC_PAGED_SMEM=1` (paged metadata in
+shared memory) is an opt-in of the one-warp kernel. Reproduce the numbers with
 `python -m eval.bench.ctc_bench --out runs/bench/ctc_bench.json` on the GPU host.
 """
 from __future__ import annotations

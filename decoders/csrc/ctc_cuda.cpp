@@ -44,8 +44,6 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.page_size = (int)page_size;
   d.num_pages = (int)num_pages;
   d.kernel = kernel_choice();
-  const char* copy = std::getenv("BEAMDEC_CTC_FORK_COPY");
-  d.eager_copy = (copy && std::string(copy) == "eager") ? 1 : 0;
   const char* meta = std::getenv("BEAMDEC_CTC_PAGED_SMEM");
   d.paged_smem = (meta && std::string(meta) == "1") ? 1 : 0;
   return d;

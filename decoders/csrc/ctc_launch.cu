@@ -43,7 +43,6 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.C = candidate_count(d.beam, d.V);
   fa.max_len = d.max_len;
   fa.page_size = d.page_size;
-  fa.eager_copy = d.eager_copy;
   fa.paged_smem = d.paged_smem && d.page_size > 0 && d.num_pages <= kPagedSmemMaxPages ? 1 : 0;
   fa.num_pages = d.num_pages;
   fa.lengths = d.lengths;
@@ -87,7 +86,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
     if (warp) {  // one warp per row
       const size_t meta = fa.paged_smem ? (size_t)3 * d.num_pages * sizeof(int32_t) : 0;
-      if (fa.paged_smem || fa.eager_copy) {  // opt-in experiments: their own instantiation
+      if (fa.paged_smem) {  // opt-in experiment: its own instantiation
         // meta can reach 48 KiB; with the kernel's static shared memory that exceeds the default dynamic
         // limit ("invalid argument" at launch, seen on the H200), so opt in to the larger carve-out.
         if (meta > 0 && (err2 = cudaFuncSetAttribute(ctc_decode_warp_kernel<T, true>,

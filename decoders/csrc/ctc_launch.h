@@ -29,9 +29,6 @@ struct DecodeLaunch {
   // 0 (auto): one warp per row for beam <= 32 and rows <= kWarpKernelMaxRows, else the block kernel;
   // 1: the block kernel for every beam; 2: the one-warp kernel whenever beam <= 32
   int kernel = 0;
-  // 1: the one-warp kernel copies forked flat prefixes every frame, as before the lazy rebuild at the end of
-  // each launch became the default (A/B only; BEAMDEC_CTC_FORK_COPY=eager)
-  int eager_copy = 0;
   // 1: the one-warp kernel keeps a paged row's page metadata (3 x num_pages words) in shared memory when it
   // fits kPagedSmemMaxPages (opt-in, untested on a GPU at commit time; BEAMDEC_CTC_PAGED_SMEM=1)
   int paged_smem = 0;

@@ -23,7 +23,7 @@
 // Flat token storage in the one-warp kernel is lazy: tokens are never read while decoding (merges use the
 // prefix hashes), so each frame only records (source beam, token) per winner in shared memory and the
 // prefixes are rebuilt once at the end of the launch (one batch of fork copies per launch instead of a
-// serial chain of copies per frame). BEAMDEC_CTC_FORK_COPY=eager restores the per-frame copies (A/B).
+// serial chain of copies per frame; measured 7 % faster per frame than copying forks every frame).
 // Measured on the H200 (B=1, T=200, V=5000, beam 10; reports/measurements/h200_2026-11-30): 4.45 us per
 // frame with the one-warp kernel (2026-11-29, eager copies and two reduces per round: 4.9), 6.7 with the
 // block kernel; paged storage ~5.4 (its reference-count updates are global atomics whose results the warp
@@ -70,7 +70,6 @@ struct FrameArgs {
   float* pre_lp;           // (kTile, rows, C)
   int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
   int page_size, num_pages;  // paged token storage (page_size 0: flat)
-  int eager_copy;            // one-warp kernel, flat: copy forked prefixes every frame (opt-in A/B; default lazy)
   int paged_smem;            // one-warp kernel, paged: page metadata in shared memory (opt-in)
   StateRefs states;
 };
@@ -820,7 +819,7 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
   }
 }
 
-// kOptIn: compiled with the opt-in experiments (a.eager_copy, a.paged_smem); the default instantiation
+// kOptIn: compiled with the opt-in experiment (a.paged_smem); the default instantiation
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 template <typename T, bool kOptIn>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
@@ -843,7 +842,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   // than global round trips; copied in below and back at the end (only the used ranges)
   extern __shared__ int32_t s_meta[];  // (3 * NP) when a.paged_smem
   const bool meta_smem = kOptIn && paged && a.paged_smem;
-  const bool lazy = !paged && !(kOptIn && a.eager_copy);
+  const bool lazy = !paged;
   int nf = 0;  // frames decoded by this launch (lazy: rows of s.hist)
 
   int step = w[kHdrStep];
@@ -1132,47 +1131,12 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
                 nx2 = __shfl_sync(kFull, nx_c[2], tpos & 31);
     const float pf_last = tok < 0 ? nx_stay : (tpos < 32 ? nx0 : (tpos < 64 ? nx1 : nx2));
 
-    // storage. Flat, lazy (default): record (source, token) of every winner; the prefixes are rebuilt once at
-    // the end of the launch. Flat, eager (opt-in A/B): forks copy their source's prefix now. Paged: ctc_common.cuh.
+    // storage. Flat (lazy): record (source, token) of every winner; the prefixes are rebuilt once at the end of
+    // the launch. Paged: ctc_common.cuh, every frame.
     int n_slot = slot;
     if (lazy) {
       s.hist[nf][lane] = is_w ? (unsigned)src | ((unsigned)(tok + 1) << 8) : 0u;
       ++nf;
-    } else if (!paged) {
-      // the first winner of a source keeps its slot, later ones fork into slots nobody kept
-      const unsigned used = __reduce_or_sync(kFull, is_w ? (1u << src) : 0u);
-      const unsigned same = __match_any_sync(kFull, is_w ? src : 64 + lane);
-      const bool fork = is_w && (same & lt_mask) != 0u;
-      const unsigned fork_mask = __ballot_sync(kFull, fork);
-      const bool unused = lane < beam && !((used >> lane) & 1u);
-      const unsigned free_mask = __ballot_sync(kFull, unused);
-      if (unused) s.free_slots[__popc(free_mask & lt_mask)] = slot;
-      __syncwarp();
-      if (is_w) n_slot = fork ? s.free_slots[__popc(fork_mask & lt_mask)] : g_slot;
-      else n_slot = lane < beam ? s.free_slots[__popc(fork_mask) + (lane - nw)] : lane;
-      unsigned fm = fork_mask;
-      while (fm) {  // forks copy their source's prefix, 128 tokens per load round
-        const int r = __ffs(fm) - 1;
-        fm &= fm - 1u;
-        const int ss = __shfl_sync(kFull, g_slot, r), ds = __shfl_sync(kFull, n_slot, r);
-        const int n = __shfl_sync(kFull, g_len, r);
-        const token_t* sp = tokens + (int64_t)ss * max_len;
-        token_t* dp = tokens + (int64_t)ds * max_len;
-        for (int p0 = 0; p0 < n; p0 += 128) {
-          token_t v[4];
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const int p = p0 + lane + 32 * u;
-            v[u] = p < n ? sp[p] : 0;
-          }
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const int p = p0 + lane + 32 * u;
-            if (p < n) dp[p] = v[u];
-          }
-        }
-      }
-      if (is_w && tok >= 0) tokens[(int64_t)n_slot * max_len + g_len] = (token_t)tok;
     } else {
       const unsigned used = __reduce_or_sync(kFull, is_w ? (1u << src) : 0u);
       const unsigned same = __match_any_sync(kFull, is_w ? src : 64 + lane);

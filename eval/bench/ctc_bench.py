@@ -196,11 +196,10 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--no-torchaudio", action="store_true", help="skip the torchaudio comparison")
-    p.add_argument("--variants", default="paged,block,warp,eager,paged_smem",
+    p.add_argument("--variants", default="paged,block,warp,paged_smem",
                    help="also time these variants: paged (paged token storage), block (the block kernel at every "
-                        "beam), warp (the one-warp kernel at every beam <= 32 and row count), eager (flat prefixes copied "
-                        "every frame instead of once per launch), paged_smem (paged, opt-in shared-memory page metadata); comma-separated, '' "
-                        "for none")
+                        "beam), warp (the one-warp kernel at every beam <= 32 and row count), paged_smem (paged, "
+                        "opt-in shared-memory page metadata); comma-separated, '' for none")
     p.add_argument("--torchaudio-timeout-s", type=int, default=120)
     p.add_argument("--torchaudio-one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -217,13 +216,10 @@ def main(argv=None) -> None:
     for variant in [v for v in args.variants.split(",") if v]:
         if variant in ("block", "warp"):
             os.environ["BEAMDEC_CTC_KERNEL"] = variant
-        if variant == "eager":
-            os.environ["BEAMDEC_CTC_FORK_COPY"] = "eager"
         if variant == "paged_smem":
             os.environ["BEAMDEC_CTC_PAGED_SMEM"] = "1"
         rows += bench_offline(args.warmup, args.repeats, variant) + bench_streaming(args.warmup, args.repeats, variant)
         os.environ.pop("BEAMDEC_CTC_KERNEL", None)
-        os.environ.pop("BEAMDEC_CTC_FORK_COPY", None)
         os.environ.pop("BEAMDEC_CTC_PAGED_SMEM", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(dict(environment=env, rows=rows), indent=1))  # ours, before torchaudio

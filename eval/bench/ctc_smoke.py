@@ -26,10 +26,8 @@ def main() -> None:
     os.environ["BEAMDEC_CTC_KERNEL"] = "block"  # the block kernel at beam <= 32 too
     ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3, paged=True, page_size=4))
     ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3))
-    os.environ["BEAMDEC_CTC_KERNEL"] = "warp"  # the opt-in eager fork copies
-    os.environ["BEAMDEC_CTC_FORK_COPY"] = "eager"
-    rb = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3))
-    os.environ.pop("BEAMDEC_CTC_FORK_COPY")
+    os.environ["BEAMDEC_CTC_KERNEL"] = "warp"  # the one-warp kernel, flat (lazy) storage with an odd slot stride
+    rb = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3, max_seq_len=lp.shape[1] + 1))
     os.environ["BEAMDEC_CTC_PAGED_SMEM"] = "1"  # the opt-in shared-memory page metadata
     rs = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3, paged=True, page_size=4))
     os.environ.pop("BEAMDEC_CTC_PAGED_SMEM")
