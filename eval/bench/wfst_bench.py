@@ -249,7 +249,30 @@ def main(argv=None) -> None:
             hyps = r.pop("hyps")
             emit(dict(decoder="k2py(cpu)", graph=f"{name}/HLG", batch=1, **r), hyps, n)
     out.write_text(json.dumps(dict(rows=rows), indent=1))  # also when no row was measured
+    print(comparison_table(rows))
     print(f"wrote {out}")
+
+
+def comparison_table(rows: list) -> str:
+    """Markdown: each of our rows beside Riva's on the same graph file (TLG) and batch, with the RTFx ratio;
+    HLG rows and k2py stand alone (Riva only takes the TLG)."""
+    riva = {(r["graph"].split("/")[0], r["batch"]): r for r in rows if r.get("decoder") == "riva" and "rtfx" in r}
+    lines = ["| decoder | graph | batch | RTFx | Riva RTFx | x Riva | WER % | Riva WER % | VRAM MiB | Riva VRAM MiB "
+             "| rescued (cause) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    mib = lambda r: f"{r['vram_delta_bytes'] / 2**20:.0f}" if "vram_delta_bytes" in r else "-"  # noqa: E731
+    for r in rows:
+        if r.get("decoder") == "riva" or "rtfx" not in r:
+            continue
+        topo, _, kind = r["graph"].partition("/")
+        v = riva.get((topo, r["batch"])) if kind == "TLG" else None
+        causes = ", ".join(f"{k} {n}" for k, n in sorted(r.get("rescue_causes", {}).items()))
+        rescued = f"{r['rescued_utts']}" + (f" ({causes})" if causes else "") if "rescued_utts" in r else "-"
+        lines.append(" | ".join([
+            f"| {r['decoder']}", r["graph"], str(r["batch"]), f"{r['rtfx']:.0f}",
+            f"{v['rtfx']:.0f}" if v else "-", f"{r['rtfx'] / v['rtfx']:.2f}x" if v else "-",
+            f"{100 * r['wer']:.2f}", f"{100 * v['wer']:.2f}" if v else "-", mib(r), mib(v) if v else "-",
+            rescued + " |"]))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
