@@ -443,10 +443,10 @@ class WfstDecoder:
         depth = g["eps_depth"]
         return min(int(cfg.eps_iterations), depth + 1) if depth >= 0 else int(cfg.eps_iterations)
 
-    def _run(self, log_probs, lengths, keys, values, cfg: WfstDecoderConfig) -> torch.Tensor:
+    def _graph_args(self, log_probs, lengths, keys, values, cfg: WfstDecoderConfig) -> list:
+        """The op arguments up to eps_iterations (shared by wfst_decode and wfst_search_stats)."""
         g = self._graph
-        caps = _capacities(cfg, log_probs.shape[0], log_probs.shape[1], int(lengths.sum()) + int(lengths.numel()))
-        out = _ops().wfst_decode(
+        return [
             log_probs,
             lengths,
             g["row_splits"],
@@ -467,6 +467,12 @@ class WfstDecoder:
             bool(cfg.allow_partial),
             float(cfg.acoustic_scale),
             self._eps_passes(cfg),
+        ]
+
+    def _run(self, log_probs, lengths, keys, values, cfg: WfstDecoderConfig) -> torch.Tensor:
+        caps = _capacities(cfg, log_probs.shape[0], log_probs.shape[1], int(lengths.sum()) + int(lengths.numel()))
+        out = _ops().wfst_decode(
+            *self._graph_args(log_probs, lengths, keys, values, cfg),
             int(caps["frontier_capacity"]),
             int(caps["candidate_capacity"]),
             int(caps["hash_capacity"]),
@@ -474,6 +480,27 @@ class WfstDecoder:
             int(caps["words_capacity"]),
         )
         return out.cpu()  # the one device->host copy of the batch
+
+    def search_stats(self, log_probs: torch.Tensor, lengths,
+                     boosts: Optional[Sequence[Optional[BoostTable]]] = None) -> dict:
+        """What each utterance's search needs, from the CPU reference (same search, exact counts; CPU decoder
+        only): per utterance `peak_frontier` / `mean_frontier` (distinct states of a step after its closure;
+        the GPU's frontier_capacity), `peak_candidates` / `mean_candidates` (admitted per step; an upper bound
+        of the GPU's candidate count), `word_links` (back-pointers on word arcs; the GPU arena's entries) and
+        `steps`. Lists of ints / floats, one entry per utterance."""
+        if self.device.type != "cpu":
+            raise ValueError("search_stats runs on the CPU reference: build the decoder with device='cpu'")
+        lengths = self._check(log_probs, lengths)
+        B = log_probs.shape[0]
+        keys, values, _ = build_boost_tables(boosts, B, self.graph)
+        if self.config.blank_skip_threshold is not None and B:
+            log_probs, lengths = self._skip_blanks(log_probs, lengths)
+        out = _ops().wfst_search_stats(*self._graph_args(log_probs.contiguous(), lengths, keys, values, self.config))
+        st = out.tolist()
+        steps = [max(1, r[5]) for r in st]
+        return dict(peak_frontier=[r[0] for r in st], mean_frontier=[r[1] / n for r, n in zip(st, steps)],
+                    peak_candidates=[r[2] for r in st], mean_candidates=[r[3] / n for r, n in zip(st, steps)],
+                    word_links=[r[4] for r in st], steps=[r[5] for r in st])
 
     def decode(
         self,

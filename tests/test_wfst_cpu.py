@@ -364,3 +364,34 @@ def test_harness_adapter_reports_stats(tmp_path):
     stats = ad.pop_stats()
     assert stats["partial_count"] == 2 and stats["oov_boost_words"] == 1 and stats["overflow_count"] == 0
     assert ad.pop_stats()["partial_count"] == 0
+
+
+def test_search_stats_counts_what_the_search_needed():
+    """wfst_search_stats (CPU): frontier / candidates / word links per step, exactly, on a graph small enough to
+    follow by hand: 0 -t1-> 0, 0 -t2:w5-> 1, 1 -t2-> 1 (weight -0.1), 1 -final-> 2; uniform log-probs, 3 frames."""
+    g = WfstGraph.from_arcs([0, 0, 1, 1], [0, 1, 1, 2], [1, 2, 2, FINAL], [0, 5, 0, 0], [0.0, 0.0, -0.1, 0.0],
+                            num_states=3, start_state=0, final_state=2, num_tokens=3)
+    lp = torch.full((1, 3, 3), math.log(1 / 3))
+    st = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0), "cpu").search_stats(lp, torch.tensor([3]))
+    # steps 0..2: frontier {0, 1}; candidates 2, 3, 3; final step: {2} from 1 candidate
+    assert st["steps"] == [4] and st["peak_frontier"] == [2] and st["mean_frontier"] == [7 / 4]
+    assert st["peak_candidates"] == [3] and st["mean_candidates"] == [9 / 4]
+    assert st["word_links"] == [3]  # state 1 is entered through the word arc at every emitting step
+
+
+def test_search_stats_match_the_decode_and_bound_each_other():
+    rng = np.random.default_rng(77)
+    g = random_graph(rng, num_states=300, num_tokens=29, max_emitting=6, epsilon=True)
+    lp = random_log_probs(rng, 3, 25, g.num_tokens)
+    lengths = torch.tensor([25, 9, 0])
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=12.0, max_active=50), "cpu")
+    st = dec.search_stats(lp, lengths)
+    assert st["steps"] == [26, 10, 1]
+    for b in range(3):
+        # a step's states each came from an admitted candidate (the start closure also holds the start state)
+        assert 1 <= st["mean_frontier"][b] <= st["peak_frontier"][b] <= st["peak_candidates"][b] + 1
+        # every back-pointer came from an admitted candidate (start closure included)
+        assert st["word_links"][b] <= round(st["mean_candidates"][b] * st["steps"][b])
+    assert dec.decode(lp, lengths).words == WfstDecoder(g, dec.config, "cpu").decode(lp, lengths).words
+    with pytest.raises(ValueError, match="CPU"):
+        WfstDecoder.search_stats(type("D", (), {"device": torch.device("cuda")})(), lp, lengths)

@@ -88,11 +88,23 @@ struct UtteranceResult {
   int32_t flags = 0;
 };
 
+// What the search needed, per utterance (wfst_search_stats_cpu): the sizes the GPU capacities must hold.
+struct SearchStats {
+  int64_t peak_frontier = 0;    // distinct states of one step after its epsilon closure (GPU: frontier)
+  int64_t sum_frontier = 0;
+  int64_t peak_candidates = 0;  // admitted candidates of one step, emitting + closure passes (GPU: candidates,
+  int64_t sum_candidates = 0;   //   an upper bound: the GPU drops candidates already dominated when they arrive);
+                                //   the start closure counts in the peaks and the candidate sum
+  int64_t word_links = 0;       // back-pointers on arcs with output words (GPU: arena entries)
+  int64_t steps = 0;
+};
+
 // Decodes one utterance. `slot_of_state` is scratch of num_states entries, all -1 on entry and exit.
 template <typename scalar_t>
 UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* lp, int64_t stride_t, int32_t len,
-                           const Boosts& boost, std::vector<int32_t>& slot_of_state) {
+                           const Boosts& boost, std::vector<int32_t>& slot_of_state, SearchStats* stats = nullptr) {
   UtteranceResult res;
+  int64_t step_cands = 0;  // admitted candidates of the current step (stats only)
   std::vector<BackPointer> arena;
   std::vector<Token> front{{g.start_state, 0.0f, -1}}, next;
   std::vector<int32_t> pending_arc, pending_prev;  // per next token: the winning arc and its predecessor
@@ -127,6 +139,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
           if (end > cutoff) cands.push_back({g.dest[a], end, tok.winner, a});
         }
       }
+      step_cands += static_cast<int64_t>(cands.size());
       std::vector<int32_t> new_dirty;
       std::vector<BackPointer> bp;  // winning back-pointer per token improved in this pass
       is_dirty.assign(tokens.size(), 0);
@@ -166,6 +179,11 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
     slot_of_state[g.start_state] = 0;
     epsilon_closure(front, 0.0f - opt.search_beam);
     for (const Token& tok : front) slot_of_state[tok.state] = -1;
+    if (stats) {  // the start closure fills the frontier too (not a step of its own)
+      stats->peak_frontier = std::max(stats->peak_frontier, static_cast<int64_t>(front.size()));
+      stats->peak_candidates = std::max(stats->peak_candidates, step_cands);
+      stats->sum_candidates += step_cands;
+    }
   }
 
   const int32_t final_t = len + 1;
@@ -213,12 +231,14 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
     next.clear();
     pending_arc.clear();
     pending_prev.clear();
+    step_cands = 0;
     for (const Token& tok : front) {
       int32_t b, e;
       arc_range(tok.state, b, e);
       for (int32_t a = b; a < e; ++a) {
         float end = tok.score + arc_score(a, acoustic(a));
         if (!(end > cutoff)) continue;
+        ++step_cands;
         int32_t d = redirect ? g.final_state : g.dest[a];
         int32_t j = slot_of_state[d];
         if (j < 0) {
@@ -239,11 +259,21 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
       arena.push_back({pending_prev[j], pending_arc[j]});
     }
     if (g.has_eps && !final_step) epsilon_closure(next, cutoff);
+    if (stats) {
+      const int64_t n = static_cast<int64_t>(next.size());
+      stats->peak_frontier = std::max(stats->peak_frontier, n);
+      stats->sum_frontier += n;
+      stats->peak_candidates = std::max(stats->peak_candidates, step_cands);
+      stats->sum_candidates += step_cands;
+      stats->steps += 1;
+    }
     for (const Token& tok : next) slot_of_state[tok.state] = -1;
     front.swap(next);
     redirected = redirect;
   }
 
+  if (stats)
+    for (const BackPointer& bp : arena) stats->word_links += g.aux_splits[bp.arc + 1] > g.aux_splits[bp.arc];
   // After the final step the frontier holds at most final_state.
   for (const Token& tok : front) {
     if (tok.state != g.final_state) continue;
@@ -306,14 +336,16 @@ void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, c
   BEAMDEC_CHECK(words_capacity >= 1, "wfst_decode: words_capacity must be >= 1");
 }
 
-at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
-                           const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                           const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words, const at::Tensor& weight,
-                           int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
-                           const at::Tensor& boost_values, double search_beam, int64_t min_active,
-                           int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
-                           int64_t /*frontier_capacity*/, int64_t /*candidate_capacity*/, int64_t /*hash_capacity*/,
-                           int64_t /*arena_capacity*/, int64_t words_capacity) {
+namespace {
+
+// The CPU decode of a batch; with `stats` (B entries) it also records what each utterance's search needed.
+at::Tensor decode_batch_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                            const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                            const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+                            const at::Tensor& weight, int64_t start_state, int64_t final_state,
+                            const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam,
+                            int64_t min_active, int64_t max_active, bool allow_partial, double acoustic_scale,
+                            int64_t eps_iterations, int64_t words_capacity, std::vector<SearchStats>* stats) {
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
@@ -346,7 +378,7 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
         Boosts boost{C ? boost_keys.data_ptr<int32_t>() + b * C : nullptr,
                      C ? boost_values.data_ptr<float>() + b * C : nullptr, static_cast<int32_t>(C)};
         UtteranceResult r = decode_one<scalar_t>(g, opt, lp + b * T * V, V, static_cast<int32_t>(len_ptr[b]), boost,
-                                                 slot_of_state);
+                                                 slot_of_state, stats ? &(*stats)[b] : nullptr);
         int32_t* row = out_ptr + b * out_stride;
         const int64_t n = static_cast<int64_t>(r.words.size());
         if (n > words_capacity) r.overflow |= wfst::kOverflowWords;
@@ -358,6 +390,43 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
       }
     });
   });
+  return out;
+}
+
+}  // namespace
+
+at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                           const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                           const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words, const at::Tensor& weight,
+                           int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
+                           const at::Tensor& boost_values, double search_beam, int64_t min_active,
+                           int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
+                           int64_t /*frontier_capacity*/, int64_t /*candidate_capacity*/, int64_t /*hash_capacity*/,
+                           int64_t /*arena_capacity*/, int64_t words_capacity) {
+  return decode_batch_cpu(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words,
+                          weight, start_state, final_state, boost_keys, boost_values, search_beam, min_active,
+                          max_active, allow_partial, acoustic_scale, eps_iterations, words_capacity, nullptr);
+}
+
+at::Tensor wfst_search_stats_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                                 const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                                 const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+                                 const at::Tensor& weight, int64_t start_state, int64_t final_state,
+                                 const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam,
+                                 int64_t min_active, int64_t max_active, bool allow_partial, double acoustic_scale,
+                                 int64_t eps_iterations) {
+  std::vector<SearchStats> stats(static_cast<size_t>(log_probs.dim() == 3 ? log_probs.size(0) : 0));
+  decode_batch_cpu(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight,
+                   start_state, final_state, boost_keys, boost_values, search_beam, min_active, max_active,
+                   allow_partial, acoustic_scale, eps_iterations, 1, &stats);
+  auto out = at::zeros({static_cast<int64_t>(stats.size()), 6}, at::TensorOptions().dtype(at::kLong));
+  int64_t* o = out.data_ptr<int64_t>();
+  for (size_t b = 0; b < stats.size(); ++b) {
+    const SearchStats& st = stats[b];
+    const int64_t row[6] = {st.peak_frontier, st.sum_frontier, st.peak_candidates, st.sum_candidates, st.word_links,
+                            st.steps};
+    std::copy(row, row + 6, o + 6 * b);
+  }
   return out;
 }
 
