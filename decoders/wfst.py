@@ -100,11 +100,14 @@ class WfstDecoderConfig:
     blank_skip_threshold: Optional[float] = None
     blank_id: Optional[int] = None
     # ---- capacities (per utterance unless noted); None = derived from max_active / the batch ----
-    # Defaults sized from measurements (tiny char TLG/HLG, beam 17, max_active 10000: per-utterance peak
-    # frontier <= 15.8k states, back-pointers per frame <= 2k, batch mean <= 775); anything rarer is rescued.
-    frontier_capacity: Optional[int] = None  # distinct states per step (default 2 * max_active, >= 4096)
-    candidate_factor: int = 4  # admitted candidates per step = candidate_factor * frontier_capacity
-    arena_capacity: Optional[int] = None  # word links for the batch (default ~1024 per decoded step)
+    # Defaults sized from what the search needs (eval/bench/wfst_capacity_stats.py: the CPU reference's exact
+    # counts, which predicted the H200 run's rescues one for one; char TLG/HLG at tiny/small/bench scale, beam 17,
+    # max_active 10000, 200 utterances each): per-utterance peak frontier p99 12k-39k states (one 171k outlier),
+    # peak admitted candidates p99 22k-57k, word links per step 63-126 on average (worst utterance 368).
+    # Anything rarer is rescued.
+    frontier_capacity: Optional[int] = None  # distinct states per step (default 4 * max_active, >= 4096)
+    candidate_factor: int = 2  # admitted candidates per step = candidate_factor * frontier_capacity
+    arena_capacity: Optional[int] = None  # word links for the batch (default ~512 per decoded step)
     words_capacity: Optional[int] = None  # words per utterance (default T + 16)
     eps_iterations: int = 8  # epsilon-closure passes per frame (TLG)
     rescue_factor: int = 8
@@ -150,12 +153,12 @@ def _next_pow2(x: int) -> int:
 def _capacities(cfg: WfstDecoderConfig, batch: int, frames: int, total_steps: Optional[int] = None) -> dict:
     """GPU capacities. total_steps = sum(lengths + 1) (the arena is shared by the batch, so it is sized by
     the decoded steps, not by batch * padded T)."""
-    frontier = cfg.frontier_capacity or max(2 * cfg.max_active, 4096)
+    frontier = cfg.frontier_capacity or max(4 * cfg.max_active, 4096)
     frontier = min(frontier, 2**27)
     steps = total_steps if total_steps is not None else batch * (frames + 1)
-    # batch mean <= 775 back-pointers per step measured, one utterance <= 2k: 1024 per step for the batch plus
+    # word links per step: batch means 63-126 measured, one utterance <= 368: 512 per step for the batch plus
     # room for one long, dense utterance (what decides at small batches, where nothing averages out).
-    arena = cfg.arena_capacity or int(min(max(steps * 1024 + 2048 * (frames + 1), 2**18), 2**28))
+    arena = cfg.arena_capacity or int(min(max(steps * 512 + 2048 * (frames + 1), 2**18), 2**28))
     return {
         "frontier_capacity": frontier,
         "candidate_capacity": min(cfg.candidate_factor * frontier, 2**30),
