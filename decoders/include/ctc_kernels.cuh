@@ -1102,7 +1102,6 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     const float g_A = __shfl_sync(kFull, A, src), g_fold = __shfl_sync(kFull, fold, src);
     const float g_lp_last = __shfl_sync(kFull, lp_last, src);
     const int g_last = __shfl_sync(kFull, last, src), g_len = __shfl_sync(kFull, len, src);
-    const int g_slot = __shfl_sync(kFull, slot, src);
     const unsigned g_lo = __shfl_sync(kFull, h_lo, src), g_hi = __shfl_sync(kFull, h_hi, src);
     const unsigned long long g_hash = ((unsigned long long)g_hi << 32) | g_lo;
     const unsigned g_plo = __shfl_sync(kFull, (unsigned)(phash & 0xFFFFFFFFull), src);
@@ -1138,6 +1137,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       s.hist[nf][lane] = is_w ? (unsigned)src | ((unsigned)(tok + 1) << 8) : 0u;
       ++nf;
     } else {
+      const int g_slot = __shfl_sync(kFull, slot, src);  // the source's last page
       const unsigned used = __reduce_or_sync(kFull, is_w ? (1u << src) : 0u);
       const unsigned same = __match_any_sync(kFull, is_w ? src : 64 + lane);
       const bool fork = is_w && (same & lt_mask) != 0u;
