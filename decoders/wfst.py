@@ -493,17 +493,23 @@ class WfstDecoder:
         `steps`. Lists of ints / floats, one entry per utterance."""
         if self.device.type != "cpu":
             raise ValueError("search_stats runs on the CPU reference: build the decoder with device='cpu'")
-        lengths = self._check(log_probs, lengths)
-        B = log_probs.shape[0]
-        keys, values, _ = build_boost_tables(boosts, B, self.graph)
-        if self.config.blank_skip_threshold is not None and B:
-            log_probs, lengths = self._skip_blanks(log_probs, lengths)
-        out = _ops().wfst_search_stats(*self._graph_args(log_probs.contiguous(), lengths, keys, values, self.config))
+        log_probs, lengths, keys, values, _ = self._prepare(log_probs, lengths, boosts)
+        out = _ops().wfst_search_stats(*self._graph_args(log_probs, lengths, keys, values, self.config))
         st = out.tolist()
         steps = [max(1, r[5]) for r in st]
         return dict(peak_frontier=[r[0] for r in st], mean_frontier=[r[1] / n for r, n in zip(st, steps)],
                     peak_candidates=[r[2] for r in st], mean_candidates=[r[3] / n for r, n in zip(st, steps)],
                     word_links=[r[4] for r in st], steps=[r[5] for r in st])
+
+    def _prepare(self, log_probs: torch.Tensor, lengths, boosts) -> tuple:
+        """Checked inputs of a batch: (log_probs contiguous, lengths, boost keys, boost values, OOV boost words),
+        after blank skipping when configured."""
+        lengths = self._check(log_probs, lengths)
+        B = log_probs.shape[0]
+        keys, values, oov = build_boost_tables(boosts, B, self.graph)
+        if self.config.blank_skip_threshold is not None and B:
+            log_probs, lengths = self._skip_blanks(log_probs, lengths)
+        return log_probs.contiguous(), lengths, keys, values, oov
 
     def decode(
         self,
@@ -512,12 +518,8 @@ class WfstDecoder:
         boosts: Optional[Sequence[Optional[BoostTable]]] = None,
     ) -> WfstResult:
         """Decode a batch. log_probs: (B, T, V) natural-log posteriors on the decoder's device."""
-        lengths = self._check(log_probs, lengths)
+        log_probs, lengths, keys, values, oov = self._prepare(log_probs, lengths, boosts)
         B = log_probs.shape[0]
-        keys, values, oov = build_boost_tables(boosts, B, self.graph)
-        if self.config.blank_skip_threshold is not None and B:
-            log_probs, lengths = self._skip_blanks(log_probs, lengths)
-        log_probs = log_probs.contiguous()
         if B == 0:
             return WfstResult([], [], torch.zeros(0, dtype=torch.float64), [], [], [], [], [])
         rows = self._run(log_probs, lengths, keys, values, self.config)

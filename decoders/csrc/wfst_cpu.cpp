@@ -105,6 +105,17 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
                            const Boosts& boost, std::vector<int32_t>& slot_of_state, SearchStats* stats = nullptr) {
   UtteranceResult res;
   int64_t step_cands = 0;  // admitted candidates of the current step (stats only)
+  // Records a filled frontier; `step`: a search step (the start closure is not one).
+  auto record = [&](int64_t frontier, bool step) {
+    if (!stats) return;
+    stats->peak_frontier = std::max(stats->peak_frontier, frontier);
+    stats->peak_candidates = std::max(stats->peak_candidates, step_cands);
+    stats->sum_candidates += step_cands;
+    if (step) {
+      stats->sum_frontier += frontier;
+      stats->steps += 1;
+    }
+  };
   std::vector<BackPointer> arena;
   std::vector<Token> front{{g.start_state, 0.0f, -1}}, next;
   std::vector<int32_t> pending_arc, pending_prev;  // per next token: the winning arc and its predecessor
@@ -179,11 +190,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
     slot_of_state[g.start_state] = 0;
     epsilon_closure(front, 0.0f - opt.search_beam);
     for (const Token& tok : front) slot_of_state[tok.state] = -1;
-    if (stats) {  // the start closure fills the frontier too (not a step of its own)
-      stats->peak_frontier = std::max(stats->peak_frontier, static_cast<int64_t>(front.size()));
-      stats->peak_candidates = std::max(stats->peak_candidates, step_cands);
-      stats->sum_candidates += step_cands;
-    }
+    record(static_cast<int64_t>(front.size()), false);  // the start closure fills the frontier too
   }
 
   const int32_t final_t = len + 1;
@@ -259,14 +266,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
       arena.push_back({pending_prev[j], pending_arc[j]});
     }
     if (g.has_eps && !final_step) epsilon_closure(next, cutoff);
-    if (stats) {
-      const int64_t n = static_cast<int64_t>(next.size());
-      stats->peak_frontier = std::max(stats->peak_frontier, n);
-      stats->sum_frontier += n;
-      stats->peak_candidates = std::max(stats->peak_candidates, step_cands);
-      stats->sum_candidates += step_cands;
-      stats->steps += 1;
-    }
+    record(static_cast<int64_t>(next.size()), true);
     for (const Token& tok : next) slot_of_state[tok.state] = -1;
     front.swap(next);
     redirected = redirect;
