@@ -40,13 +40,11 @@
 #            later, its conversion and k2 text still running 5 min after that at 10 GB RSS (stopped there):
 #            far beyond one call. Sizes: LG 1,981,058 states / 3,702,944 arcs; compact TLG 4,226,130 /
 #            10,235,274; normal TLG 4,308,905 / 15,123,795 (TLG.bin 251/353 MB, TLG.fst 204/278 MB).
-#   ESTIMATED for the H200 host (16 cores, not measured; assumes a core at least as fast as this box's, whose
-#   numbers above were taken with 2-3 jobs sharing 2 cores): wheels ~10 s; extension ~16 s (seen there) in the
-#   background; small ~15 s workload + ~150-180 s graphs + ~60-120 s benchmark (k2py ~70 s beside it) = ~4-5.5
-#   min; bench ~60-75 s workload + ~200-250 s graphs + ~90-180 s benchmark (Riva loads a 200-280 MB TLG.fst
-#   for each of its 6 runs) = ~7-9 min, inside the 570 s deadline only if the host is not slower than this box:
-#   if the graphs stage is cut, call again at once (cached stages are skipped). Bench with the HLG needs
-#   several calls on a warm machine (MAX_HLG_ARCS=20000000); not planned.
+#   MEASURED on the H200 host (2026-11-30, 16 cores; reports/measurements/h200_2026-11-30/*/scale_*.log):
+#     small: workload 9 s, graphs 93 s, log-probs 6 s, extension 18 s (background), benchmark 38 s with k2py
+#            (45 s) beside it: 148 s in all.
+#     bench (TLG only): workload 35 s, graphs 125 s, log-probs 5 s, benchmark 52 s: 214 s in all.
+#   Bench with the HLG needs several calls on a warm machine (MAX_HLG_ARCS=20000000); not planned.
 set -o pipefail
 if [ "${1:-}" = scale ]; then
   SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-50}
