@@ -38,8 +38,8 @@ the Python model in tests/wfst_testlib.py: it scores FINAL arcs 0 (k2: -inf) on 
 in each frame's maximum and put the dead-end final state in the frontier; and its online intersecter, not
 knowing the length, has no last-5-frames rule. This decoder follows k2 proper.
 
-GPU pipeline per frame: Scan (+ lane scan by its last block) -> Max -> Expand -> Resolve, and per epsilon pass
-Expand -> Resolve (+ the next pass's scan); BEAMDEC_WFST_FUSE=0 runs the unfused kernels, and
+GPU pipeline per frame (decoders/include/wfst_kernels.cuh): Max -> Expand -> Resolve over the flattened tokens /
+candidates of all utterances, and per epsilon pass Expand -> Resolve over a worklist of the tokens that changed;
 BEAMDEC_WFST_CUDA_GRAPH=1 replays the decode as a cached CUDA graph (slower here; see wfst_launch.cu).
 
 Capacities (GPU only; the CPU reference never runs out): any hit sets a per-utterance overflow bit
@@ -162,7 +162,7 @@ def _capacities(cfg: WfstDecoderConfig, batch: int, frames: int, total_steps: Op
     return {
         "frontier_capacity": frontier,
         "candidate_capacity": min(cfg.candidate_factor * frontier, 2**30),
-        "hash_capacity": _next_pow2(2 * frontier),
+        "hash_capacity": _next_pow2(frontier + frontier // 2),  # load <= 2/3 even with a full frontier
         "arena_capacity": arena,
         "words_capacity": cfg.words_capacity or frames + 16,
     }
@@ -236,9 +236,11 @@ def _graph_arrays(graph: WfstGraph) -> dict[str, np.ndarray]:
 def epsilon_depth(graph: WfstGraph) -> int:
     """Longest chain of epsilon arcs (0: none), or -1 when the epsilon subgraph has a cycle.
 
-    With depth D, D + 1 Jacobi closure passes always converge (a token improved in pass k was reached by k
-    epsilon arcs, so pass D + 1 finds nothing to relax), which lets the decoder run D + 1 passes instead of
-    `eps_iterations` without changing any result (our TLGs: D = 3..4 against the default bound 8).
+    With depth D, D Jacobi closure passes always converge: a token created or improved by pass k (0-based)
+    was reached by k + 1 epsilon arcs, so after pass D - 1 no improved token has an epsilon arc left to relax
+    (the closure's convergence test only looks at tokens with epsilon arcs). This lets the decoder run D
+    passes instead of `eps_iterations` without changing any result (our TLGs: D = 3..4 against the default
+    bound 8).
     """
     il = np.asarray(graph.ilabel)
     m = il == EPSILON
@@ -438,13 +440,14 @@ class WfstDecoder:
 
     # ---- decoding ---------------------------------------------------------------------------------
     def _eps_passes(self, cfg: WfstDecoderConfig) -> int:
-        """Closure passes per frame: 0 without epsilons; depth + 1 (enough to converge) when the epsilon
-        subgraph is acyclic and that is below the configured bound; else the bound (overflow-flagged)."""
+        """Closure passes per frame: 0 without epsilons; the epsilon depth D (enough to converge, see
+        epsilon_depth) when the epsilon subgraph is acyclic and that is below the configured bound; else the
+        bound (overflow-flagged when it does not converge)."""
         g = self._graph
         if not g["has_eps"]:
             return 0
         depth = g["eps_depth"]
-        return min(int(cfg.eps_iterations), depth + 1) if depth >= 0 else int(cfg.eps_iterations)
+        return min(int(cfg.eps_iterations), max(1, depth)) if depth >= 0 else int(cfg.eps_iterations)
 
     def _graph_args(self, log_probs, lengths, keys, values, cfg: WfstDecoderConfig) -> list:
         """The op arguments up to eps_iterations (shared by wfst_decode and wfst_search_stats)."""

@@ -321,15 +321,21 @@ def test_cuda_launcher_compiles_with_nvcc(tmp_path):
 
 
 def test_epsilon_depth_and_pass_count():
-    """Closure passes = longest epsilon chain + 1 on acyclic epsilon subgraphs (results unchanged),
-    the configured bound on cyclic ones."""
+    """Closure passes = longest epsilon chain on acyclic epsilon subgraphs (results unchanged; one pass
+    fewer flags the non-converged closure), the configured bound on cyclic ones."""
     from decoders.wfst import epsilon_depth
 
     n = 7
     chain = WfstGraph.from_arcs([0, 1, 2, 0, 3, 5], [1, 2, 3, 4, 6, 6], [EPSILON, EPSILON, EPSILON, 0, 0, FINAL],
                                 [0] * 6, [-0.1] * 6, num_states=n, start_state=0, final_state=n - 1, num_tokens=2)
     assert epsilon_depth(chain) == 3
-    assert WfstDecoder(chain, WfstDecoderConfig(eps_iterations=8))._eps_passes(WfstDecoderConfig()) == 4
+    assert WfstDecoder(chain, WfstDecoderConfig(eps_iterations=8))._eps_passes(WfstDecoderConfig()) == 3
+    lp1 = torch.log_softmax(torch.zeros(1, 1, 2), -1)
+    # the start closure walks the whole chain: start -eps-> 1 -eps-> 2 -eps-> 3
+    exact = WfstDecoder(chain, WfstDecoderConfig(eps_iterations=3)).decode(lp1, [0])
+    short = WfstDecoder(chain, WfstDecoderConfig(eps_iterations=2)).decode(lp1, [0])
+    assert exact.overflow == [0] and exact.has_path == [True]
+    assert short.overflow[0] & OVERFLOW_EPSILON
     cyc = WfstGraph.from_arcs([0, 1, 0, 2], [1, 0, 2, 3], [EPSILON, EPSILON, 0, FINAL], [0] * 4, [-0.1] * 4,
                               num_states=4, start_state=0, final_state=3, num_tokens=2)
     assert epsilon_depth(cyc) == -1
@@ -341,7 +347,7 @@ def test_epsilon_depth_and_pass_count():
         d = epsilon_depth(g)
         a = WfstDecoder(g, WfstDecoderConfig(eps_iterations=64)).decode(lp, [6, 3])
         assert d == -1 or WfstDecoder(g, WfstDecoderConfig(eps_iterations=64))._eps_passes(
-            WfstDecoderConfig(eps_iterations=64)) == min(64, d + 1)
+            WfstDecoderConfig(eps_iterations=64)) == min(64, max(1, d))
         assert all(o == 0 for o in a.overflow)
 
 

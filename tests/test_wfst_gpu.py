@@ -103,8 +103,8 @@ def test_gpu_bad_inputs():
 
 @pytest.mark.parametrize("epsilon", [False, True])
 def test_launch_modes_agree(epsilon, monkeypatch):
-    """CUDA-graph replay (cached executable, updated per call) and the fused pipeline change no result:
-    every mode equals the plain unfused launches, across repeated calls with new buffers and shapes."""
+    """CUDA-graph replay (cached executable, updated per call) changes no result: it equals the plain
+    launches, across repeated calls with new buffers and shapes, and both equal the CPU reference."""
     rng = np.random.default_rng(500 + epsilon)
     g = random_graph(rng, epsilon=epsilon, num_states=200, num_tokens=29, max_emitting=6)
     cfg = WfstDecoderConfig(search_beam=10.0, max_active=60)
@@ -114,12 +114,11 @@ def test_launch_modes_agree(epsilon, monkeypatch):
         lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
         runs.append((lp, lengths))
     results = {}
-    for graph_mode, fuse in [("0", "0"), ("1", "0"), ("0", "1"), ("1", "1")]:
+    for graph_mode in ["0", "1"]:
         monkeypatch.setenv("BEAMDEC_WFST_CUDA_GRAPH", graph_mode)
-        monkeypatch.setenv("BEAMDEC_WFST_FUSE", fuse)
         dec = WfstDecoder(g, cfg, "cuda")
-        results[(graph_mode, fuse)] = [dec.decode(lp, lengths) for lp, lengths in runs]
-    ref = results[("0", "0")]
+        results[graph_mode] = [dec.decode(lp, lengths) for lp, lengths in runs]
+    ref = results["0"]
     cpu = [WfstDecoder(g, cfg, "cpu").decode(lp.cpu(), lengths) for lp, lengths in runs]
     for mode, res in results.items():
         for r, want, c in zip(res, ref, cpu):

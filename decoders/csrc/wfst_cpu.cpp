@@ -17,8 +17,11 @@
 //    destination state (exact ties: the first one met in frontier/arc order; the GPU may pick another).
 //  * Epsilon closure (TLG; k2 has no epsilons): after each emitting step (and once for the start state,
 //    with cutoff -search_beam) epsilon arcs are relaxed in Jacobi passes: pass k expands the epsilon arcs
-//    of the tokens created or strictly improved by pass k-1, with the step's cutoff; at most
-//    eps_iterations passes, and a closure still changing after the last one sets kOverflowEpsilon.
+//    of the tokens created or strictly improved by pass k-1 (pass 0: of every token), with the step's
+//    cutoff; at most eps_iterations passes. The closure has converged when no token WITH epsilon arcs was
+//    created or improved by the last pass (any other change has nothing left to relax); otherwise
+//    kOverflowEpsilon is set. An acyclic epsilon subgraph of depth D (arcs on its longest chain) converges
+//    in D passes.
 //  * Word boosting: an arc adds the utterance's boost of every word it outputs (aux CSR) to its score, which
 //    equals decoding the graph composed with a one-state boost acceptor.
 #include <ATen/Parallel.h>
@@ -128,6 +131,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
     return arc_ll;
   };
 
+  auto has_eps_arcs = [&](int32_t s) { return g.eps_begin[s] < g.final_begin[s]; };
   // Relaxes epsilon arcs of `tokens` in Jacobi passes (see the header comment); tokens live in `next`
   // and `slot_of_state` maps their states to indices.
   auto epsilon_closure = [&](std::vector<Token>& tokens, float cutoff) {
@@ -137,8 +141,9 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
       int32_t prev;
       int32_t arc;
     };
-    std::vector<int32_t> dirty(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) dirty[i] = static_cast<int32_t>(i);
+    std::vector<int32_t> dirty;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (has_eps_arcs(tokens[i].state)) dirty.push_back(static_cast<int32_t>(i));
     std::vector<Cand> cands;
     std::vector<char> is_dirty;
     for (int32_t pass = 0; pass < opt.eps_iterations && !dirty.empty(); ++pass) {
@@ -177,11 +182,12 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
         }
       }
       std::sort(new_dirty.begin(), new_dirty.end());
+      dirty.clear();
       for (int32_t j : new_dirty) {
         tokens[j].winner = static_cast<int32_t>(arena.size());
         arena.push_back(bp[bp_of[j]]);
+        if (has_eps_arcs(tokens[j].state)) dirty.push_back(j);  // only these have anything to relax
       }
-      dirty.swap(new_dirty);
     }
     if (!dirty.empty()) res.overflow |= wfst::kOverflowEpsilon;
   };

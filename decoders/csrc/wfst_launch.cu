@@ -29,21 +29,23 @@ size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) {
   };
   const size_t BF = static_cast<size_t>(B) * c.frontier;
   const size_t BH = static_cast<size_t>(B) * c.hash;
+  const size_t BC = static_cast<size_t>(B) * c.candidates;
   Workspace w{};
   w.lanes = static_cast<kernels::LaneState*>(take(sizeof(kernels::LaneState) * B));
   w.lane_offsets = static_cast<int32_t*>(take(sizeof(int32_t) * (B + 1)));
+  w.clear_lanes = static_cast<int32_t*>(take(sizeof(int32_t) * (B + 1)));
   for (int k = 0; k < 2; ++k) {
     w.front_state[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
     w.front_score[k] = static_cast<float*>(take(sizeof(float) * BF));
     w.front_winner[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
+    w.work[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   }
-  w.tok_first = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
-  w.arc_offsets = static_cast<int32_t*>(take(sizeof(int32_t) * (BF + B)));
-  w.dirty = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   w.claims = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   w.hash_key = static_cast<uint32_t*>(take(sizeof(uint32_t) * BH));
   w.hash_val = static_cast<unsigned long long*>(take(sizeof(unsigned long long) * BH));
-  w.cands = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(B) * c.candidates));
+  w.hash_tok = static_cast<int32_t*>(take(sizeof(int32_t) * BH));
+  w.cands = static_cast<int2*>(take(sizeof(int2) * BC));
+  w.cand_slot = static_cast<int32_t*>(take(sizeof(int32_t) * BC));
   w.arena = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(c.arena)));
   w.arena_cursor = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
   w.arrive = static_cast<unsigned int*>(take(sizeof(unsigned int)));
@@ -52,7 +54,7 @@ size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) {
 }
 
 // Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures).
-// `steps` >= max(lengths) + 1: steps past a lane's final step are idle for it (phase kDone).
+// `steps` >= max(lengths) + 1: steps past a lane's final step are idle for it (phase kDone, no items).
 template <typename scalar_t>
 cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
                     int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t steps,
@@ -67,82 +69,60 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   if ((err = cudaMemsetAsync(ws.hash_key, 0xff, sizeof(uint32_t) * static_cast<size_t>(B) * H, stream))) return err;
   if ((err = cudaMemsetAsync(ws.hash_val, 0, sizeof(unsigned long long) * static_cast<size_t>(B) * H, stream)))
     return err;
+  if ((err = cudaMemsetAsync(ws.clear_lanes, 0, sizeof(int32_t) * (B + 1), stream))) return err;
   if ((err = cudaMemsetAsync(ws.arena_cursor, 0, sizeof(unsigned long long), stream))) return err;
   if ((err = cudaMemsetAsync(ws.arrive, 0, sizeof(unsigned int), stream))) return err;
 
-  const int walk_grid = (num_sms > 0 ? num_sms : 80) * 8;
-  const char* fuse_env = std::getenv("BEAMDEC_WFST_FUSE");
-  const bool fuse = !(fuse_env && std::strcmp(fuse_env, "0") == 0);
-  const int lane_grid = (B + 127) / 128;
-  InitKernel<<<lane_grid, 128, 0, stream>>>(g, opt, ws, lengths, B, F, H);
-
-  if (fuse) {
-    // Fused pipeline: lane scans ride on the last block of Scan / Resolve; an epsilon pass is 2 launches.
-    auto closure = [&](int32_t t, int32_t buf) {
-      for (int32_t k = 0; k < opt.eps_iterations; ++k) {
-        ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeEps, F, C, H,
-                                                                     B, boost_keys, boost_values, boost_cap);
-        ResolveKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, kModeEps, buf, F, C, H, caps.arena, true, B, true);
-      }
-      ClearKernel<<<B, kBlock, 0, stream>>>(ws, F, H);
-    };
-    if (g.has_eps) {
-      ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, 0, kModeEps, 0, F, B, true);
-      closure(0, 0);
+  // Walk grids: as many blocks as are resident at once (a warp's span of items is sized from the grid).
+  static const int blocks_per_sm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ExpandKernel<scalar_t, false>, kWalkBlock, 0) != cudaSuccess)
+      cudaGetLastError(), n = 0;
+    return n > 0 ? n : 4;
+  }();
+  const int walk_grid = (num_sms > 0 ? num_sms : 80) * blocks_per_sm;
+  const int32_t passes = g.has_eps ? opt.eps_iterations : 0;
+  InitKernel<<<1, kInitBlock, 0, stream>>>(g, opt, ws, lengths, B, F, C, H);
+  // Epsilon passes on buffer `buf` (the start closure: t = -1, buffer 0); the last one prepares step t + 1.
+  auto closure = [&](int32_t t, int32_t buf) {
+    for (int32_t k = 0; k < passes; ++k) {
+      const int32_t p = k & 1;
+      ExpandKernel<scalar_t, true><<<walk_grid, kWalkBlock, 0, stream>>>(
+          g, opt, ws, lp, T, V, t, buf, buf, p, F, C, H, B, boost_keys, boost_values, boost_cap);
+      const Prepare next = k + 1 < passes ? Prepare{kWalkEps, t, p ^ 1, -1, true, false}
+                                          : Prepare{kWalkStep, t + 1, 0, p ^ 1, true, false};
+      ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, buf, p ^ 1, F, C, H, caps.arena, B, next);
     }
-    for (int32_t t = 0; t < steps; ++t) {
-      const int32_t buf = t & 1, out = buf ^ 1;
-      ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, t, kModeStep, buf, F, B, true);
-      MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, B, boost_keys,
-                                                                boost_values, boost_cap);
-      ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeStep, F, C, H,
-                                                                   B, boost_keys, boost_values, boost_cap);
-      ResolveKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, kModeStep, out, F, C, H, caps.arena, g.has_eps, B,
-                                              g.has_eps);
-      if (g.has_eps) closure(t, out);
-    }
-  } else {
-    // Unfused pipeline (BEAMDEC_WFST_FUSE=0): one kernel per stage, as first written.
-    auto closure = [&](int32_t t, int32_t buf) {
-      for (int32_t k = 0; k < opt.eps_iterations; ++k) {
-        ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, t, kModeEps, buf, F, B, false);
-        LaneScanKernel<<<1, kBlock, 0, stream>>>(ws, B);
-        ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeEps, F, C, H,
-                                                                     B, boost_keys, boost_values, boost_cap);
-        ResolveKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, kModeEps, buf, F, C, H, caps.arena, true, B, false);
-      }
-      ClearKernel<<<B, kBlock, 0, stream>>>(ws, F, H);
-    };
-    if (g.has_eps) closure(0, 0);
-    for (int32_t t = 0; t < steps; ++t) {
-      const int32_t buf = t & 1, out = buf ^ 1;
-      ScanKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, t, kModeStep, buf, F, B, false);
-      LaneScanKernel<<<1, kBlock, 0, stream>>>(ws, B);
-      MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, B, boost_keys,
-                                                                boost_values, boost_cap);
-      ExpandKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, kModeStep, F, C, H,
-                                                                   B, boost_keys, boost_values, boost_cap);
-      ResolveKernel<<<B, kBlock, 0, stream>>>(g, opt, ws, kModeStep, out, F, C, H, caps.arena, g.has_eps, B, false);
-      if (g.has_eps) closure(t, out);
-    }
+  };
+  if (passes > 0) closure(-1, 0);
+  for (int32_t t = 0; t < steps; ++t) {
+    const int32_t buf = t & 1, out = buf ^ 1;
+    MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, H, B, boost_keys,
+                                                              boost_values, boost_cap);
+    ExpandKernel<scalar_t, false><<<walk_grid, kWalkBlock, 0, stream>>>(
+        g, opt, ws, lp, T, V, t, buf, out, 0, F, C, H, B, boost_keys, boost_values, boost_cap);
+    const Prepare next = passes > 0 ? Prepare{kWalkEps, t, 0, -1, true, false} : Prepare{kWalkStep, t + 1, 0, -1, true, false};
+    ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, out, passes > 0 ? 0 : -1, F, C, H, caps.arena, B,
+                                                        next);
+    if (passes > 0) closure(t, out);
   }
-  BacktrackKernel<<<lane_grid, 128, 0, stream>>>(g, ws, B, caps.words, caps.arena, result);
+  BacktrackKernel<<<(B + 127) / 128, 128, 0, stream>>>(g, ws, B, caps.words, caps.arena, result);
   return cudaGetLastError();
 }
 
 // ---- CUDA-graph replay of the whole decode (opt-in: BEAMDEC_WFST_CUDA_GRAPH=1) ---------------------------
-// The decode can be captured once per shape (batch, step bucket, epsilon passes, dtype, fusion, device) into a
+// The decode can be captured once per shape (batch, step bucket, epsilon passes, dtype, device) into a
 // CUDA graph; later calls re-capture (host-only) and cudaGraphExecUpdate the cached executable with the new
 // pointers / parameters instead of instantiating again, then launch it on the caller's stream. Steps are
 // rounded up to a multiple of 32 so batches of similar length share one executable (extra steps are idle).
-// Measured on the H200 (tiny char TLG/HLG, 200 utterances): with the fused pipeline (4 launches per frame
-// + 2 per epsilon pass) re-capture + update cost MORE than the launches they replace (batch 200 TLG:
+// Measured on the H200 (tiny char TLG/HLG, 200 utterances) with the earlier pipeline (4 launches per frame
+// + 2 per epsilon pass; now 3 + 2): re-capture + update cost MORE than the launches they replace (batch 200 TLG:
 // 9.7k vs 11.0k RTFx plain; batch 32: 2.4k vs 2.9k), and the executable holds extra device memory, so
 // plain launches are the default. The loop never synchronises the host either way.
 // Capture happens on a private non-blocking stream because the legacy default stream cannot be captured.
 struct GraphCache {
   std::mutex mu;
-  std::map<std::tuple<int, int32_t, int32_t, int32_t, bool, bool, bool>, cudaGraphExec_t> execs;
+  std::map<std::tuple<int, int32_t, int32_t, int32_t, bool, bool>, cudaGraphExec_t> execs;
   std::map<int, cudaStream_t> capture_streams;
 };
 
@@ -186,9 +166,7 @@ bool run_graph(const DeviceGraph& g, const SearchOptions& opt, const Capacities&
     cudaGetLastError();
     return false;
   }
-  const char* fuse_env = std::getenv("BEAMDEC_WFST_FUSE");
-  const bool fused = !(fuse_env && std::strcmp(fuse_env, "0") == 0);
-  const auto key = std::make_tuple(device, B, steps, opt.eps_iterations, g.has_eps, sizeof(scalar_t) == 2, fused);
+  const auto key = std::make_tuple(device, B, steps, opt.eps_iterations, g.has_eps, sizeof(scalar_t) == 2);
   auto it = cache.execs.find(key);
   if (it != cache.execs.end()) {
     cudaGraphExecUpdateResultInfo info;

@@ -1,18 +1,25 @@
 // Torch-free CUDA kernels of the WFST beam search. Same semantics as the CPU reference
-// (decoders/csrc/wfst_cpu.cpp, the executable spec); the per-step pipeline is
+// (decoders/csrc/wfst_cpu.cpp, the executable spec). Every kernel works on the FLATTENED items of all lanes
+// (tokens, epsilon work items or candidates), so one hot lane spreads over the whole device instead of
+// serialising its batchmates, and none of them loops over a lane's whole frontier in one block.
 //
-//   ScanKernel    (block per lane)  phase, k2 dynamic beam, per-token arc ranges + exclusive scan;
-//                                   the last block to finish scans the lanes' slot counts (fused LaneScan)
-//   LaneScanKernel (one block)      [unfused path only] exclusive scan of per-lane slot counts
-//   MaxKernel     (1-D grid)        exact per-lane maximum over every candidate of the step
-//   ExpandKernel  (1-D grid)        admit end > max - beam, hash recombination by destination state
-//   ResolveKernel (block per lane)  claims -> next frontier + back-pointers (arena)
-//   [TLG: passes x (Expand(eps) -> Resolve(eps) + next pass's scan, fused), then ClearKernel; the passes
-//    are the epsilon depth + 1, computed at graph upload (decoders/wfst.py)]
+// Per step t (launch sequence in decoders/csrc/wfst_launch.cu):
 //
-// The 1-D grids walk the flattened slot space of ALL lanes (each warp a contiguous span), so one hot lane
-// spreads over the whole device instead of serialising its batchmates. Every launch has a fixed,
-// capacity-sized grid and reads its work size from device memory: the loop never synchronises the host.
+//   MaxKernel      tokens     exact per-lane maximum over every candidate of the step; clears the hash slots
+//                             of the previous step (token i of the frontier owns claims[i])
+//   ExpandKernel   tokens     admit end > max - beam, hash recombination by destination state: a new
+//                             destination claims the next token index of the frontier being built (written
+//                             dead: score -inf) and every non-dominated candidate is appended
+//   ResolveKernel  candidates the winner of each slot (the candidate its packed value names) writes the
+//                             token's score and back-pointer; with epsilons, tokens whose state has epsilon
+//                             arcs go on the epsilon worklist
+//   [TLG: passes x (ExpandKernel<eps> over the worklist -> ResolveKernel)]
+//
+// Tokens are expanded warp-cooperatively: a warp takes 32 items, scans their arc counts with shuffles and walks
+// the arcs 32 at a time (owner found by a shuffle binary search), so fan-out differences never idle a warp
+// for long. The last block of each kernel to finish runs `prepare` (per-lane bookkeeping: phase, k2 dynamic
+// beam, pass bounds; and the exclusive scan of the next kernel's per-lane item counts). Grids are fixed and
+// capacity-independent; work sizes live in device memory: the loop never synchronises the host.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,64 +33,71 @@ namespace wfst {
 namespace kernels {
 
 constexpr uint32_t kEmptyKey = 0xffffffffu;
+constexpr uint32_t kNoCand = 0xffffffffu;  // payload of a slot set without a candidate (the start token)
 constexpr int kMaxProbes = 256;
-constexpr int kBlock = 512;  // threads of the per-lane kernels
+constexpr int kInitBlock = 512;
 constexpr int kWalkBlock = 256;
 
 enum Phase : int32_t { kDone = 0, kEmit = 1, kFinal = 2, kRedirect = 3 };
-enum Mode : int32_t { kModeStep = 0, kModeEps = 1 };
+// What the next kernel walks (chosen by `prepare`).
+enum Walk : int32_t { kWalkStep = 0, kWalkEps = 1, kWalkCands = 2 };
 
 struct LaneState {
   int32_t len;
-  int32_t phase;       // phase of the current step (kEmit during its epsilon closure)
-  int32_t n_front;     // tokens of the frontier being expanded / built
-  int32_t n_claims;    // distinct destination states claimed in this step (may exceed F: overflow)
-  int32_t n_resolved;  // eps: claims already turned into tokens
-  int32_t n_cands;     // candidates appended in this pass
-  int32_t total;       // slots (arcs) to walk in this pass
-  uint32_t max_ord;    // ordered-int max of this step's candidate ends (0: none)
-  float beam;          // k2 dynamic beam
-  float cutoff;        // admission threshold of this step (kept for the epsilon closure)
+  int32_t phase;        // phase of the current step (kEmit during its epsilon closure)
+  int32_t n_front;      // tokens of the frontier (min(n_claims, F) after each resolve)
+  int32_t n_claims;     // distinct destination states claimed in this step (may exceed F: overflow)
+  int32_t n_cands;      // candidates appended in this step, all passes (may exceed C: overflow)
+  int32_t pass_begin;   // first candidate of the current pass
+  int32_t n_work[2];    // epsilon worklists (double-buffered by pass parity)
+  uint32_t max_ord;     // ordered-int max of this step's candidate ends (0: none)
+  float beam;           // k2 dynamic beam
+  float cutoff;         // admission threshold of this step (kept for the epsilon closure)
   int32_t overflow;
-  int32_t eps_dirty;   // tokens changed by the last epsilon resolve
+  int32_t any_final;    // some live token of the frontier has a FINAL arc (decides the final-step redirect)
   int32_t final_winner;
   float final_score;
   int32_t flags;
 };
 
 struct Workspace {
-  LaneState* lanes;        // (B,)
-  int32_t* lane_offsets;   // (B+1,)
+  LaneState* lanes;         // (B,)
+  int32_t* lane_offsets;    // (B+1,) exclusive prefix of the current walk's per-lane item counts
+  int32_t* clear_lanes;     // (B+1,) [0] = count, then lanes whose claims list overflowed (full-table clear)
   int32_t* front_state[2];  // (B, F) each
   float* front_score[2];
-  int32_t* front_winner[2];
-  int32_t* tok_first;      // (B, F) first arc expanded by each token in this pass
-  int32_t* arc_offsets;    // (B, F+1) exclusive prefix sum of the tokens' degrees
-  int32_t* dirty;          // (B, F)
-  int32_t* claims;         // (B, F) hash slot of each claimed state
-  uint32_t* hash_key;      // (B, H)
-  unsigned long long* hash_val;  // (B, H): ordered end << 32 | candidate index
-  int2* cands;             // (B, C) {prev winner, arc}
-  int2* arena;             // (arena,) {prev winner, arc}
+  int32_t* front_winner[2];  // arena index of the token's latest word link (-1: none yet, -2: broken/dead)
+  int32_t* claims;           // (B, F) hash slot of token i of the frontier being built
+  int32_t* work[2];          // (B, F) epsilon worklists: token indices
+  uint32_t* hash_key;        // (B, H) destination state (kEmptyKey: free)
+  unsigned long long* hash_val;  // (B, H) ordered end << 32 | candidate index (0: none yet)
+  int32_t* hash_tok;         // (B, H) token index of the slot's state (-1: frontier overflow)
+  int2* cands;               // (B, C) {predecessor's word link, arc}
+  int32_t* cand_slot;        // (B, C) hash slot of the candidate's destination
+  int2* arena;               // (arena,) word links {previous link, arc}
   unsigned long long* arena_cursor;  // (1,)
-  unsigned int* arrive;              // (1,) blocks of the current per-lane kernel done (fused lane scan)
+  unsigned int* arrive;              // (1,) blocks of the current kernel done (last one runs `prepare`)
 };
 
 // ---------------------------------------------------------------------------------------------------
 __device__ __forceinline__ float load_lp(const float* p) { return *p; }
 __device__ __forceinline__ float load_lp(const __half* p) { return __half2float(*p); }
 
+template <typename T>
+__device__ __forceinline__ T ld_volatile(const T& x) {
+  return *reinterpret_cast<const volatile T*>(&x);
+}
+
 __device__ __forceinline__ unsigned long long pack(float end, uint32_t cand) {
   return (static_cast<unsigned long long>(float_to_ordered(end)) << 32) | cand;
 }
 
-// Block-wide exclusive scan of one int per thread (blockDim.x == kBlock); `total` gets the block sum.
+// Block-wide exclusive scan of one int per thread (any blockDim.x <= 1024); `total` gets the block sum.
 // Ends with a barrier so the shared scratch can be reused by the next call.
 __device__ __forceinline__ int block_exclusive_scan(int x, int& total) {
-  constexpr int kWarps = kBlock / 32;
-  __shared__ int warp_sums[kWarps];
+  __shared__ int warp_sums[32];
   __shared__ int block_total;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
   int inc = x;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
@@ -93,15 +107,15 @@ __device__ __forceinline__ int block_exclusive_scan(int x, int& total) {
   if (lane == 31) warp_sums[warp] = inc;
   __syncthreads();
   if (warp == 0) {
-    const int v = lane < kWarps ? warp_sums[lane] : 0;
+    const int v = lane < warps ? warp_sums[lane] : 0;
     int w = v;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
       const int y = __shfl_up_sync(0xffffffffu, w, d);
       if (lane >= d) w += y;
     }
-    if (lane < kWarps) warp_sums[lane] = w - v;
-    if (lane == kWarps - 1) block_total = w;
+    if (lane < warps) warp_sums[lane] = w - v;
+    if (lane == warps - 1) block_total = w;
   }
   __syncthreads();
   const int result = warp_sums[warp] + inc - x;
@@ -110,13 +124,7 @@ __device__ __forceinline__ int block_exclusive_scan(int x, int& total) {
   return result;
 }
 
-__device__ __forceinline__ int block_sum(int x) {
-  int total;
-  block_exclusive_scan(x, total);
-  return total;
-}
-
-// Warp-aggregated atomicAdd: threads of the converged group with the same `key` share one atomic.
+// Warp-aggregated atomicAdd of 1: threads of the converged group with the same `key` share one atomic.
 __device__ __forceinline__ int aggregated_add(int* counter, int key) {
   const unsigned active = __activemask();
   const unsigned peers = __match_any_sync(active, key);
@@ -129,161 +137,88 @@ __device__ __forceinline__ int aggregated_add(int* counter, int key) {
   return base + rank;
 }
 
+// One entry of a shared counter per calling thread (warp-aggregated).
+__device__ __forceinline__ long long aggregated_add64(unsigned long long* counter) {
+  const unsigned active = __activemask();
+  const int lane = threadIdx.x & 31;
+  const int leader = __ffs(active) - 1;
+  const int rank = __popc(active & ((1u << lane) - 1u));
+  unsigned long long base = 0;
+  if (lane == leader) base = atomicAdd(counter, static_cast<unsigned long long>(__popc(active)));
+  base = __shfl_sync(active, base, leader);
+  return static_cast<long long>(base) + rank;
+}
+
 // ---------------------------------------------------------------------------------------------------
-// Init: one thread per lane. Frontier = {start}, dynamic beam = search_beam. With epsilon arcs the
-// start token is registered in the hash so the start closure (cutoff -search_beam) can run.
-__global__ void InitKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const int32_t* lengths, int32_t batch,
-                           int32_t F, int32_t H) {
-  int b = blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= batch) return;
-  LaneState& L = ws.lanes[b];
-  L.len = lengths[b];
-  L.phase = kEmit;
-  L.n_front = 1;
-  L.n_claims = 1;
-  L.n_resolved = 1;
-  L.n_cands = 0;
-  L.total = 0;
-  L.max_ord = 0;
-  L.beam = opt.search_beam;
-  L.cutoff = 0.0f - opt.search_beam;
-  L.overflow = 0;
-  L.eps_dirty = 1;
-  L.final_winner = -1;
-  L.final_score = -INFINITY;
-  L.flags = 0;
-  ws.front_state[0][(int64_t)b * F] = g.start_state;
-  ws.front_score[0][(int64_t)b * F] = 0.0f;
-  ws.front_winner[0][(int64_t)b * F] = -1;
-  ws.dirty[(int64_t)b * F] = 1;
-  if (g.has_eps) {
-    uint32_t h = hash_u32(static_cast<uint32_t>(g.start_state)) & static_cast<uint32_t>(H - 1);
-    ws.hash_key[(int64_t)b * H + h] = static_cast<uint32_t>(g.start_state);
-    ws.hash_val[(int64_t)b * H + h] = pack(0.0f, 0u);
-    ws.claims[(int64_t)b * F] = static_cast<int32_t>(h);
-  }
-}
+// prepare: run by ONE block (the last block of the kernel before, or InitKernel). Per lane, the bookkeeping
+// that must happen between two walks, then the exclusive scan of the next walk's item counts.
+struct Prepare {
+  int32_t next;         // Walk
+  int32_t t;            // kWalkStep: the step about to start
+  int32_t parity;       // kWalkEps: the worklist the pass reads
+  int32_t eps_check;    // >= 0: the closure just ended; a non-empty worklist `eps_check` = not converged
+  bool after_resolve;   // n_front <- min(n_claims, F)
+  bool step_cutoff;     // kWalkCands after the step's expansion: cutoff <- max - beam (for the closure)
+};
 
-// Scan (block per lane). kModeStep: decide the step's phase, update the dynamic beam, give each token its
-// arc range for the phase. kModeEps: tokens changed by the last resolve expand their epsilon arcs.
-__device__ __forceinline__ void scan_lane(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws, int32_t t,
-                                          int32_t mode, int32_t buf, int32_t F) {
-  const int b = blockIdx.x;
-  LaneState& L = ws.lanes[b];
-  const int32_t* st = ws.front_state[buf] + (int64_t)b * F;
-  const float* sc = ws.front_score[buf] + (int64_t)b * F;
-  int32_t* first = ws.tok_first + (int64_t)b * F;
-  int32_t* off = ws.arc_offsets + (int64_t)b * (F + 1);
-  const int32_t* dirty = ws.dirty + (int64_t)b * F;
-  __shared__ int32_t s_phase;
-  const int32_t n = L.n_front;
-  if (mode == kModeStep) {
-    if (threadIdx.x == 0) {
-      int32_t phase = t < L.len ? kEmit : (t == L.len ? kFinal : kDone);
-      s_phase = phase;
-    }
-    __syncthreads();
-    int32_t phase = s_phase;
-    if (phase == kFinal && opt.allow_partial) {
-      int has_final = 0;
-      for (int i = threadIdx.x; i < n; i += kBlock) {
-        int32_t s = st[i];
-        has_final |= (g.final_begin[s] < g.row_splits[s + 1]) ? 1 : 0;
-      }
-      if (__syncthreads_or(has_final) == 0) phase = kRedirect;
-    }
-    if (threadIdx.x == 0) {
-      if (phase != kDone) {
-        L.beam = k2_dynamic_beam(L.beam, opt.search_beam, opt.min_active, opt.max_active, n, t, L.len + 1);
-        L.n_claims = 0;
-        L.n_resolved = 0;
-      }
-      L.phase = phase;
-      L.max_ord = 0;
-      L.n_cands = 0;
-    }
-    if (phase == kDone) {
-      if (threadIdx.x == 0) L.total = 0;
-      return;
-    }
-    int running = 0;
-    for (int base = 0; base < n; base += kBlock) {
-      int i = base + threadIdx.x;
-      int deg = 0, begin = 0;
-      if (i < n) {
-        int32_t s = st[i];
-        if (sc[i] != -INFINITY) {
-          int32_t rb = g.row_splits[s], re = g.row_splits[s + 1];
-          if (phase == kEmit) {
-            begin = rb;
-            deg = g.eps_begin[s] - rb;
-          } else if (phase == kFinal) {
-            begin = g.final_begin[s];
-            deg = re - begin;
-          } else {
-            begin = rb;
-            deg = re - rb;
-          }
-        }
-        first[i] = begin;
-      }
-      int chunk_total;
-      int ex = block_exclusive_scan(deg, chunk_total);
-      if (i < n) off[i] = running + ex;
-      running += chunk_total;
-    }
-    if (threadIdx.x == 0) {
-      off[n] = running;
-      L.total = running;
-    }
-  } else {  // epsilon pass
-    if (L.phase != kEmit || !L.eps_dirty) {
-      if (threadIdx.x == 0) L.total = 0;
-      return;
-    }
-    int running = 0;
-    for (int base = 0; base < n; base += kBlock) {
-      int i = base + threadIdx.x;
-      int deg = 0;
-      if (i < n) {
-        int32_t s = st[i];
-        if (dirty[i] && sc[i] != -INFINITY) deg = g.final_begin[s] - g.eps_begin[s];
-        first[i] = g.eps_begin[s];
-      }
-      int chunk_total;
-      int ex = block_exclusive_scan(deg, chunk_total);
-      if (i < n) off[i] = running + ex;
-      running += chunk_total;
-    }
-    if (threadIdx.x == 0) {
-      off[n] = running;
-      L.total = running;
-      L.n_cands = 0;
-    }
-  }
-}
-
-// Exclusive scan of the lanes' slot counts into lane_offsets (one block).
-__device__ __forceinline__ void lane_scan_block(Workspace& ws, int32_t batch) {
+__device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
+                                        int32_t batch, int32_t F, int32_t C, const Prepare& p) {
+  __shared__ int s_clear;
+  if (threadIdx.x == 0) s_clear = 0;
+  __syncthreads();
   int running = 0;
-  for (int base = 0; base < batch; base += kBlock) {
-    int i = base + threadIdx.x;
-    int x = i < batch ? *reinterpret_cast<volatile int32_t*>(&ws.lanes[i].total) : 0;
+  for (int base = 0; base < batch; base += blockDim.x) {
+    const int b = base + threadIdx.x;
+    int count = 0;
+    if (b < batch) {
+      LaneState& L = ws.lanes[b];
+      const int32_t phase_before = ld_volatile(L.phase);
+      const int32_t n_claims = ld_volatile(L.n_claims);
+      if (p.after_resolve && phase_before != kDone) L.n_front = min(n_claims, F);
+      if (p.eps_check >= 0 && phase_before == kEmit && ld_volatile(L.n_work[p.eps_check]) > 0)
+        atomicOr(&L.overflow, kOverflowEpsilon);
+      if (p.next == kWalkStep) {
+        int32_t phase = p.t < L.len ? kEmit : (p.t == L.len ? kFinal : kDone);
+        if (phase == kFinal && opt.allow_partial && !ld_volatile(L.any_final)) phase = kRedirect;
+        if (phase != kDone) {
+          if (n_claims > F && phase_before != kDone) ws.clear_lanes[1 + atomicAdd(&s_clear, 1)] = b;
+          const int32_t n = ld_volatile(L.n_front);
+          L.beam = k2_dynamic_beam(ld_volatile(L.beam), opt.search_beam, opt.min_active, opt.max_active, n, p.t,
+                                   L.len + 1);
+          L.n_claims = 0;
+          L.n_cands = 0;
+          L.pass_begin = 0;
+          L.n_work[0] = 0;
+          L.max_ord = 0;
+          L.any_final = 0;
+          count = n;
+        }
+        L.phase = phase;
+      } else if (p.next == kWalkEps) {
+        L.pass_begin = min(ld_volatile(L.n_cands), C);
+        L.n_work[p.parity ^ 1] = 0;
+        count = phase_before == kEmit ? ld_volatile(L.n_work[p.parity]) : 0;
+      } else {  // kWalkCands
+        if (p.step_cutoff && phase_before != kDone)
+          L.cutoff = ordered_to_float(ld_volatile(L.max_ord)) - ld_volatile(L.beam);
+        count = phase_before != kDone ? max(0, min(ld_volatile(L.n_cands), C) - ld_volatile(L.pass_begin)) : 0;
+      }
+    }
     int chunk_total;
-    int ex = block_exclusive_scan(x, chunk_total);
-    if (i < batch) ws.lane_offsets[i] = running + ex;
+    const int ex = block_exclusive_scan(count, chunk_total);
+    if (b < batch) ws.lane_offsets[b] = running + ex;
     running += chunk_total;
   }
-  if (threadIdx.x == 0) ws.lane_offsets[batch] = running;
+  if (threadIdx.x == 0) {
+    ws.lane_offsets[batch] = running;
+    ws.clear_lanes[0] = s_clear;
+  }
 }
 
-// One block: exclusive scan of the lanes' slot counts.
-__global__ void __launch_bounds__(kBlock) LaneScanKernel(Workspace ws, int32_t batch) { lane_scan_block(ws, batch); }
-
-// Fused lane scan: called by EVERY block of a block-per-lane kernel (grid = batch) after its thread 0 wrote
-// its lane's `total`; the last block to arrive scans all lanes (threadFenceReduction pattern) and re-arms
-// the counter. Saves the LaneScanKernel launch.
-__device__ __forceinline__ void arrive_and_lane_scan(Workspace& ws, int32_t batch) {
+// Every block calls this at its end; the last one to arrive runs `prepare` and re-arms the counter
+// (threadFenceReduction pattern).
+__device__ __forceinline__ void arrive_and_prepare(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
+                                                   int32_t batch, int32_t F, int32_t C, const Prepare& p) {
   __shared__ bool s_last;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -294,17 +229,56 @@ __device__ __forceinline__ void arrive_and_lane_scan(Workspace& ws, int32_t batc
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  lane_scan_block(ws, batch);
+  prepare(g, opt, ws, batch, F, C, p);
   if (threadIdx.x == 0) *ws.arrive = 0u;
 }
 
-__global__ void __launch_bounds__(kBlock) ScanKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t t,
-                                                     int32_t mode, int32_t buf, int32_t F, int32_t batch,
-                                                     bool fuse_lane_scan) {
-  scan_lane(g, opt, ws, t, mode, buf, F);
-  if (fuse_lane_scan) arrive_and_lane_scan(ws, batch);
+// ---------------------------------------------------------------------------------------------------
+// Init (one block): every lane's start token, then `prepare` for the first walk (the start state's epsilon
+// closure on epsilon graphs, with cutoff -search_beam; else step 0).
+__global__ void __launch_bounds__(kInitBlock)
+    InitKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const int32_t* lengths, int32_t batch, int32_t F,
+               int32_t C, int32_t H) {
+  const uint32_t h0 = hash_u32(static_cast<uint32_t>(g.start_state)) & static_cast<uint32_t>(H - 1);
+  const bool start_eps = g.has_eps && g.eps_begin[g.start_state] < g.final_begin[g.start_state];
+  for (int b = threadIdx.x; b < batch; b += blockDim.x) {
+    LaneState& L = ws.lanes[b];
+    L.len = lengths[b];
+    L.phase = kEmit;
+    L.n_front = 1;
+    L.n_claims = 1;
+    L.n_cands = 0;
+    L.pass_begin = 0;
+    L.n_work[0] = start_eps ? 1 : 0;
+    L.n_work[1] = 0;
+    L.max_ord = 0;
+    L.beam = opt.search_beam;
+    L.cutoff = 0.0f - opt.search_beam;
+    L.overflow = 0;
+    L.any_final = g.final_begin[g.start_state] < g.row_splits[g.start_state + 1];
+    L.final_winner = -1;
+    L.final_score = -INFINITY;
+    L.flags = 0;
+    const int64_t t0 = (int64_t)b * F;
+    ws.front_state[0][t0] = g.start_state;
+    ws.front_score[0][t0] = 0.0f;
+    ws.front_winner[0][t0] = -1;
+    ws.work[0][t0] = 0;
+    if (g.has_eps) {  // the start closure recombines into the start token: register it
+      ws.hash_key[(int64_t)b * H + h0] = static_cast<uint32_t>(g.start_state);
+      ws.hash_val[(int64_t)b * H + h0] = pack(0.0f, kNoCand);
+      ws.hash_tok[(int64_t)b * H + h0] = 0;
+      ws.claims[t0] = static_cast<int32_t>(h0);
+    } else {
+      ws.claims[t0] = -1;  // nothing to clear
+    }
+  }
+  __syncthreads();
+  if (g.has_eps) prepare(g, opt, ws, batch, F, C, Prepare{kWalkEps, 0, 0, -1, false, false});
+  else prepare(g, opt, ws, batch, F, C, Prepare{kWalkStep, 0, 0, -1, true, false});
 }
 
+// ---------------------------------------------------------------------------------------------------
 // Largest index i in [lo, hi) with a[i] <= x (a non-decreasing, a[lo] <= x).
 __device__ __forceinline__ int32_t upper_index(const int32_t* a, int32_t lo, int32_t hi, int32_t x) {
   while (hi - lo > 1) {
@@ -315,21 +289,11 @@ __device__ __forceinline__ int32_t upper_index(const int32_t* a, int32_t lo, int
   return lo;
 }
 
-// A candidate slot resolved to (lane, token, arc) and its end score.
-struct Slot {
-  int32_t lane;
-  int32_t tok;
-  int32_t arc;
-  float end;
-};
-
-// Walks the global slot space: each warp owns a contiguous span; each thread keeps its lane / token
-// cursors (slots only increase along a thread's walk, so searches start from the last position).
-template <typename scalar_t, typename Visit>
-__device__ __forceinline__ void walk_slots(const DeviceGraph& g, const SearchOptions& opt, const Workspace& ws,
-                                           const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
-                                           int32_t F, int32_t batch, const int32_t* boost_keys,
-                                           const float* boost_values, int32_t boost_cap, Visit visit) {
+// Walks the flattened items of all lanes (lane_offsets): each warp owns a contiguous span and visits it 32
+// items at a time; `f(valid, lane, local_index)` is called by all 32 threads (warp-synchronous), valid = the
+// thread has an item. Lane cursors only move forward along a span.
+template <typename Fn>
+__device__ __forceinline__ void for_each_item(const Workspace& ws, int32_t batch, Fn f) {
   const int32_t total = ws.lane_offsets[batch];
   if (total == 0) return;
   const int32_t warps = (gridDim.x * blockDim.x) >> 5;
@@ -338,69 +302,165 @@ __device__ __forceinline__ void walk_slots(const DeviceGraph& g, const SearchOpt
   span = (span + 31) & ~31;
   const int32_t begin = warp * span;
   const int32_t end = min(total, begin + span);
-  int32_t lane_id = -1, lane_begin = 0, lane_end = 0, tok = 0, n = 0, phase = 0;
-  const int32_t *off = nullptr, *first = nullptr, *st = nullptr;
-  const float* sc = nullptr;
-  const scalar_t* row = nullptr;
-  for (int32_t slot = begin + (threadIdx.x & 31); slot < end; slot += 32) {
-    if (slot >= lane_end) {
-      lane_id = upper_index(ws.lane_offsets, lane_id < 0 ? 0 : lane_id, batch, slot);
+  int32_t lane_id = 0, lane_begin = 0, lane_end = 0;
+  bool have = false;
+  for (int32_t base = begin; base < end; base += 32) {
+    const int32_t item = base + (threadIdx.x & 31);
+    const bool valid = item < end;
+    if (valid && (!have || item >= lane_end)) {
+      lane_id = upper_index(ws.lane_offsets, have ? lane_id : 0, batch, item);
       lane_begin = ws.lane_offsets[lane_id];
       lane_end = ws.lane_offsets[lane_id + 1];
-      const LaneState& L = ws.lanes[lane_id];
-      n = L.n_front;
-      phase = L.phase;
-      off = ws.arc_offsets + (int64_t)lane_id * (F + 1);
-      first = ws.tok_first + (int64_t)lane_id * F;
-      st = ws.front_state[buf] + (int64_t)lane_id * F;
-      sc = ws.front_score[buf] + (int64_t)lane_id * F;
-      row = lp + ((int64_t)lane_id * T + (phase == kEmit ? t : 0)) * V;
-      tok = 0;
+      have = true;
     }
-    const int32_t local = slot - lane_begin;
-    tok = upper_index(off, tok, n, local);
-    const int32_t arc = first[tok] + (local - off[tok]);
-    float acoustic = 0.0f;
-    // Acoustic term only for emitting arcs of an emitting step (not for epsilon passes, whose arcs
-    // have ilabel EPSILON, nor for final / redirect steps).
-    const int32_t il = g.ilabel[arc];
-    if (phase == kEmit && il >= 0) acoustic = __fmul_rn(load_lp(row + il), opt.acoustic_scale);
-    float arc_ll = __fadd_rn(acoustic, g.weight[arc]);
-    if (boost_cap > 0) {
-      for (int32_t k = g.aux_splits[arc]; k < g.aux_splits[arc + 1]; ++k)
-        arc_ll = __fadd_rn(arc_ll, boost_lookup(boost_keys + (int64_t)lane_id * boost_cap,
-                                                boost_values + (int64_t)lane_id * boost_cap, boost_cap,
-                                                g.aux_words[k]));
-    }
-    Slot s{lane_id, tok, arc, __fadd_rn(sc[tok], arc_ll)};
-    visit(s, phase, st);
+    f(valid, lane_id, item - lane_begin);
   }
 }
 
+// One arc of a token to score: the token's lane, index, score and word link, and the arc.
+struct ArcItem {
+  int32_t lane;
+  int32_t tok;
+  float score;
+  int32_t link;
+  int32_t arc;
+};
+
+// Warp-cooperative arc walk of the tokens given by the current items. kEps: items are epsilon work items
+// (token indices) and the arcs are epsilon arcs; else items are tokens and the arcs those of the lane's phase.
+// `on_token(lane, tok)` runs once per valid item; `on_arc(const ArcItem&, phase)` once per arc.
+template <bool kEps, typename TokFn, typename ArcFn>
+__device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
+                                                int32_t buf, int32_t parity, int32_t F, TokFn on_token,
+                                                ArcFn on_arc) {
+  const int lane = threadIdx.x & 31;
+  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
+    int32_t tok = 0, begin = 0, deg = 0, link = -1, phase = kDone;
+    float score = -INFINITY;
+    if (valid) {
+      const int64_t row = (int64_t)b * F;
+      tok = kEps ? ws.work[parity][row + local] : local;
+      phase = ws.lanes[b].phase;
+      on_token(b, tok);
+      const int32_t s = ws.front_state[buf][row + tok];
+      score = ws.front_score[buf][row + tok];
+      link = ws.front_winner[buf][row + tok];
+      if (score != -INFINITY) {
+        if (kEps) {
+          begin = g.eps_begin[s];
+          deg = g.final_begin[s] - begin;
+        } else if (phase == kEmit) {
+          begin = g.row_splits[s];
+          deg = g.eps_begin[s] - begin;
+        } else if (phase == kFinal) {
+          begin = g.final_begin[s];
+          deg = g.row_splits[s + 1] - begin;
+        } else {  // kRedirect: every arc goes to the final state
+          begin = g.row_splits[s];
+          deg = g.row_splits[s + 1] - begin;
+        }
+      }
+    }
+    int incl = deg;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += y;
+    }
+    const int excl = incl - deg;
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    for (int j0 = 0; j0 < total; j0 += 32) {
+      const int j = j0 + lane;
+      int owner = 0;  // first thread whose inclusive count exceeds j
+#pragma unroll
+      for (int step = 16; step; step >>= 1) {
+        const int v = __shfl_sync(0xffffffffu, incl, owner + step - 1);
+        if (v <= j) owner += step;
+      }
+      ArcItem it;
+      it.arc = __shfl_sync(0xffffffffu, begin, owner) + (j - __shfl_sync(0xffffffffu, excl, owner));
+      it.lane = __shfl_sync(0xffffffffu, b, owner);
+      it.tok = __shfl_sync(0xffffffffu, tok, owner);
+      it.score = __shfl_sync(0xffffffffu, score, owner);
+      it.link = __shfl_sync(0xffffffffu, link, owner);
+      const int32_t ph = __shfl_sync(0xffffffffu, phase, owner);
+      if (j < total) on_arc(it, ph);
+    }
+  });
+}
+
+// Log-likelihood of taking `arc` on this step: acoustic (emitting phase only) + weight + word boosts.
+template <typename scalar_t>
+__device__ __forceinline__ float arc_loglik(const DeviceGraph& g, const SearchOptions& opt, int32_t arc,
+                                            int32_t phase, bool eps, const scalar_t* row,
+                                            const int32_t* boost_keys, const float* boost_values, int32_t boost_cap,
+                                            int32_t lane) {
+  float acoustic = 0.0f;
+  if (!eps && phase == kEmit) {
+    const int32_t il = g.ilabel[arc];
+    if (il >= 0) acoustic = __fmul_rn(load_lp(row + il), opt.acoustic_scale);
+  }
+  float ll = __fadd_rn(acoustic, g.weight[arc]);
+  if (boost_cap > 0) {
+    for (int32_t k = g.aux_splits[arc]; k < g.aux_splits[arc + 1]; ++k)
+      ll = __fadd_rn(ll, boost_lookup(boost_keys + (int64_t)lane * boost_cap, boost_values + (int64_t)lane * boost_cap,
+                                      boost_cap, g.aux_words[k]));
+  }
+  return ll;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Max: exact per-lane maximum of this step's candidate ends. Also clears the previous step's hash slots
+// (token i owns claims[i]), or a whole lane's table when its claims list overflowed.
 template <typename scalar_t>
 __global__ void __launch_bounds__(kWalkBlock)
     MaxKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V, int32_t t,
-              int32_t buf, int32_t F, int32_t batch, const int32_t* boost_keys, const float* boost_values,
+              int32_t buf, int32_t F, int32_t H, int32_t batch, const int32_t* boost_keys, const float* boost_values,
               int32_t boost_cap) {
+  const int32_t n_clear = ws.clear_lanes[0];
+  for (int32_t k = 0; k < n_clear; ++k) {
+    const int64_t base = (int64_t)ws.clear_lanes[1 + k] * H;
+    for (int64_t h = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; h < H; h += (int64_t)gridDim.x * blockDim.x) {
+      ws.hash_key[base + h] = kEmptyKey;
+      ws.hash_val[base + h] = 0ull;
+    }
+  }
   int32_t cur_lane = -1;
   uint32_t cur_max = 0;
   auto flush = [&]() {
     if (cur_lane >= 0 && cur_max > 0) {
       uint32_t* p = &ws.lanes[cur_lane].max_ord;
-      if (cur_max > *reinterpret_cast<volatile uint32_t*>(p)) atomicMax(p, cur_max);
+      if (cur_max > ld_volatile(*p)) atomicMax(p, cur_max);
     }
   };
-  walk_slots<scalar_t>(g, opt, ws, lp, T, V, t, buf, F, batch, boost_keys, boost_values, boost_cap,
-                       [&](const Slot& s, int32_t, const int32_t*) {
-                         if (s.lane != cur_lane) {
-                           flush();
-                           cur_lane = s.lane;
-                           cur_max = 0;
-                         }
-                         uint32_t o = float_to_ordered(s.end);
-                         if (o > cur_max) cur_max = o;
-                       });
-  flush();
+  walk_token_arcs<false>(
+      g, ws, batch, buf, 0, F,
+      [&](int32_t b, int32_t tok) {
+        const int32_t h = ws.claims[(int64_t)b * F + tok];
+        if (h >= 0) {
+          ws.hash_key[(int64_t)b * H + h] = kEmptyKey;
+          ws.hash_val[(int64_t)b * H + h] = 0ull;
+        }
+      },
+      [&](const ArcItem& a, int32_t phase) {
+        const scalar_t* row = lp + ((int64_t)a.lane * T + (phase == kEmit ? max(t, 0) : 0)) * V;
+        const float end =
+            __fadd_rn(a.score, arc_loglik(g, opt, a.arc, phase, false, row, boost_keys, boost_values, boost_cap, a.lane));
+        if (a.lane != cur_lane) {
+          flush();
+          cur_lane = a.lane;
+          cur_max = 0;
+        }
+        const uint32_t o = float_to_ordered(end);
+        if (o > cur_max) cur_max = o;
+      });
+  // Combine threads of the warp that hold the same lane, then one guarded atomic per (warp, lane).
+  const unsigned peers = __match_any_sync(0xffffffffu, cur_lane);
+  const uint32_t m = __reduce_max_sync(peers, cur_max);
+  if ((threadIdx.x & 31) == __ffs(peers) - 1) {
+    cur_max = m;
+    flush();
+  }
 }
 
 // Hash insert of `key` in a lane's table: returns the slot (and whether this thread claimed it) or -1.
@@ -409,7 +469,7 @@ __device__ __forceinline__ int32_t hash_insert(uint32_t* keys, int32_t H, uint32
   uint32_t h = hash_u32(key) & static_cast<uint32_t>(H - 1);
   const int probes = H < kMaxProbes ? H : kMaxProbes;
   for (int p = 0; p < probes; ++p) {
-    uint32_t k = *reinterpret_cast<volatile uint32_t*>(&keys[h]);
+    uint32_t k = ld_volatile(keys[h]);
     if (k == key) return static_cast<int32_t>(h);
     if (k == kEmptyKey) {
       uint32_t old = atomicCAS(&keys[h], kEmptyKey, key);
@@ -424,197 +484,112 @@ __device__ __forceinline__ int32_t hash_insert(uint32_t* keys, int32_t H, uint32
   return -1;
 }
 
-template <typename scalar_t>
+// Expand. kEps = false: the step's expansion of the frontier in `buf` into `out`; kEps = true: an epsilon
+// pass over worklist `parity`, tokens and new tokens both in `buf` (= out). Admits end > cutoff, recombines
+// by destination state; the last block prepares the Resolve walk over this pass's candidates.
+template <typename scalar_t, bool kEps>
 __global__ void __launch_bounds__(kWalkBlock)
     ExpandKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V, int32_t t,
-                 int32_t buf, int32_t mode, int32_t F, int32_t C, int32_t H, int32_t batch,
+                 int32_t buf, int32_t out, int32_t parity, int32_t F, int32_t C, int32_t H, int32_t batch,
                  const int32_t* boost_keys, const float* boost_values, int32_t boost_cap) {
-  walk_slots<scalar_t>(
-      g, opt, ws, lp, T, V, t, buf, F, batch, boost_keys, boost_values, boost_cap,
-      [&](const Slot& s, int32_t phase, const int32_t*) {
-        LaneState& L = ws.lanes[s.lane];
+  walk_token_arcs<kEps>(
+      g, ws, batch, buf, parity, F, [](int32_t, int32_t) {},
+      [&](const ArcItem& a, int32_t phase) {
+        LaneState& L = ws.lanes[a.lane];
+        const scalar_t* row = lp + ((int64_t)a.lane * T + (phase == kEmit ? max(t, 0) : 0)) * V;
+        const float end =
+            __fadd_rn(a.score, arc_loglik(g, opt, a.arc, phase, kEps, row, boost_keys, boost_values, boost_cap, a.lane));
         // k2: cutoff = best - beam (float), admit iff end > cutoff.
-        const float cutoff = mode == kModeEps ? L.cutoff : ordered_to_float(L.max_ord) - L.beam;
-        if (!(s.end > cutoff)) return;
-        const int32_t dest = phase == kRedirect ? g.final_state : g.dest[s.arc];
-        uint32_t* keys = ws.hash_key + (int64_t)s.lane * H;
-        unsigned long long* vals = ws.hash_val + (int64_t)s.lane * H;
+        const float cutoff = kEps ? L.cutoff : ordered_to_float(L.max_ord) - L.beam;
+        if (!(end > cutoff)) return;
+        const int32_t dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
+        const int64_t hrow = (int64_t)a.lane * H, frow = (int64_t)a.lane * F, crow = (int64_t)a.lane * C;
         bool claimed;
-        const int32_t h = hash_insert(keys, H, static_cast<uint32_t>(dest), claimed);
+        const int32_t h = hash_insert(ws.hash_key + hrow, H, static_cast<uint32_t>(dest), claimed);
         if (h < 0) {
           atomicOr(&L.overflow, kOverflowHash);
           return;
         }
-        if (claimed) {
-          int32_t c = atomicAdd(&L.n_claims, 1);
-          if (c < F) ws.claims[(int64_t)s.lane * F + c] = h;
-          else atomicOr(&L.overflow, kOverflowFrontier);
+        if (claimed) {  // a new token of the frontier being built, dead until a candidate wins it
+          const int32_t c = aggregated_add(&L.n_claims, a.lane);
+          if (c < F) {
+            ws.claims[frow + c] = h;
+            ws.hash_tok[hrow + h] = c;
+            ws.front_state[out][frow + c] = dest;
+            ws.front_score[out][frow + c] = -INFINITY;
+            ws.front_winner[out][frow + c] = -2;
+          } else {
+            ws.hash_tok[hrow + h] = -1;
+            atomicOr(&L.overflow, kOverflowFrontier);
+          }
         }
-        const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(s.end)) << 32;
-        const unsigned long long cur = *reinterpret_cast<volatile unsigned long long*>(&vals[h]);
+        const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
+        const unsigned long long cur = ld_volatile(ws.hash_val[hrow + h]);
         if (cur != 0 && packed_end < (cur & 0xffffffff00000000ull)) return;  // dominated: cannot win
-        const int32_t c = aggregated_add(&L.n_cands, s.lane);
+        const int32_t c = aggregated_add(&L.n_cands, a.lane);
         if (c >= C) {
           atomicOr(&L.overflow, kOverflowCandidates);
           return;
         }
-        const int32_t prev = ws.front_winner[buf][(int64_t)s.lane * F + s.tok];
-        ws.cands[(int64_t)s.lane * C + c] = make_int2(prev, s.arc);
-        atomicMax(&vals[h], packed_end | static_cast<uint32_t>(c));
+        ws.cands[crow + c] = make_int2(a.link, a.arc);
+        ws.cand_slot[crow + c] = h;
+        atomicMax(&ws.hash_val[hrow + h], packed_end | static_cast<uint32_t>(c));
       });
+  arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{kWalkCands, t, parity, -1, false, !kEps});
 }
 
-// Resolve (block per lane). kModeStep: the step's claims become the next frontier (buffer `out_buf`);
-// kModeEps: new claims become tokens, tokens whose hash payload strictly improved get a new back-pointer.
-__device__ __forceinline__ void resolve_lane(const DeviceGraph& g, Workspace& ws, int32_t mode, int32_t out_buf,
-                                             int32_t F, int32_t C, int32_t H, int64_t arena_cap, bool keep_hash) {
-  const int b = blockIdx.x;
-  LaneState& L = ws.lanes[b];
-  __shared__ int32_t s_phase, s_n, s_first_new, s_eps_dirty, s_claims_overflow;
-  __shared__ long long s_base;
-  if (threadIdx.x == 0) {
-    s_phase = L.phase;
-    s_n = min(L.n_claims, F);
-    s_claims_overflow = L.n_claims > F;
-    s_first_new = mode == kModeStep ? 0 : L.n_resolved;
-    s_eps_dirty = L.eps_dirty;
-  }
-  __syncthreads();
-  const int32_t phase = s_phase, n = s_n, first_new = s_first_new;
-  if (phase == kDone) return;
-  if (mode == kModeEps && (phase != kEmit || !s_eps_dirty)) return;
-  // Epsilon graphs keep the table through the closure of an emitting step (ClearKernel clears it).
-  keep_hash = keep_hash && phase == kEmit;
-  int32_t* st = ws.front_state[out_buf] + (int64_t)b * F;
-  float* sc = ws.front_score[out_buf] + (int64_t)b * F;
-  int32_t* win = ws.front_winner[out_buf] + (int64_t)b * F;
-  int32_t* dirty = ws.dirty + (int64_t)b * F;
-  const int32_t* claims = ws.claims + (int64_t)b * F;
-  const uint32_t* keys = ws.hash_key + (int64_t)b * H;
-  const unsigned long long* vals = ws.hash_val + (int64_t)b * H;
-  const int2* cands = ws.cands + (int64_t)b * C;
-  int any_dirty = 0;
-  for (int base = 0; base < n; base += kBlock) {
-    const int i = base + threadIdx.x;
-    int need = 0, alloc = 0;
-    float score = -INFINITY;
-    int2 cand = make_int2(-2, 0);
-    if (i < n) {
-      const int32_t h = claims[i];
-      const unsigned long long v = vals[h];
-      if (v != 0) {
-        score = ordered_to_float(static_cast<uint32_t>(v >> 32));
-        cand = cands[static_cast<uint32_t>(v & 0xffffffffull)];
-      }
-      if (i >= first_new) {
-        st[i] = static_cast<int32_t>(keys[h]);
-        need = v != 0;
-        if (!need) {
-          sc[i] = -INFINITY;  // claimed but its candidate was dropped (overflow): a dead token
-          win[i] = -2;
-        }
-      } else {
-        need = score > sc[i];
-      }
-      dirty[i] = need;
-      // Word links only: the arena stores a back-pointer just for an arc that outputs words; a token reached
-      // by any other arc passes its predecessor's link on (the backtrack reads words and nothing else), so
-      // the arena grows with word ends, not with every surviving token.
-      alloc = need && g.aux_splits[cand.y + 1] > g.aux_splits[cand.y];
-    }
-    any_dirty |= need;
-    int chunk_total;
-    const int ex = block_exclusive_scan(alloc, chunk_total);
-    if (threadIdx.x == 0) {
-      unsigned long long at = chunk_total ? atomicAdd(ws.arena_cursor, (unsigned long long)chunk_total) : 0ull;
-      s_base = static_cast<long long>(at);
-      if (chunk_total && static_cast<long long>(at) + chunk_total > arena_cap) atomicOr(&L.overflow, kOverflowArena);
-    }
-    __syncthreads();
-    if (need && !alloc) {
-      sc[i] = score;
-      win[i] = cand.x;
-    } else if (need) {
-      const long long w = s_base + ex;
-      sc[i] = score;
+// Resolve: over this pass's candidates. The candidate its slot's packed value names is the slot's winner; it
+// writes the token (strict improvement only: new tokens start at -inf, so an epsilon pass re-writes an
+// existing token only when it got better). The arena stores a link just for an arc that outputs words; a
+// token reached by any other arc passes its predecessor's link on (the backtrack reads words and nothing
+// else), so the arena grows with word ends, not with every surviving token. With epsilons (`push` >= 0),
+// tokens written on an emitting step whose state has epsilon arcs join worklist `push`.
+__global__ void __launch_bounds__(kWalkBlock)
+    ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t buf, int32_t push, int32_t F, int32_t C,
+                  int32_t H, int64_t arena_cap, int32_t batch, Prepare next) {
+  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
+    if (!valid) return;
+    LaneState& L = ws.lanes[b];
+    const int64_t hrow = (int64_t)b * H, frow = (int64_t)b * F, crow = (int64_t)b * C;
+    const int32_t c = L.pass_begin + local;
+    const int32_t h = ws.cand_slot[crow + c];
+    const unsigned long long v = ws.hash_val[hrow + h];
+    if (static_cast<uint32_t>(v) != static_cast<uint32_t>(c)) return;  // not the winner
+    const int32_t tok = ws.hash_tok[hrow + h];
+    if (tok < 0) return;  // frontier overflow (flagged)
+    const float end = ordered_to_float(static_cast<uint32_t>(v >> 32));
+    if (!(end > ws.front_score[buf][frow + tok])) return;
+    const int2 cand = ws.cands[crow + c];
+    int32_t link = cand.x;
+    if (g.aux_splits[cand.y + 1] > g.aux_splits[cand.y]) {  // a word arc: new link
+      const long long w = aggregated_add64(ws.arena_cursor);
       if (w < arena_cap) {
         ws.arena[w] = cand;
-        win[i] = static_cast<int32_t>(w);
+        link = static_cast<int32_t>(w);
       } else {
-        win[i] = -2;  // broken chain (arena overflow is flagged)
+        atomicOr(&L.overflow, kOverflowArena);
+        link = -2;  // broken chain (flagged)
       }
     }
-    __syncthreads();
-  }
-  any_dirty = __syncthreads_or(any_dirty);
-  if (threadIdx.x == 0) {
-    L.n_front = n;
-    L.n_resolved = n;
-    L.eps_dirty = any_dirty;
-    // The epsilon closure of this step admits against the step's cutoff (k2: best - beam).
-    if (mode == kModeStep) L.cutoff = ordered_to_float(L.max_ord) - L.beam;
-    if (mode == kModeStep && (phase == kFinal || phase == kRedirect)) {
-      for (int i = 0; i < n; ++i) {
-        if (st[i] == g.final_state && win[i] != -2) {
-          L.final_winner = win[i];
-          L.final_score = sc[i];
-          L.flags = kFlagHasPath | (phase == kFinal ? kFlagReachedFinal : 0);
-        }
-      }
+    ws.front_score[buf][frow + tok] = end;
+    ws.front_winner[buf][frow + tok] = link;
+    const int32_t s = ws.front_state[buf][frow + tok];
+    const int32_t phase = L.phase;
+    if (push >= 0 && phase == kEmit && g.eps_begin[s] < g.final_begin[s]) {
+      const int32_t k = aggregated_add(&L.n_work[push], b);
+      ws.work[push][frow + k] = tok;  // k < F: a token joins at most once per pass
     }
-  }
-  if (!keep_hash) {  // clear exactly the claimed slots (all of them if the claims list overflowed)
-    uint32_t* kw = ws.hash_key + (int64_t)b * H;
-    unsigned long long* vw = ws.hash_val + (int64_t)b * H;
-    if (s_claims_overflow) {
-      for (int h = threadIdx.x; h < H; h += kBlock) kw[h] = kEmptyKey, vw[h] = 0ull;
-    } else {
-      for (int i = threadIdx.x; i < n; i += kBlock) {
-        const int32_t h = claims[i];
-        kw[h] = kEmptyKey;
-        vw[h] = 0ull;
-      }
+    if (g.final_begin[s] < g.row_splits[s + 1] && !ld_volatile(L.any_final)) L.any_final = 1;
+    if ((phase == kFinal || phase == kRedirect) && s == g.final_state) {  // the one final token
+      L.final_winner = link;
+      L.final_score = end;
+      L.flags = kFlagHasPath | (phase == kFinal ? kFlagReachedFinal : 0);
     }
-  }
+  });
+  arrive_and_prepare(g, opt, ws, batch, F, C, next);
 }
 
-// Resolve kernel. With fuse_eps_scan (epsilon graphs) the same block then prepares the next epsilon pass
-// (ScanKernel's kModeEps part on the buffer just built) and the last block scans the lanes: an epsilon pass
-// is then Expand + Resolve (2 launches instead of 4).
-__global__ void __launch_bounds__(kBlock) ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t mode,
-                                                        int32_t out_buf, int32_t F, int32_t C, int32_t H,
-                                                        int64_t arena_cap, bool keep_hash, int32_t batch,
-                                                        bool fuse_eps_scan) {
-  resolve_lane(g, ws, mode, out_buf, F, C, H, arena_cap, keep_hash);
-  if (fuse_eps_scan) {
-    __syncthreads();  // thread 0's lane updates (n_front, eps_dirty) visible to the block
-    scan_lane(g, opt, ws, 0, kModeEps, out_buf, F);
-    arrive_and_lane_scan(ws, batch);
-  }
-}
-
-// End of an epsilon closure: flag non-convergence, clear the lane's hash table.
-__global__ void __launch_bounds__(kBlock) ClearKernel(Workspace ws, int32_t F, int32_t H) {
-  const int b = blockIdx.x;
-  LaneState& L = ws.lanes[b];
-  if (L.phase != kEmit) return;
-  const int32_t* claims = ws.claims + (int64_t)b * F;
-  uint32_t* kw = ws.hash_key + (int64_t)b * H;
-  unsigned long long* vw = ws.hash_val + (int64_t)b * H;
-  const int32_t n_claims = L.n_claims;
-  if (n_claims > F) {
-    for (int h = threadIdx.x; h < H; h += kBlock) kw[h] = kEmptyKey, vw[h] = 0ull;
-  } else {
-    for (int i = threadIdx.x; i < n_claims; i += kBlock) {
-      const int32_t h = claims[i];
-      kw[h] = kEmptyKey;
-      vw[h] = 0ull;
-    }
-  }
-  if (threadIdx.x == 0 && L.eps_dirty) atomicOr(&L.overflow, kOverflowEpsilon);
-}
-
-// Backtrack (thread per lane): winners chain -> words, written oldest first; one result row per lane.
+// Backtrack (thread per lane): word links -> words, written oldest first; one result row per lane.
 __global__ void BacktrackKernel(DeviceGraph g, Workspace ws, int32_t batch, int32_t W, int64_t arena_cap,
                                 int32_t* result) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;

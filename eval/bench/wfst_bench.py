@@ -183,7 +183,6 @@ def main(argv=None) -> None:
     ap.add_argument("--graphs", nargs="+", default=["TLG", "HLG"])
     ap.add_argument("--decoders", nargs="+", default=["ours", "riva"], help="ours riva k2py")
     ap.add_argument("--cuda-graph-modes", nargs="+", default=["0"], help="BEAMDEC_WFST_CUDA_GRAPH values to A/B")
-    ap.add_argument("--fuse-modes", nargs="+", default=["1"], help="BEAMDEC_WFST_FUSE values to A/B (batch > 1)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--out", default="runs/wfst_bench.json")
     args = ap.parse_args(argv)
@@ -226,14 +225,12 @@ def main(argv=None) -> None:
                 for gname in args.graphs:
                     if not (gdir / f"{gname}.bin").is_file():
                         continue
-                    variants = [(m, f) for m in args.cuda_graph_modes for f in args.fuse_modes]
-                    for mode, fuse in (variants if b != 1 else variants[:1]):
+                    for mode in (args.cuda_graph_modes if b != 1 else args.cuda_graph_modes[:1]):
                         os.environ["BEAMDEC_WFST_CUDA_GRAPH"] = mode
-                        os.environ["BEAMDEC_WFST_FUSE"] = fuse
                         r = bench_ours(gdir / f"{gname}.bin", data, n, b, dict(search_beam=17.0, max_active=10000),
                                        args.repeats)
                         hyps = r.pop("hyps")
-                        emit(dict(decoder="ours", graph=f"{name}/{gname}", batch=b, cuda_graph=mode, fused=fuse, **r),
+                        emit(dict(decoder="ours", graph=f"{name}/{gname}", batch=b, cuda_graph=mode, **r),
                              hyps, n)
             if "riva" in args.decoders and (gdir / "TLG.fst").is_file():
                 try:

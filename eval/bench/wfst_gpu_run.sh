@@ -21,7 +21,7 @@
 #     ours+riva on both topologies (TLG, and HLG where built), batch 1 (B1 utts)/32/200 -> $OUT/wfst_bench_<S>.json,
 #     with k2py (CPU, HLG.k2.txt) on K2_UTTS utterances in a second process beside it (wfst_bench_k2py_<S>.json).
 #   Env: SCALE (small|bench), UTTS (200), B1 (30), K2_UTTS (50; 0 = no k2py), K2_PARALLEL (1; 0 = k2py after the
-#     GPU runs, so it cannot disturb their timing), DECODERS (ours riva), MODES (0), FUSE (1), DEADLINE_S (570),
+#     GPU runs, so it cannot disturb their timing), DECODERS (ours riva), MODES (0), DEADLINE_S (570),
 #     WL_S (240), GRAPH_S (default: what is left minus 100 s for the benchmark), MAX_HLG_ARCS (library default
 #     20M for small; 0 = no HLG, the default for bench), WHEELS (.whl; empty = use the packages python3 has).
 #   Every stage is cached (workload params.json, lang_info.json, graph_info.json, the log-prob file): a call cut
@@ -110,7 +110,7 @@ print("lang:", json.loads((g / "lang" / "lang_info.json").read_text())["sizes"])
   [ "$K2_UTTS" -gt 0 ] && [ "${K2_PARALLEL:-1}" = 1 ] && { k2 & K2J=$!; }
   echo "bench: $(left) s left"; [ "$(left)" -gt 30 ] || { echo "no time left for the benchmark"; exit 1; }
   timed bench $(( $(left) - 5 )) python3 -m eval.bench.wfst_bench --lp-file $LP --max-utts $UTTS \
-    --b1-utts ${B1:-30} $GDIRS --cuda-graph-modes ${MODES:-0} --fuse-modes ${FUSE:-1} --decoders ${DECODERS:-ours riva} \
+    --b1-utts ${B1:-30} $GDIRS --cuda-graph-modes ${MODES:-0} --decoders ${DECODERS:-ours riva} \
     --out "$OUT/wfst_bench_$SCALE.json" 2>&1 | grep -v Warning
   if [ "$K2_UTTS" -gt 0 ]; then
     if [ -n "${K2J:-}" ]; then wait $K2J; else k2; fi
@@ -154,5 +154,5 @@ S=$(date +%s); timeout ${SAN_S:-90} compute-sanitizer --tool memcheck --error-ex
 echo "sanitizer_rc=$? sanitizer_s=$(( $(date +%s) - S ))"
 G=data/graphs/tiny/char_blanklast
 timeout $(left) python3 -m eval.bench.wfst_bench --lp-file data/carry/lp_other_char.pt --b1-utts ${B1:-30} \
-  --graph-dir compact=$G/compact --graph-dir normal=$G/normal --cuda-graph-modes ${MODES:-0} --fuse-modes ${FUSE:-1 0} --decoders ${DECODERS:-ours riva} --out "$OUT/wfst_bench.json" 2>&1 \
+  --graph-dir compact=$G/compact --graph-dir normal=$G/normal --cuda-graph-modes ${MODES:-0} --decoders ${DECODERS:-ours riva} --out "$OUT/wfst_bench.json" 2>&1 \
   | grep -v Warning
