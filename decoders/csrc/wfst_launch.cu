@@ -38,7 +38,6 @@ size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) {
     w.front_state[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
     w.front_score[k] = static_cast<float*>(take(sizeof(float) * BF));
     w.front_winner[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
-    w.work[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   }
   w.claims = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   w.hash_key = static_cast<uint32_t*>(take(sizeof(uint32_t) * BH));
@@ -83,28 +82,32 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   const int walk_grid = (num_sms > 0 ? num_sms : 80) * blocks_per_sm;
   const int32_t passes = g.has_eps ? opt.eps_iterations : 0;
   InitKernel<<<1, kInitBlock, 0, stream>>>(g, opt, ws, lengths, B, F, C, H);
-  // Epsilon passes on buffer `buf` (the start closure: t = -1, buffer 0); the last one prepares step t + 1.
+  // Closure passes 1..E on buffer `buf` after the expansion that produced pass 1's candidates; each Resolve
+  // expands the next pass's epsilon arcs, the last one only checks convergence; then step t + 1 is prepared.
   auto closure = [&](int32_t t, int32_t buf) {
-    for (int32_t k = 0; k < passes; ++k) {
-      const int32_t p = k & 1;
-      ExpandKernel<scalar_t, true><<<walk_grid, kWalkBlock, 0, stream>>>(
-          g, opt, ws, lp, T, V, t, buf, buf, p, F, C, H, B, boost_keys, boost_values, boost_cap);
-      const Prepare next = k + 1 < passes ? Prepare{kWalkEps, t, p ^ 1, -1, true, false}
-                                          : Prepare{kWalkStep, t + 1, 0, p ^ 1, true, false};
-      ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, buf, p ^ 1, F, C, H, caps.arena, B, next);
+    for (int32_t k = 1; k <= passes; ++k) {
+      const Prepare next = k < passes ? Prepare{kWalkCands, t, false, true, false}
+                                      : Prepare{kWalkStep, t + 1, true, true, false};
+      ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, buf, k < passes ? kEpsExpand : kEpsCheck, F, C,
+                                                          H, caps.arena, B, boost_keys, boost_values, boost_cap, next);
     }
   };
-  if (passes > 0) closure(-1, 0);
+  if (passes > 0) {  // the start token's closure (cutoff -search_beam), on buffer 0
+    ExpandKernel<scalar_t, true><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, 0, 0, 0, F, C, H, B,
+                                                                       boost_keys, boost_values, boost_cap);
+    closure(-1, 0);
+  }
   for (int32_t t = 0; t < steps; ++t) {
     const int32_t buf = t & 1, out = buf ^ 1;
     MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, H, B, boost_keys,
                                                               boost_values, boost_cap);
-    ExpandKernel<scalar_t, false><<<walk_grid, kWalkBlock, 0, stream>>>(
-        g, opt, ws, lp, T, V, t, buf, out, 0, F, C, H, B, boost_keys, boost_values, boost_cap);
-    const Prepare next = passes > 0 ? Prepare{kWalkEps, t, 0, -1, true, false} : Prepare{kWalkStep, t + 1, 0, -1, true, false};
-    ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, out, passes > 0 ? 0 : -1, F, C, H, caps.arena, B,
-                                                        next);
-    if (passes > 0) closure(t, out);
+    ExpandKernel<scalar_t, false><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, B,
+                                                                        boost_keys, boost_values, boost_cap);
+    const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
+                                    : Prepare{kWalkStep, t + 1, false, true, false};
+    ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H,
+                                                        caps.arena, B, boost_keys, boost_values, boost_cap, next);
+    closure(t, out);
   }
   BacktrackKernel<<<(B + 127) / 128, 128, 0, stream>>>(g, ws, B, caps.words, caps.arena, result);
   return cudaGetLastError();

@@ -11,15 +11,23 @@
 //                             destination claims the next token index of the frontier being built (written
 //                             dead: score -inf) and every non-dominated candidate is appended
 //   ResolveKernel  candidates the winner of each slot (the candidate its packed value names) writes the
-//                             token's score and back-pointer; with epsilons, tokens whose state has epsilon
-//                             arcs go on the epsilon worklist
-//   [TLG: passes x (ExpandKernel<eps> over the worklist -> ResolveKernel)]
+//                             token's score and back-pointer (strict improvement only)
+//   [TLG, E closure passes: the step's Resolve also expands the epsilon arcs of the tokens it wrote (pass 1's
+//    candidates), and E more ResolveKernels resolve pass k's candidates while expanding pass k + 1's; the
+//    last one only records whether anything is still changing (kOverflowEpsilon)]
 //
-// Tokens are expanded warp-cooperatively: a warp takes 32 items, scans their arc counts with shuffles and walks
-// the arcs 32 at a time (owner found by a shuffle binary search), so fan-out differences never idle a warp
-// for long. The last block of each kernel to finish runs `prepare` (per-lane bookkeeping: phase, k2 dynamic
-// beam, pass bounds; and the exclusive scan of the next kernel's per-lane item counts). Grids are fixed and
-// capacity-independent; work sizes live in device memory: the loop never synchronises the host.
+// Tokens are expanded warp-cooperatively: a warp takes 32 tokens, scans their arc counts with shuffles and
+// walks the arcs 32 at a time (owner found by a shuffle binary search), so fan-out differences never idle a
+// warp for long. Counters (claims, candidates, arena) are taken once per warp and lane (warp_take). The last
+// block of each kernel to finish runs `prepare` (per-lane bookkeeping: phase, k2 dynamic beam, pass bounds;
+// and the exclusive scan of the next kernel's per-lane item counts). Grids are fixed and capacity-independent;
+// work sizes live in device memory: the loop never synchronises the host.
+//
+// Epsilon closure vs the CPU reference's Jacobi passes: pass k's candidates are resolved while pass k + 1's are
+// being appended, so a slot may be overtaken by a deeper candidate before its pass-k winner is read; the later
+// Resolve then writes the better value. The converged closure (every score, every back-pointer up to exact
+// ties) is the same; the pass count needed (the epsilon depth) and the non-convergence test (a token with
+// epsilon arcs written by the last pass) are the CPU's.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -40,7 +48,9 @@ constexpr int kWalkBlock = 256;
 
 enum Phase : int32_t { kDone = 0, kEmit = 1, kFinal = 2, kRedirect = 3 };
 // What the next kernel walks (chosen by `prepare`).
-enum Walk : int32_t { kWalkStep = 0, kWalkEps = 1, kWalkCands = 2 };
+enum Walk : int32_t { kWalkStep = 0, kWalkStart = 1, kWalkCands = 2 };
+// What a ResolveKernel does with the epsilon arcs of the tokens it writes.
+enum EpsMode : int32_t { kEpsNone = 0, kEpsExpand = 1, kEpsCheck = 2 };
 
 struct LaneState {
   int32_t len;
@@ -48,8 +58,9 @@ struct LaneState {
   int32_t n_front;      // tokens of the frontier (min(n_claims, F) after each resolve)
   int32_t n_claims;     // distinct destination states claimed in this step (may exceed F: overflow)
   int32_t n_cands;      // candidates appended in this step, all passes (may exceed C: overflow)
-  int32_t pass_begin;   // first candidate of the current pass
-  int32_t n_work[2];    // epsilon worklists (double-buffered by pass parity)
+  int32_t pass_begin;   // candidates [pass_begin, pass_end) are the current Resolve pass's
+  int32_t pass_end;
+  int32_t eps_pending;  // the last Resolve wrote a token with epsilon arcs (closure still changing)
   uint32_t max_ord;     // ordered-int max of this step's candidate ends (0: none)
   float beam;           // k2 dynamic beam
   float cutoff;         // admission threshold of this step (kept for the epsilon closure)
@@ -68,7 +79,6 @@ struct Workspace {
   float* front_score[2];
   int32_t* front_winner[2];  // arena index of the token's latest word link (-1: none yet, -2: broken/dead)
   int32_t* claims;           // (B, F) hash slot of token i of the frontier being built
-  int32_t* work[2];          // (B, F) epsilon worklists: token indices
   uint32_t* hash_key;        // (B, H) destination state (kEmptyKey: free)
   unsigned long long* hash_val;  // (B, H) ordered end << 32 | candidate index (0: none yet)
   int32_t* hash_tok;         // (B, H) token index of the slot's state (-1: frontier overflow)
@@ -124,41 +134,31 @@ __device__ __forceinline__ int block_exclusive_scan(int x, int& total) {
   return result;
 }
 
-// Warp-aggregated atomicAdd of 1: threads of the converged group with the same `key` share one atomic.
-__device__ __forceinline__ int aggregated_add(int* counter, int key) {
-  const unsigned active = __activemask();
-  const unsigned peers = __match_any_sync(active, key);
+// Warp-synchronous (all 32 threads call it): each thread with `pred` takes the next index of its counter
+// `*ctr`; threads whose counters are the same share one atomic (a warp's items mostly belong to one lane, so
+// a lane's counter sees about one atomic per warp instead of one per thread). Returns -1 where !pred.
+template <typename T>
+__device__ __forceinline__ T warp_take(T* ctr, bool pred) {
+  if (__ballot_sync(0xffffffffu, pred) == 0u) return T(-1);
+  const unsigned long long key = pred ? reinterpret_cast<unsigned long long>(ctr) : 0ull;
+  const unsigned peers = __match_any_sync(0xffffffffu, key);
   const int lane = threadIdx.x & 31;
   const int leader = __ffs(peers) - 1;
-  const int rank = __popc(peers & ((1u << lane) - 1u));
-  int base = 0;
-  if (lane == leader) base = atomicAdd(counter, __popc(peers));
-  base = __shfl_sync(peers, base, leader);
-  return base + rank;
-}
-
-// One entry of a shared counter per calling thread (warp-aggregated).
-__device__ __forceinline__ long long aggregated_add64(unsigned long long* counter) {
-  const unsigned active = __activemask();
-  const int lane = threadIdx.x & 31;
-  const int leader = __ffs(active) - 1;
-  const int rank = __popc(active & ((1u << lane) - 1u));
-  unsigned long long base = 0;
-  if (lane == leader) base = atomicAdd(counter, static_cast<unsigned long long>(__popc(active)));
-  base = __shfl_sync(active, base, leader);
-  return static_cast<long long>(base) + rank;
+  T base = 0;
+  if (pred && lane == leader) base = atomicAdd(ctr, static_cast<T>(__popc(peers)));
+  base = __shfl_sync(0xffffffffu, base, leader);
+  return pred ? base + static_cast<T>(__popc(peers & ((1u << lane) - 1u))) : T(-1);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // prepare: run by ONE block (the last block of the kernel before, or InitKernel). Per lane, the bookkeeping
 // that must happen between two walks, then the exclusive scan of the next walk's item counts.
 struct Prepare {
-  int32_t next;         // Walk
-  int32_t t;            // kWalkStep: the step about to start
-  int32_t parity;       // kWalkEps: the worklist the pass reads
-  int32_t eps_check;    // >= 0: the closure just ended; a non-empty worklist `eps_check` = not converged
-  bool after_resolve;   // n_front <- min(n_claims, F)
-  bool step_cutoff;     // kWalkCands after the step's expansion: cutoff <- max - beam (for the closure)
+  int32_t next;        // Walk
+  int32_t t;           // kWalkStep: the step about to start
+  bool eps_check;      // the closure just ended: a token with epsilon arcs written by its last pass = not converged
+  bool after_resolve;  // n_front <- min(n_claims, F)
+  bool step_cutoff;    // kWalkCands after the step's expansion: cutoff <- max - beam (for the closure)
 };
 
 __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
@@ -166,42 +166,48 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
   __shared__ int s_clear;
   if (threadIdx.x == 0) s_clear = 0;
   __syncthreads();
+  const bool start_eps = g.eps_begin[g.start_state] < g.final_begin[g.start_state];
   int running = 0;
   for (int base = 0; base < batch; base += blockDim.x) {
     const int b = base + threadIdx.x;
     int count = 0;
     if (b < batch) {
+      // One snapshot of the fields read (independent loads in flight together: this runs in a serial tail).
       LaneState& L = ws.lanes[b];
-      const int32_t phase_before = ld_volatile(L.phase);
-      const int32_t n_claims = ld_volatile(L.n_claims);
-      if (p.after_resolve && phase_before != kDone) L.n_front = min(n_claims, F);
-      if (p.eps_check >= 0 && phase_before == kEmit && ld_volatile(L.n_work[p.eps_check]) > 0)
-        atomicOr(&L.overflow, kOverflowEpsilon);
+      const int32_t len = ld_volatile(L.len), phase_before = ld_volatile(L.phase);
+      const int32_t n_claims = ld_volatile(L.n_claims), n_cands = ld_volatile(L.n_cands);
+      const int32_t pass_end = ld_volatile(L.pass_end), n_front_old = ld_volatile(L.n_front);
+      const int32_t pending = ld_volatile(L.eps_pending), any_final = ld_volatile(L.any_final);
+      const uint32_t max_ord = ld_volatile(L.max_ord);
+      const float beam = ld_volatile(L.beam);
+      const bool live = phase_before != kDone;
+      const int32_t n_front = p.after_resolve && live ? min(n_claims, F) : n_front_old;
+      if (p.after_resolve && live) L.n_front = n_front;
+      if (p.eps_check && pending && phase_before == kEmit) atomicOr(&L.overflow, kOverflowEpsilon);
       if (p.next == kWalkStep) {
-        int32_t phase = p.t < L.len ? kEmit : (p.t == L.len ? kFinal : kDone);
-        if (phase == kFinal && opt.allow_partial && !ld_volatile(L.any_final)) phase = kRedirect;
+        int32_t phase = p.t < len ? kEmit : (p.t == len ? kFinal : kDone);
+        if (phase == kFinal && opt.allow_partial && !any_final) phase = kRedirect;
         if (phase != kDone) {
-          if (n_claims > F && phase_before != kDone) ws.clear_lanes[1 + atomicAdd(&s_clear, 1)] = b;
-          const int32_t n = ld_volatile(L.n_front);
-          L.beam = k2_dynamic_beam(ld_volatile(L.beam), opt.search_beam, opt.min_active, opt.max_active, n, p.t,
-                                   L.len + 1);
+          if (n_claims > F && live) ws.clear_lanes[1 + atomicAdd(&s_clear, 1)] = b;
+          L.beam = k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, n_front, p.t, len + 1);
           L.n_claims = 0;
           L.n_cands = 0;
           L.pass_begin = 0;
-          L.n_work[0] = 0;
+          L.pass_end = 0;
           L.max_ord = 0;
           L.any_final = 0;
-          count = n;
+          count = n_front;
         }
         L.phase = phase;
-      } else if (p.next == kWalkEps) {
-        L.pass_begin = min(ld_volatile(L.n_cands), C);
-        L.n_work[p.parity ^ 1] = 0;
-        count = phase_before == kEmit ? ld_volatile(L.n_work[p.parity]) : 0;
-      } else {  // kWalkCands
-        if (p.step_cutoff && phase_before != kDone)
-          L.cutoff = ordered_to_float(ld_volatile(L.max_ord)) - ld_volatile(L.beam);
-        count = phase_before != kDone ? max(0, min(ld_volatile(L.n_cands), C) - ld_volatile(L.pass_begin)) : 0;
+      } else if (p.next == kWalkStart) {  // the start token's epsilon arcs
+        count = start_eps ? 1 : 0;
+      } else {  // kWalkCands: the candidates appended since the last pass
+        if (p.step_cutoff && live) L.cutoff = ordered_to_float(max_ord) - beam;
+        const int32_t end = min(n_cands, C);
+        L.pass_begin = pass_end;
+        L.pass_end = end;
+        L.eps_pending = 0;
+        count = live ? max(0, end - pass_end) : 0;
       }
     }
     int chunk_total;
@@ -234,13 +240,12 @@ __device__ __forceinline__ void arrive_and_prepare(const DeviceGraph& g, const S
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Init (one block): every lane's start token, then `prepare` for the first walk (the start state's epsilon
-// closure on epsilon graphs, with cutoff -search_beam; else step 0).
+// Init (one block): every lane's start token, then `prepare` for the first walk (the start token's epsilon arcs
+// on epsilon graphs: its closure runs with cutoff -search_beam; else step 0).
 __global__ void __launch_bounds__(kInitBlock)
     InitKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const int32_t* lengths, int32_t batch, int32_t F,
                int32_t C, int32_t H) {
   const uint32_t h0 = hash_u32(static_cast<uint32_t>(g.start_state)) & static_cast<uint32_t>(H - 1);
-  const bool start_eps = g.has_eps && g.eps_begin[g.start_state] < g.final_begin[g.start_state];
   for (int b = threadIdx.x; b < batch; b += blockDim.x) {
     LaneState& L = ws.lanes[b];
     L.len = lengths[b];
@@ -249,8 +254,8 @@ __global__ void __launch_bounds__(kInitBlock)
     L.n_claims = 1;
     L.n_cands = 0;
     L.pass_begin = 0;
-    L.n_work[0] = start_eps ? 1 : 0;
-    L.n_work[1] = 0;
+    L.pass_end = 0;
+    L.eps_pending = 0;
     L.max_ord = 0;
     L.beam = opt.search_beam;
     L.cutoff = 0.0f - opt.search_beam;
@@ -263,7 +268,6 @@ __global__ void __launch_bounds__(kInitBlock)
     ws.front_state[0][t0] = g.start_state;
     ws.front_score[0][t0] = 0.0f;
     ws.front_winner[0][t0] = -1;
-    ws.work[0][t0] = 0;
     if (g.has_eps) {  // the start closure recombines into the start token: register it
       ws.hash_key[(int64_t)b * H + h0] = static_cast<uint32_t>(g.start_state);
       ws.hash_val[(int64_t)b * H + h0] = pack(0.0f, kNoCand);
@@ -274,8 +278,8 @@ __global__ void __launch_bounds__(kInitBlock)
     }
   }
   __syncthreads();
-  if (g.has_eps) prepare(g, opt, ws, batch, F, C, Prepare{kWalkEps, 0, 0, -1, false, false});
-  else prepare(g, opt, ws, batch, F, C, Prepare{kWalkStep, 0, 0, -1, true, false});
+  if (g.has_eps) prepare(g, opt, ws, batch, F, C, Prepare{kWalkStart, 0, false, false, false});
+  else prepare(g, opt, ws, batch, F, C, Prepare{kWalkStep, 0, false, true, false});
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -326,27 +330,58 @@ struct ArcItem {
   int32_t arc;
 };
 
-// Warp-cooperative arc walk of the tokens given by the current items. kEps: items are epsilon work items
-// (token indices) and the arcs are epsilon arcs; else items are tokens and the arcs those of the lane's phase.
-// `on_token(lane, tok)` runs once per valid item; `on_arc(const ArcItem&, phase)` once per arc.
-template <bool kEps, typename TokFn, typename ArcFn>
-__device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
-                                                int32_t buf, int32_t parity, int32_t F, TokFn on_token,
-                                                ArcFn on_arc) {
+// Warp-cooperative rounds over the arcs [begin, begin + deg) of the warp's 32 tokens (one per thread; deg = 0
+// for none): arc counts are scanned with shuffles and the arcs visited 32 at a time, each thread finding its
+// arc's owner by a shuffle binary search. `on_arc(valid, const ArcItem&, phase)` is called by all 32 threads
+// (warp-synchronous) once per round, valid = the thread has an arc. Must be called by the whole warp.
+template <typename ArcFn>
+__device__ __forceinline__ void warp_arc_rounds(int32_t b, int32_t tok, float score, int32_t link, int32_t phase,
+                                                int32_t begin, int32_t deg, ArcFn on_arc) {
   const int lane = threadIdx.x & 31;
-  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
-    int32_t tok = 0, begin = 0, deg = 0, link = -1, phase = kDone;
+  int incl = deg;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  const int excl = incl - deg;
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  for (int j0 = 0; j0 < total; j0 += 32) {
+    const int j = j0 + lane;
+    int owner = 0;  // first thread whose inclusive count exceeds j
+#pragma unroll
+    for (int step = 16; step; step >>= 1) {
+      const int v = __shfl_sync(0xffffffffu, incl, owner + step - 1);
+      if (v <= j) owner += step;
+    }
+    ArcItem it;
+    it.arc = __shfl_sync(0xffffffffu, begin, owner) + (j - __shfl_sync(0xffffffffu, excl, owner));
+    it.lane = __shfl_sync(0xffffffffu, b, owner);
+    it.tok = __shfl_sync(0xffffffffu, tok, owner);
+    it.score = __shfl_sync(0xffffffffu, score, owner);
+    it.link = __shfl_sync(0xffffffffu, link, owner);
+    const int32_t ph = __shfl_sync(0xffffffffu, phase, owner);
+    on_arc(j < total, it, ph);
+  }
+}
+
+// Arc walk of the frontier tokens in `buf` given by the current items. kStart: the start token's epsilon arcs
+// (the start closure); else every token's arcs of its lane's phase. `on_token(lane, tok)` runs once per item.
+template <bool kStart, typename TokFn, typename ArcFn>
+__device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
+                                                int32_t buf, int32_t F, TokFn on_token, ArcFn on_arc) {
+  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) {
+    int32_t begin = 0, deg = 0, link = -1, phase = kDone;
     float score = -INFINITY;
     if (valid) {
-      const int64_t row = (int64_t)b * F;
-      tok = kEps ? ws.work[parity][row + local] : local;
+      const int64_t at = (int64_t)b * F + tok;
       phase = ws.lanes[b].phase;
       on_token(b, tok);
-      const int32_t s = ws.front_state[buf][row + tok];
-      score = ws.front_score[buf][row + tok];
-      link = ws.front_winner[buf][row + tok];
+      const int32_t s = ws.front_state[buf][at];
+      score = ws.front_score[buf][at];
+      link = ws.front_winner[buf][at];
       if (score != -INFINITY) {
-        if (kEps) {
+        if (kStart) {
           begin = g.eps_begin[s];
           deg = g.final_begin[s] - begin;
         } else if (phase == kEmit) {
@@ -361,31 +396,7 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
         }
       }
     }
-    int incl = deg;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += y;
-    }
-    const int excl = incl - deg;
-    const int total = __shfl_sync(0xffffffffu, incl, 31);
-    for (int j0 = 0; j0 < total; j0 += 32) {
-      const int j = j0 + lane;
-      int owner = 0;  // first thread whose inclusive count exceeds j
-#pragma unroll
-      for (int step = 16; step; step >>= 1) {
-        const int v = __shfl_sync(0xffffffffu, incl, owner + step - 1);
-        if (v <= j) owner += step;
-      }
-      ArcItem it;
-      it.arc = __shfl_sync(0xffffffffu, begin, owner) + (j - __shfl_sync(0xffffffffu, excl, owner));
-      it.lane = __shfl_sync(0xffffffffu, b, owner);
-      it.tok = __shfl_sync(0xffffffffu, tok, owner);
-      it.score = __shfl_sync(0xffffffffu, score, owner);
-      it.link = __shfl_sync(0xffffffffu, link, owner);
-      const int32_t ph = __shfl_sync(0xffffffffu, phase, owner);
-      if (j < total) on_arc(it, ph);
-    }
+    warp_arc_rounds(b, tok, score, link, phase, begin, deg, on_arc);
   });
 }
 
@@ -434,7 +445,7 @@ __global__ void __launch_bounds__(kWalkBlock)
     }
   };
   walk_token_arcs<false>(
-      g, ws, batch, buf, 0, F,
+      g, ws, batch, buf, F,
       [&](int32_t b, int32_t tok) {
         const int32_t h = ws.claims[(int64_t)b * F + tok];
         if (h >= 0) {
@@ -442,8 +453,9 @@ __global__ void __launch_bounds__(kWalkBlock)
           ws.hash_val[(int64_t)b * H + h] = 0ull;
         }
       },
-      [&](const ArcItem& a, int32_t phase) {
-        const scalar_t* row = lp + ((int64_t)a.lane * T + (phase == kEmit ? max(t, 0) : 0)) * V;
+      [&](bool valid, const ArcItem& a, int32_t phase) {
+        if (!valid) return;
+        const scalar_t* row = lp + ((int64_t)a.lane * T + (phase == kEmit ? t : 0)) * V;
         const float end =
             __fadd_rn(a.score, arc_loglik(g, opt, a.arc, phase, false, row, boost_keys, boost_values, boost_cap, a.lane));
         if (a.lane != cur_lane) {
@@ -484,107 +496,152 @@ __device__ __forceinline__ int32_t hash_insert(uint32_t* keys, int32_t H, uint32
   return -1;
 }
 
-// Expand. kEps = false: the step's expansion of the frontier in `buf` into `out`; kEps = true: an epsilon
-// pass over worklist `parity`, tokens and new tokens both in `buf` (= out). Admits end > cutoff, recombines
-// by destination state; the last block prepares the Resolve walk over this pass's candidates.
+// One arc of the expansion (warp-synchronous: all 32 threads call it, valid = the thread has an arc). kEps: an
+// epsilon arc relaxed against the step's cutoff; else an arc of the step's phase against max - beam. Admits,
+// recombines by destination state in the lane's hash table (a new destination claims the next token of the
+// frontier `out`, written dead until a candidate wins it) and appends the candidate unless the slot already
+// holds a better one.
 template <typename scalar_t, bool kEps>
+__device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
+                                           const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t out,
+                                           int32_t F, int32_t C, int32_t H, const int32_t* boost_keys,
+                                           const float* boost_values, int32_t boost_cap, bool valid,
+                                           const ArcItem& a, int32_t phase) {
+  LaneState* L = valid ? &ws.lanes[a.lane] : nullptr;
+  const int64_t hrow = (int64_t)a.lane * H, frow = (int64_t)a.lane * F, crow = (int64_t)a.lane * C;
+  bool admit = false;
+  float end = 0.0f;
+  if (valid) {
+    const scalar_t* row = kEps ? nullptr : lp + ((int64_t)a.lane * T + (phase == kEmit ? t : 0)) * V;
+    end = __fadd_rn(a.score,
+                    arc_loglik(g, opt, a.arc, phase, kEps, row, boost_keys, boost_values, boost_cap, a.lane));
+    // k2: cutoff = best - beam (float), admit iff end > cutoff.
+    const float cutoff = kEps ? L->cutoff : ordered_to_float(L->max_ord) - L->beam;
+    admit = end > cutoff;
+  }
+  int32_t h = -1, dest = 0;
+  bool claimed = false;
+  if (admit) {
+    dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
+    h = hash_insert(ws.hash_key + hrow, H, static_cast<uint32_t>(dest), claimed);
+    if (h < 0) {
+      atomicOr(&L->overflow, kOverflowHash);
+      admit = false;
+    }
+  }
+  // A new destination is a new token of the frontier being built, dead until a candidate wins it.
+  const int32_t tok = warp_take(claimed ? &L->n_claims : nullptr, claimed);
+  if (claimed) {
+    if (tok < F) {
+      ws.claims[frow + tok] = h;
+      ws.hash_tok[hrow + h] = tok;
+      ws.front_state[out][frow + tok] = dest;
+      ws.front_score[out][frow + tok] = -INFINITY;
+      ws.front_winner[out][frow + tok] = -2;
+    } else {
+      ws.hash_tok[hrow + h] = -1;
+      atomicOr(&L->overflow, kOverflowFrontier);
+    }
+  }
+  const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
+  if (admit) {  // dominated by the slot's best so far: cannot win
+    const unsigned long long cur = ld_volatile(ws.hash_val[hrow + h]);
+    admit = !(cur != 0 && packed_end < (cur & 0xffffffff00000000ull));
+  }
+  const int32_t c = warp_take(admit ? &L->n_cands : nullptr, admit);
+  if (admit) {
+    if (c >= C) {
+      atomicOr(&L->overflow, kOverflowCandidates);
+    } else {
+      ws.cands[crow + c] = make_int2(a.link, a.arc);
+      ws.cand_slot[crow + c] = h;
+      atomicMax(&ws.hash_val[hrow + h], packed_end | static_cast<uint32_t>(c));
+    }
+  }
+}
+
+// Expand: the step's expansion of the frontier in `buf` into `out` (kStart: the start token's epsilon arcs,
+// `buf` = `out` = 0). The last block prepares the Resolve walk over the candidates.
+template <typename scalar_t, bool kStart>
 __global__ void __launch_bounds__(kWalkBlock)
     ExpandKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V, int32_t t,
-                 int32_t buf, int32_t out, int32_t parity, int32_t F, int32_t C, int32_t H, int32_t batch,
+                 int32_t buf, int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
                  const int32_t* boost_keys, const float* boost_values, int32_t boost_cap) {
-  walk_token_arcs<kEps>(
-      g, ws, batch, buf, parity, F, [](int32_t, int32_t) {},
-      [&](const ArcItem& a, int32_t phase) {
-        LaneState& L = ws.lanes[a.lane];
-        const scalar_t* row = lp + ((int64_t)a.lane * T + (phase == kEmit ? max(t, 0) : 0)) * V;
-        const float end =
-            __fadd_rn(a.score, arc_loglik(g, opt, a.arc, phase, kEps, row, boost_keys, boost_values, boost_cap, a.lane));
-        // k2: cutoff = best - beam (float), admit iff end > cutoff.
-        const float cutoff = kEps ? L.cutoff : ordered_to_float(L.max_ord) - L.beam;
-        if (!(end > cutoff)) return;
-        const int32_t dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
-        const int64_t hrow = (int64_t)a.lane * H, frow = (int64_t)a.lane * F, crow = (int64_t)a.lane * C;
-        bool claimed;
-        const int32_t h = hash_insert(ws.hash_key + hrow, H, static_cast<uint32_t>(dest), claimed);
-        if (h < 0) {
-          atomicOr(&L.overflow, kOverflowHash);
-          return;
-        }
-        if (claimed) {  // a new token of the frontier being built, dead until a candidate wins it
-          const int32_t c = aggregated_add(&L.n_claims, a.lane);
-          if (c < F) {
-            ws.claims[frow + c] = h;
-            ws.hash_tok[hrow + h] = c;
-            ws.front_state[out][frow + c] = dest;
-            ws.front_score[out][frow + c] = -INFINITY;
-            ws.front_winner[out][frow + c] = -2;
-          } else {
-            ws.hash_tok[hrow + h] = -1;
-            atomicOr(&L.overflow, kOverflowFrontier);
-          }
-        }
-        const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
-        const unsigned long long cur = ld_volatile(ws.hash_val[hrow + h]);
-        if (cur != 0 && packed_end < (cur & 0xffffffff00000000ull)) return;  // dominated: cannot win
-        const int32_t c = aggregated_add(&L.n_cands, a.lane);
-        if (c >= C) {
-          atomicOr(&L.overflow, kOverflowCandidates);
-          return;
-        }
-        ws.cands[crow + c] = make_int2(a.link, a.arc);
-        ws.cand_slot[crow + c] = h;
-        atomicMax(&ws.hash_val[hrow + h], packed_end | static_cast<uint32_t>(c));
-      });
-  arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{kWalkCands, t, parity, -1, false, !kEps});
+  walk_token_arcs<kStart>(g, ws, batch, buf, F, [](int32_t, int32_t) {},
+                          [&](bool valid, const ArcItem& a, int32_t phase) {
+                            expand_arc<scalar_t, kStart>(g, opt, ws, lp, T, V, t, out, F, C, H, boost_keys,
+                                                         boost_values, boost_cap, valid, a, phase);
+                          });
+  arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{kWalkCands, t, false, false, !kStart});
 }
 
 // Resolve: over this pass's candidates. The candidate its slot's packed value names is the slot's winner; it
-// writes the token (strict improvement only: new tokens start at -inf, so an epsilon pass re-writes an
-// existing token only when it got better). The arena stores a link just for an arc that outputs words; a
-// token reached by any other arc passes its predecessor's link on (the backtrack reads words and nothing
-// else), so the arena grows with word ends, not with every surviving token. With epsilons (`push` >= 0),
-// tokens written on an emitting step whose state has epsilon arcs join worklist `push`.
+// writes the token (strict improvement only: new tokens start at -inf, so a closure pass re-writes an existing
+// token only when it got better). The arena stores a link just for an arc that outputs words; a token reached
+// by any other arc passes its predecessor's link on (the backtrack reads words and nothing else), so the arena
+// grows with word ends, not with every surviving token. On an emitting step of an epsilon graph, a written
+// token whose state has epsilon arcs either has them expanded right here (kEpsExpand: the next pass's
+// candidates, against the step's cutoff) or, on the closure's last pass (kEpsCheck), marks it unconverged.
 __global__ void __launch_bounds__(kWalkBlock)
-    ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t buf, int32_t push, int32_t F, int32_t C,
-                  int32_t H, int64_t arena_cap, int32_t batch, Prepare next) {
+    ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t buf, int32_t eps_mode, int32_t F, int32_t C,
+                  int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys, const float* boost_values,
+                  int32_t boost_cap, Prepare next) {
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
-    if (!valid) return;
     LaneState& L = ws.lanes[b];
     const int64_t hrow = (int64_t)b * H, frow = (int64_t)b * F, crow = (int64_t)b * C;
-    const int32_t c = L.pass_begin + local;
-    const int32_t h = ws.cand_slot[crow + c];
-    const unsigned long long v = ws.hash_val[hrow + h];
-    if (static_cast<uint32_t>(v) != static_cast<uint32_t>(c)) return;  // not the winner
-    const int32_t tok = ws.hash_tok[hrow + h];
-    if (tok < 0) return;  // frontier overflow (flagged)
-    const float end = ordered_to_float(static_cast<uint32_t>(v >> 32));
-    if (!(end > ws.front_score[buf][frow + tok])) return;
-    const int2 cand = ws.cands[crow + c];
-    int32_t link = cand.x;
-    if (g.aux_splits[cand.y + 1] > g.aux_splits[cand.y]) {  // a word arc: new link
-      const long long w = aggregated_add64(ws.arena_cursor);
-      if (w < arena_cap) {
-        ws.arena[w] = cand;
-        link = static_cast<int32_t>(w);
-      } else {
-        atomicOr(&L.overflow, kOverflowArena);
-        link = -2;  // broken chain (flagged)
+    bool win = false;
+    int32_t tok = 0;
+    float end = 0.0f;
+    int2 cand = make_int2(0, 0);
+    if (valid) {
+      const int32_t c = L.pass_begin + local;
+      const int32_t h = ws.cand_slot[crow + c];
+      const unsigned long long v = ws.hash_val[hrow + h];
+      if (static_cast<uint32_t>(v) == static_cast<uint32_t>(c)) {  // the slot's winner
+        tok = ws.hash_tok[hrow + h];                                 // < 0: frontier overflow (flagged)
+        end = ordered_to_float(static_cast<uint32_t>(v >> 32));
+        win = tok >= 0 && end > ws.front_score[buf][frow + tok];
+        if (win) cand = ws.cands[crow + c];
       }
     }
-    ws.front_score[buf][frow + tok] = end;
-    ws.front_winner[buf][frow + tok] = link;
-    const int32_t s = ws.front_state[buf][frow + tok];
-    const int32_t phase = L.phase;
-    if (push >= 0 && phase == kEmit && g.eps_begin[s] < g.final_begin[s]) {
-      const int32_t k = aggregated_add(&L.n_work[push], b);
-      ws.work[push][frow + k] = tok;  // k < F: a token joins at most once per pass
+    const bool word = win && g.aux_splits[cand.y + 1] > g.aux_splits[cand.y];  // a word arc: new link
+    const long long w = warp_take(ws.arena_cursor, word);
+    int32_t link = -1, phase = kDone, eps_begin = 0, eps_deg = 0;
+    if (win) {
+      link = cand.x;
+      if (word) {
+        if (w < arena_cap) {
+          ws.arena[w] = cand;
+          link = static_cast<int32_t>(w);
+        } else {
+          atomicOr(&L.overflow, kOverflowArena);
+          link = -2;  // broken chain (flagged)
+        }
+      }
+      ws.front_score[buf][frow + tok] = end;
+      ws.front_winner[buf][frow + tok] = link;
+      const int32_t s = ws.front_state[buf][frow + tok];
+      phase = L.phase;
+      if (eps_mode != kEpsNone && phase == kEmit) {
+        eps_begin = g.eps_begin[s];
+        eps_deg = g.final_begin[s] - eps_begin;
+        if (eps_mode == kEpsCheck) {
+          if (eps_deg > 0 && !ld_volatile(L.eps_pending)) L.eps_pending = 1;
+          eps_deg = 0;
+        }
+      }
+      if (g.final_begin[s] < g.row_splits[s + 1] && !ld_volatile(L.any_final)) L.any_final = 1;
+      if ((phase == kFinal || phase == kRedirect) && s == g.final_state) {  // the one final token
+        L.final_winner = link;
+        L.final_score = end;
+        L.flags = kFlagHasPath | (phase == kFinal ? kFlagReachedFinal : 0);
+      }
     }
-    if (g.final_begin[s] < g.row_splits[s + 1] && !ld_volatile(L.any_final)) L.any_final = 1;
-    if ((phase == kFinal || phase == kRedirect) && s == g.final_state) {  // the one final token
-      L.final_winner = link;
-      L.final_score = end;
-      L.flags = kFlagHasPath | (phase == kFinal ? kFlagReachedFinal : 0);
-    }
+    if (eps_mode == kEpsExpand)
+      warp_arc_rounds(b, tok, end, link, phase, eps_begin, eps_deg, [&](bool v, const ArcItem& a, int32_t ph) {
+        expand_arc<float, true>(g, opt, ws, nullptr, 0, 0, 0, buf, F, C, H, boost_keys, boost_values, boost_cap, v, a,
+                                ph);
+      });
   });
   arrive_and_prepare(g, opt, ws, batch, F, C, next);
 }
