@@ -40,9 +40,7 @@ size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) {
     w.front_winner[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   }
   w.claims = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
-  w.hash_key = static_cast<uint32_t*>(take(sizeof(uint32_t) * BH));
-  w.hash_val = static_cast<unsigned long long*>(take(sizeof(unsigned long long) * BH));
-  w.hash_tok = static_cast<int32_t*>(take(sizeof(int32_t) * BH));
+  w.hash = static_cast<kernels::HashSlot*>(take(sizeof(kernels::HashSlot) * BH));
   w.cands = static_cast<int2*>(take(sizeof(int2) * BC));
   w.cand_slot = static_cast<int32_t*>(take(sizeof(int32_t) * BC));
   w.arena = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(c.arena)));
@@ -64,10 +62,8 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   carve(static_cast<char*>(workspace), B, caps, &ws);
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
-  // Hash tables start empty (keys all-ones, payload 0); later steps clear only what they claimed.
-  if ((err = cudaMemsetAsync(ws.hash_key, 0xff, sizeof(uint32_t) * static_cast<size_t>(B) * H, stream))) return err;
-  if ((err = cudaMemsetAsync(ws.hash_val, 0, sizeof(unsigned long long) * static_cast<size_t>(B) * H, stream)))
-    return err;
+  // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.
+  if ((err = cudaMemsetAsync(ws.hash, 0, sizeof(HashSlot) * static_cast<size_t>(B) * H, stream))) return err;
   if ((err = cudaMemsetAsync(ws.clear_lanes, 0, sizeof(int32_t) * (B + 1), stream))) return err;
   if ((err = cudaMemsetAsync(ws.arena_cursor, 0, sizeof(unsigned long long), stream))) return err;
   if ((err = cudaMemsetAsync(ws.arrive, 0, sizeof(unsigned int), stream))) return err;

@@ -40,7 +40,7 @@
 namespace wfst {
 namespace kernels {
 
-constexpr uint32_t kEmptyKey = 0xffffffffu;
+constexpr uint32_t kEmptyKey = 0u;  // slot keys are state + 1: an all-zero slot is free (one memset clears)
 constexpr uint32_t kNoCand = 0xffffffffu;  // payload of a slot set without a candidate (the start token)
 constexpr int kMaxProbes = 256;
 constexpr int kInitBlock = 512;
@@ -71,6 +71,18 @@ struct LaneState {
   int32_t flags;
 };
 
+// One slot of a lane's recombination table: everything a candidate touches in one 16-byte cell (one memory
+// sector instead of three separate arrays).
+struct alignas(16) HashSlot {
+  uint32_t key;              // destination state + 1 (kEmptyKey: free)
+  int32_t tok;               // token index of the state in the frontier being built (-1: frontier overflow)
+  unsigned long long val;    // ordered end << 32 | candidate index (0: none yet)
+};
+
+__device__ __forceinline__ void clear_slot(HashSlot& slot) {
+  *reinterpret_cast<int4*>(&slot) = make_int4(0, 0, 0, 0);
+}
+
 struct Workspace {
   LaneState* lanes;         // (B,)
   int32_t* lane_offsets;    // (B+1,) exclusive prefix of the current walk's per-lane item counts
@@ -79,9 +91,7 @@ struct Workspace {
   float* front_score[2];
   int32_t* front_winner[2];  // arena index of the token's latest word link (-1: none yet, -2: broken/dead)
   int32_t* claims;           // (B, F) hash slot of token i of the frontier being built
-  uint32_t* hash_key;        // (B, H) destination state (kEmptyKey: free)
-  unsigned long long* hash_val;  // (B, H) ordered end << 32 | candidate index (0: none yet)
-  int32_t* hash_tok;         // (B, H) token index of the slot's state (-1: frontier overflow)
+  HashSlot* hash;            // (B, H) recombination tables
   int2* cands;               // (B, C) {predecessor's word link, arc}
   int32_t* cand_slot;        // (B, C) hash slot of the candidate's destination
   int2* arena;               // (arena,) word links {previous link, arc}
@@ -245,7 +255,7 @@ __device__ __forceinline__ void arrive_and_prepare(const DeviceGraph& g, const S
 __global__ void __launch_bounds__(kInitBlock)
     InitKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const int32_t* lengths, int32_t batch, int32_t F,
                int32_t C, int32_t H) {
-  const uint32_t h0 = hash_u32(static_cast<uint32_t>(g.start_state)) & static_cast<uint32_t>(H - 1);
+  const uint32_t h0 = hash_u32(static_cast<uint32_t>(g.start_state) + 1u) & static_cast<uint32_t>(H - 1);
   for (int b = threadIdx.x; b < batch; b += blockDim.x) {
     LaneState& L = ws.lanes[b];
     L.len = lengths[b];
@@ -269,9 +279,10 @@ __global__ void __launch_bounds__(kInitBlock)
     ws.front_score[0][t0] = 0.0f;
     ws.front_winner[0][t0] = -1;
     if (g.has_eps) {  // the start closure recombines into the start token: register it
-      ws.hash_key[(int64_t)b * H + h0] = static_cast<uint32_t>(g.start_state);
-      ws.hash_val[(int64_t)b * H + h0] = pack(0.0f, kNoCand);
-      ws.hash_tok[(int64_t)b * H + h0] = 0;
+      HashSlot& slot = ws.hash[(int64_t)b * H + h0];
+      slot.key = static_cast<uint32_t>(g.start_state) + 1u;
+      slot.tok = 0;
+      slot.val = pack(0.0f, kNoCand);
       ws.claims[t0] = static_cast<int32_t>(h0);
     } else {
       ws.claims[t0] = -1;  // nothing to clear
@@ -293,24 +304,27 @@ __device__ __forceinline__ int32_t upper_index(const int32_t* a, int32_t lo, int
   return lo;
 }
 
-// Walks the flattened items of all lanes (lane_offsets): each warp owns a contiguous span and visits it 32
-// items at a time; `f(valid, lane, local_index)` is called by all 32 threads (warp-synchronous), valid = the
-// thread has an item. Lane cursors only move forward along a span.
+// Walks the flattened items of all lanes (lane_offsets): each warp owns a contiguous span of ceil(total /
+// warps) items and visits it min(32, span) items at a time, so a small step (one utterance, a few thousand
+// tokens) spreads over many warps that each take one latency-bound round instead of a few warps taking many.
+// `f(valid, lane, local_index)` is called by all 32 threads (warp-synchronous), valid = the thread has an item.
+// Lane cursors only move forward along a span.
 template <typename Fn>
 __device__ __forceinline__ void for_each_item(const Workspace& ws, int32_t batch, Fn f) {
   const int32_t total = ws.lane_offsets[batch];
   if (total == 0) return;
   const int32_t warps = (gridDim.x * blockDim.x) >> 5;
   const int32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  int32_t span = (total + warps - 1) / warps;
-  span = (span + 31) & ~31;
+  const int32_t span = (total + warps - 1) / warps;
+  const int32_t chunk = min(32, span);
   const int32_t begin = warp * span;
   const int32_t end = min(total, begin + span);
+  const int32_t lane = threadIdx.x & 31;
   int32_t lane_id = 0, lane_begin = 0, lane_end = 0;
   bool have = false;
-  for (int32_t base = begin; base < end; base += 32) {
-    const int32_t item = base + (threadIdx.x & 31);
-    const bool valid = item < end;
+  for (int32_t base = begin; base < end; base += chunk) {
+    const int32_t item = base + lane;
+    const bool valid = lane < chunk && item < end;
     if (valid && (!have || item >= lane_end)) {
       lane_id = upper_index(ws.lane_offsets, have ? lane_id : 0, batch, item);
       lane_begin = ws.lane_offsets[lane_id];
@@ -432,8 +446,7 @@ __global__ void __launch_bounds__(kWalkBlock)
   for (int32_t k = 0; k < n_clear; ++k) {
     const int64_t base = (int64_t)ws.clear_lanes[1 + k] * H;
     for (int64_t h = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; h < H; h += (int64_t)gridDim.x * blockDim.x) {
-      ws.hash_key[base + h] = kEmptyKey;
-      ws.hash_val[base + h] = 0ull;
+      clear_slot(ws.hash[base + h]);
     }
   }
   int32_t cur_lane = -1;
@@ -449,8 +462,7 @@ __global__ void __launch_bounds__(kWalkBlock)
       [&](int32_t b, int32_t tok) {
         const int32_t h = ws.claims[(int64_t)b * F + tok];
         if (h >= 0) {
-          ws.hash_key[(int64_t)b * H + h] = kEmptyKey;
-          ws.hash_val[(int64_t)b * H + h] = 0ull;
+          clear_slot(ws.hash[(int64_t)b * H + h]);
         }
       },
       [&](bool valid, const ArcItem& a, int32_t phase) {
@@ -475,16 +487,17 @@ __global__ void __launch_bounds__(kWalkBlock)
   }
 }
 
-// Hash insert of `key` in a lane's table: returns the slot (and whether this thread claimed it) or -1.
-__device__ __forceinline__ int32_t hash_insert(uint32_t* keys, int32_t H, uint32_t key, bool& claimed) {
+// Hash insert of state `state` in a lane's table: returns the slot (and whether this thread claimed it) or -1.
+__device__ __forceinline__ int32_t hash_insert(HashSlot* table, int32_t H, int32_t state, bool& claimed) {
   claimed = false;
+  const uint32_t key = static_cast<uint32_t>(state) + 1u;
   uint32_t h = hash_u32(key) & static_cast<uint32_t>(H - 1);
   const int probes = H < kMaxProbes ? H : kMaxProbes;
   for (int p = 0; p < probes; ++p) {
-    uint32_t k = ld_volatile(keys[h]);
+    const uint32_t k = ld_volatile(table[h].key);
     if (k == key) return static_cast<int32_t>(h);
     if (k == kEmptyKey) {
-      uint32_t old = atomicCAS(&keys[h], kEmptyKey, key);
+      const uint32_t old = atomicCAS(&table[h].key, kEmptyKey, key);
       if (old == kEmptyKey) {
         claimed = true;
         return static_cast<int32_t>(h);
@@ -523,7 +536,7 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
   bool claimed = false;
   if (admit) {
     dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
-    h = hash_insert(ws.hash_key + hrow, H, static_cast<uint32_t>(dest), claimed);
+    h = hash_insert(ws.hash + hrow, H, dest, claimed);
     if (h < 0) {
       atomicOr(&L->overflow, kOverflowHash);
       admit = false;
@@ -534,18 +547,18 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
   if (claimed) {
     if (tok < F) {
       ws.claims[frow + tok] = h;
-      ws.hash_tok[hrow + h] = tok;
+      ws.hash[hrow + h].tok = tok;
       ws.front_state[out][frow + tok] = dest;
       ws.front_score[out][frow + tok] = -INFINITY;
       ws.front_winner[out][frow + tok] = -2;
     } else {
-      ws.hash_tok[hrow + h] = -1;
+      ws.hash[hrow + h].tok = -1;
       atomicOr(&L->overflow, kOverflowFrontier);
     }
   }
   const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
   if (admit) {  // dominated by the slot's best so far: cannot win
-    const unsigned long long cur = ld_volatile(ws.hash_val[hrow + h]);
+    const unsigned long long cur = ld_volatile(ws.hash[hrow + h].val);
     admit = !(cur != 0 && packed_end < (cur & 0xffffffff00000000ull));
   }
   const int32_t c = warp_take(admit ? &L->n_cands : nullptr, admit);
@@ -555,7 +568,7 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
     } else {
       ws.cands[crow + c] = make_int2(a.link, a.arc);
       ws.cand_slot[crow + c] = h;
-      atomicMax(&ws.hash_val[hrow + h], packed_end | static_cast<uint32_t>(c));
+      atomicMax(&ws.hash[hrow + h].val, packed_end | static_cast<uint32_t>(c));
     }
   }
 }
@@ -596,9 +609,10 @@ __global__ void __launch_bounds__(kWalkBlock)
     if (valid) {
       const int32_t c = L.pass_begin + local;
       const int32_t h = ws.cand_slot[crow + c];
-      const unsigned long long v = ws.hash_val[hrow + h];
+      const HashSlot slot = ws.hash[hrow + h];
+      const unsigned long long v = slot.val;
       if (static_cast<uint32_t>(v) == static_cast<uint32_t>(c)) {  // the slot's winner
-        tok = ws.hash_tok[hrow + h];                                 // < 0: frontier overflow (flagged)
+        tok = slot.tok;                                              // < 0: frontier overflow (flagged)
         end = ordered_to_float(static_cast<uint32_t>(v >> 32));
         win = tok >= 0 && end > ws.front_score[buf][frow + tok];
         if (win) cand = ws.cands[crow + c];
