@@ -305,20 +305,17 @@ __device__ __forceinline__ int32_t upper_index(const int32_t* a, int32_t lo, int
 }
 
 // Walks the flattened items of all lanes (lane_offsets): each warp owns a contiguous span of ceil(total /
-// warps) items and visits it min(32, span) items at a time. kSpread (token walks): a small step (one
-// utterance, a few thousand tokens) spreads over many warps that each take one latency-bound round instead of
-// a few warps taking many (measured at batch 1: Expand 34.6 -> 11.6 µs per step). Without it (candidate
-// walks: most items are cheap losers, and a full warp shares its counter atomics) spans are whole warps
-// (measured: Resolve 10.4 µs per launch spread, 7.0 in whole warps). `f(valid, lane, local_index)` is called
-// by all 32 threads (warp-synchronous), valid = the thread has an item. Lane cursors only move forward.
-template <bool kSpread, typename Fn>
+// warps) items and visits it min(32, span) items at a time, so a small step (one utterance, a few thousand
+// tokens) spreads over many warps that each take one latency-bound round instead of a few warps taking many.
+// `f(valid, lane, local_index)` is called by all 32 threads (warp-synchronous), valid = the thread has an item.
+// Lane cursors only move forward along a span.
+template <typename Fn>
 __device__ __forceinline__ void for_each_item(const Workspace& ws, int32_t batch, Fn f) {
   const int32_t total = ws.lane_offsets[batch];
   if (total == 0) return;
   const int32_t warps = (gridDim.x * blockDim.x) >> 5;
   const int32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  int32_t span = (total + warps - 1) / warps;
-  if (!kSpread) span = (span + 31) & ~31;
+  const int32_t span = (total + warps - 1) / warps;
   const int32_t chunk = min(32, span);
   const int32_t begin = warp * span;
   const int32_t end = min(total, begin + span);
@@ -387,7 +384,7 @@ __device__ __forceinline__ void warp_arc_rounds(int32_t b, int32_t tok, float sc
 template <bool kStart, typename TokFn, typename ArcFn>
 __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
                                                 int32_t buf, int32_t F, TokFn on_token, ArcFn on_arc) {
-  for_each_item<true>(ws, batch, [&](bool valid, int32_t b, int32_t tok) {
+  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) {
     int32_t begin = 0, deg = 0, link = -1, phase = kDone;
     float score = -INFINITY;
     if (valid) {
@@ -602,7 +599,7 @@ __global__ void __launch_bounds__(kWalkBlock)
     ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t buf, int32_t eps_mode, int32_t F, int32_t C,
                   int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys, const float* boost_values,
                   int32_t boost_cap, Prepare next) {
-  for_each_item<false>(ws, batch, [&](bool valid, int32_t b, int32_t local) {
+  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
     LaneState& L = ws.lanes[b];
     const int64_t hrow = (int64_t)b * H, frow = (int64_t)b * F, crow = (int64_t)b * C;
     bool win = false;
