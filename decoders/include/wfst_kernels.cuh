@@ -306,7 +306,9 @@ __device__ __forceinline__ int32_t upper_index(const int32_t* a, int32_t lo, int
 
 // Walks the flattened items of all lanes (lane_offsets): each warp owns a contiguous span of ceil(total /
 // warps) items and visits it min(32, span) items at a time, so a small step (one utterance, a few thousand
-// tokens) spreads over many warps that each take one latency-bound round instead of a few warps taking many.
+// tokens) spreads over many warps that each take one latency-bound round instead of a few warps taking many
+// (H200, bench TLG, batch 1: ExpandKernel 34.6 -> 11.6 µs per step). Keeping whole-warp spans for the candidate
+// walks only (fewer counter atomics per item) measured 3-5 % slower end to end at every batch size.
 // `f(valid, lane, local_index)` is called by all 32 threads (warp-synchronous), valid = the thread has an item.
 // Lane cursors only move forward along a span.
 template <typename Fn>
