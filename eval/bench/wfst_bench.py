@@ -15,14 +15,14 @@ Rows per (decoder, graph, batch size[, CUDA-graph mode]); JSON out.
     SCALE=small bash eval/bench/wfst_gpu_run.sh scale   # on the GPU host: regenerates workload + graphs there
 
 Measured on one H200 (tiny char workload, 'other' set, 200 utts = 1242 s of audio, batch 1 on 25 utts; beam 17,
-max_active 10000; plain fused launches), decoder-only RTFx ours / Riva 0.4.4 on the same TLG and log-probs:
+max_active 10000; the earlier block-per-lane pipeline), decoder-only RTFx ours / Riva 0.4.4 on the same TLG and log-probs:
 compact TLG b1 430/122 (3.5x), b32 2981/1198 (2.5x), b200 11314/2620 (4.3x); normal TLG b1 489/127, b32
 3360/1244, b200 12521/2762 (4.5x); ours on the HLG b200 ~27.5k. WER 13.64 % ours vs 13.72 % Riva (compact).
 VRAM (free-memory delta, both): b200 732 vs 1290 MiB, b32 140 vs 228 MiB, b1 26 vs 26 MiB (compact), 48 vs
 30 MiB (normal TLG). k2py (CPU, one core, HLG): ~93-119 RTFx; our CPU reference on one core: ~640 (TLG).
-At bench scale (200k words, 4.2 M-state TLGs, 2026-11-30, word-link arena) the lead shrinks: compact TLG
-b1 2.1x, b32 1.06x, b200 1.8x; normal TLG b1 2.6x, b32 1.3x, b200 2.4x; 12-18 of 200 utterances are rescued
-for frontier overflow (`rescue_causes`). Tables: reports/measurements/h200_2026-11-30/README.md.
+At bench scale (200k words, 4.2 M-state TLGs, 2026-11-30, flattened pipeline): compact / normal TLG b1 3.3x /
+3.8x, b32 3.4x / 3.8x, b200 5.9x / 6.9x Riva's RTFx (12.2k / 15.8k), WER 15.16 % vs Riva's 15.02 %, 0-2 of 200
+utterances rescued. Tables: reports/measurements/h200_2026-11-30/README.md.
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@
 #    limit; bytes may differ from here with the host's numpy/sentencepiece, the shape does not). Nothing to prepare
 #    but .whl/ (../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt); the host image already has
 #    numpy, sentencepiece, tqdm, filelock, click, psutil, scipy, pyyaml, packaging (KINDS.md's package list).
-#   run there:     SCALE=small bash eval/bench/wfst_gpu_run.sh scale      (carry: .whl; timeout_s 600)
+#   run there:     SCALE=small bash eval/bench/wfst_gpu_run.sh scale      (carry: .whl; timeout_s 600; the graph
+#                  stage gets DEADLINE_S - 100 s: a small run needs DEADLINE_S >= 250, 200 cut its graphs short)
 #                  SCALE=bench bash eval/bench/wfst_gpu_run.sh scale      (TLG only, see below)
 #   Stages, each under `timeout` with a "STAGE name rc= wall_s= peak_rss_mb=" line, all in $OUT/scale_<S>.log:
 #     wheels -> [extension build, background] -> workload (recipes.workload) -> [log-probs of UTTS 'other'
