@@ -21,8 +21,9 @@ k2/csrc/intersect_dense_pruned.cu, `GetPruningCutoffs` and `GetArcs`):
   word is kept, `reached_final` is False. Without allow_partial such an utterance has no path: empty
   words, score -inf.
 - Epsilon arcs (TLG; k2 has none): after each emitting step (and for the start state) an epsilon closure
-  in Jacobi passes with the step's cutoff, until no state improves, at most `eps_iterations` passes
-  (overflow bit 16 when still changing).
+  in Jacobi passes with the step's cutoff, until no state with epsilon arcs improves, at most
+  `eps_iterations` passes (overflow bit 16 when still changing). The GPU overlaps pass k's resolution with
+  pass k + 1's expansion; the converged closure is the same (decoders/include/wfst_kernels.cuh).
 - Word boosting: per utterance {word: boost} (log domain, positive favours the word). Whenever an arc is
   taken, the boosts of the words it outputs (its aux words; usually one or none) are added, i.e. decoding the graph composed with a one-state
   boost acceptor, without composing. Zero boosts change nothing; out-of-vocabulary words are reported in
