@@ -40,8 +40,8 @@ in each frame's maximum and put the dead-end final state in the frontier; and it
 knowing the length, has no last-5-frames rule. This decoder follows k2 proper.
 
 GPU pipeline per frame (decoders/include/wfst_kernels.cuh): Max -> Expand -> Resolve over the flattened tokens /
-candidates of all utterances, and per epsilon pass Expand -> Resolve over a worklist of the tokens that changed;
-BEAMDEC_WFST_CUDA_GRAPH=1 replays the decode as a cached CUDA graph (slower here; see wfst_launch.cu).
+candidates of all utterances, then one Resolve per epsilon pass (each also expands the epsilon arcs of the
+tokens it wrote: the next pass's candidates); BEAMDEC_WFST_CUDA_GRAPH=1 replays the decode as a cached CUDA graph (slower here; see wfst_launch.cu).
 
 Capacities (GPU only; the CPU reference never runs out): any hit sets a per-utterance overflow bit
 (decoders/include/wfst_defs.h); `decode` re-decodes flagged utterances with `rescue_factor` times larger
