@@ -495,15 +495,23 @@ class WfstDecoder:
         the GPU's frontier_capacity), `peak_candidates` / `mean_candidates` (admitted per step; an upper bound
         of the GPU's candidate count), `word_links` (back-pointers on word arcs; the GPU arena's entries) and
         `steps`. Lists of ints / floats, one entry per utterance."""
+        return self.decode_with_stats(log_probs, lengths, boosts)[1]
+
+    def decode_with_stats(self, log_probs: torch.Tensor, lengths,
+                          boosts: Optional[Sequence[Optional[BoostTable]]] = None) -> tuple[WfstResult, dict]:
+        """`decode` and `search_stats` from one search (CPU decoder only)."""
         if self.device.type != "cpu":
             raise ValueError("search_stats runs on the CPU reference: build the decoder with device='cpu'")
-        log_probs, lengths, keys, values, _ = self._prepare(log_probs, lengths, boosts)
-        out = _ops().wfst_search_stats(*self._graph_args(log_probs, lengths, keys, values, self.config))
+        log_probs, lengths, keys, values, oov = self._prepare(log_probs, lengths, boosts)
+        words_capacity = _capacities(self.config, log_probs.shape[0], log_probs.shape[1])["words_capacity"]
+        rows, out = _ops().wfst_search_stats(*self._graph_args(log_probs, lengths, keys, values, self.config),
+                                             int(words_capacity))
         st = out.tolist()
         steps = [max(1, r[5]) for r in st]
-        return dict(peak_frontier=[r[0] for r in st], mean_frontier=[r[1] / n for r, n in zip(st, steps)],
-                    peak_candidates=[r[2] for r in st], mean_candidates=[r[3] / n for r, n in zip(st, steps)],
-                    word_links=[r[4] for r in st], steps=[r[5] for r in st])
+        stats = dict(peak_frontier=[r[0] for r in st], mean_frontier=[r[1] / n for r, n in zip(st, steps)],
+                     peak_candidates=[r[2] for r in st], mean_candidates=[r[3] / n for r, n in zip(st, steps)],
+                     word_links=[r[4] for r in st], steps=[r[5] for r in st])
+        return self._parse(rows.numpy(), oov, []), stats
 
     def _prepare(self, log_probs: torch.Tensor, lengths, boosts) -> tuple:
         """Checked inputs of a batch: (log_probs contiguous, lengths, boost keys, boost values, OOV boost words),

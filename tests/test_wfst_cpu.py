@@ -399,8 +399,14 @@ def test_search_stats_match_the_decode_and_bound_each_other():
         # every back-pointer came from an admitted candidate (start closure included)
         assert st["word_links"][b] <= round(st["mean_candidates"][b] * st["steps"][b])
     assert dec.decode(lp, lengths).words == WfstDecoder(g, dec.config, "cpu").decode(lp, lengths).words
+    res, st2 = dec.decode_with_stats(lp, lengths)  # one search gives both
+    want = dec.decode(lp, lengths)
+    assert st2 == st and res.words == want.words and torch.equal(res.scores, want.scores)
+    assert res.overflow == want.overflow and res.reached_final == want.reached_final
+    on_cuda = WfstDecoder.__new__(WfstDecoder)
+    on_cuda.device = torch.device("cuda")
     with pytest.raises(ValueError, match="CPU"):
-        WfstDecoder.search_stats(type("D", (), {"device": torch.device("cuda")})(), lp, lengths)
+        on_cuda.search_stats(lp, lengths)
 
 
 def test_beam_sweep_script_reports_wer_and_frontier(tmp_path):

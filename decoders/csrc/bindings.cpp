@@ -44,7 +44,7 @@ TORCH_LIBRARY(beamdec, m) {
       "wfst_search_stats(Tensor log_probs, Tensor lengths, Tensor row_splits, Tensor eps_begin, Tensor final_begin, "
       "Tensor dest, Tensor ilabel, Tensor aux_splits, Tensor aux_words, Tensor weight, int start_state, "
       "int final_state, Tensor boost_keys, Tensor boost_values, float search_beam, int min_active, int max_active, "
-      "bool allow_partial, float acoustic_scale, int eps_iterations) -> Tensor");
+      "bool allow_partial, float acoustic_scale, int eps_iterations, int words_capacity) -> (Tensor, Tensor)");
 #endif
 }
 

@@ -414,17 +414,17 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
                           max_active, allow_partial, acoustic_scale, eps_iterations, words_capacity, nullptr);
 }
 
-at::Tensor wfst_search_stats_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
-                                 const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                                 const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
-                                 const at::Tensor& weight, int64_t start_state, int64_t final_state,
-                                 const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam,
-                                 int64_t min_active, int64_t max_active, bool allow_partial, double acoustic_scale,
-                                 int64_t eps_iterations) {
+std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
+    const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits, const at::Tensor& eps_begin,
+    const at::Tensor& final_begin, const at::Tensor& dest, const at::Tensor& ilabel, const at::Tensor& aux_splits,
+    const at::Tensor& aux_words, const at::Tensor& weight, int64_t start_state, int64_t final_state,
+    const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam, int64_t min_active,
+    int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations, int64_t words_capacity) {
   std::vector<SearchStats> stats(static_cast<size_t>(log_probs.dim() == 3 ? log_probs.size(0) : 0));
-  decode_batch_cpu(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight,
-                   start_state, final_state, boost_keys, boost_values, search_beam, min_active, max_active,
-                   allow_partial, acoustic_scale, eps_iterations, 1, &stats);
+  at::Tensor result = decode_batch_cpu(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits,
+                                       aux_words, weight, start_state, final_state, boost_keys, boost_values,
+                                       search_beam, min_active, max_active, allow_partial, acoustic_scale,
+                                       eps_iterations, words_capacity, &stats);
   auto out = at::zeros({static_cast<int64_t>(stats.size()), 6}, at::TensorOptions().dtype(at::kLong));
   int64_t* o = out.data_ptr<int64_t>();
   for (size_t b = 0; b < stats.size(); ++b) {
@@ -433,7 +433,7 @@ at::Tensor wfst_search_stats_cpu(const at::Tensor& log_probs, const at::Tensor& 
                             st.steps};
     std::copy(row, row + 6, o + 6 * b);
   }
-  return out;
+  return {result, out};
 }
 
 }  // namespace beamdec

@@ -15,6 +15,8 @@
 #pragma once
 #include <torch/types.h>
 
+#include <tuple>
+
 #include "common_check.h"
 
 namespace beamdec {
@@ -37,16 +39,15 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
                             int64_t arena_capacity, int64_t words_capacity);
 
-// CPU only: the same search as wfst_decode_cpu, returning per utterance (B, 6) int64: peak and summed
-// frontier (distinct states of a step after its closure), peak and summed admitted candidates per step, word
-// links (back-pointers on word arcs) and steps. These are what the GPU capacities have to hold.
-at::Tensor wfst_search_stats_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
-                                 const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                                 const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
-                                 const at::Tensor& weight, int64_t start_state, int64_t final_state,
-                                 const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam,
-                                 int64_t min_active, int64_t max_active, bool allow_partial, double acoustic_scale,
-                                 int64_t eps_iterations);
+// CPU only: wfst_decode_cpu's result rows plus, per utterance, (B, 6) int64: peak and summed frontier (distinct
+// states of a step after its closure), peak and summed admitted candidates per step, word links (back-pointers
+// on word arcs) and steps. These are what the GPU capacities have to hold.
+std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
+    const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits, const at::Tensor& eps_begin,
+    const at::Tensor& final_begin, const at::Tensor& dest, const at::Tensor& ilabel, const at::Tensor& aux_splits,
+    const at::Tensor& aux_words, const at::Tensor& weight, int64_t start_state, int64_t final_state,
+    const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam, int64_t min_active,
+    int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations, int64_t words_capacity);
 
 // Shared argument checks (names the argument and what was expected); defined in wfst_cpu.cpp.
 void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,

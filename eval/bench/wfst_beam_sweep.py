@@ -30,8 +30,8 @@ def sweep_row(decoder, data: dict, n: int, chunk: int) -> dict:
     t0 = time.time()
     for i in range(0, n, chunk):
         lp, lengths = data["lp"][i : min(n, i + chunk)].contiguous(), data["len"][i : min(n, i + chunk)]
-        hyps += [" ".join(w) for w in decoder.decode(lp, lengths).word_strings]
-        st = decoder.search_stats(lp, lengths)
+        result, st = decoder.decode_with_stats(lp, lengths)
+        hyps += [" ".join(w) for w in result.word_strings]
         mean_front += st["mean_frontier"]
         peak_front += st["peak_frontier"]
     return dict(wer=round(100 * wer(data["refs"][:n], hyps), 2), mean_frontier=round(float(np.mean(mean_front)), 1),
