@@ -1,0 +1,189 @@
+"""Run directories: where every producer (the runner, every benchmark in eval/bench) writes its results.
+
+    runs/<experiment>/<run>/config.yaml    resolved config + per-decoder configs + environment + command
+    runs/<experiment>/<run>/hyps.jsonl     one line per (decoder, utterance)
+    runs/<experiment>/<run>/results.jsonl  one reports.schema.ResultRow per line
+
+A run is written into a hidden sibling directory and renamed into place only when it completed, so an
+interrupted re-run never leaves new partial files beside old results (the old run stays whole until the new
+one replaces it). Experiment and run names are single path components; a name that could escape
+`output_dir` (`../x`, `/abs`, `a/b`) is refused.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import IO, Any, Iterable, Optional
+
+from reports.schema import ResultRow, write_rows
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.,=+@-]{0,199}$")
+
+
+def check_name(name: Any, what: str) -> str:
+    """A run or experiment name: one path component of safe characters (Hydra sweep names included)."""
+    s = str(name) if name is not None else ""
+    if not _NAME.match(s) or s in (".", ".."):
+        raise ValueError(
+            f"{what} {name!r} is not a valid directory name (letters, digits and _ . , = + @ -, not starting with "
+            f"'.' or '-', at most 200 characters; no path separators)"
+        )
+    return s
+
+
+def timestamp_run_name(parent: Path) -> str:
+    """A fresh timestamped run name under `parent` (Hydra multirun jobs can start in the same second)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    name, k = stamp, 1
+    while (parent / name).exists():
+        name, k = f"{stamp}-{k}", k + 1
+    return name
+
+
+def _json_default(o: Any):
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "value"):  # enums
+        return o.value
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+class RunDirectory:
+    """Context manager for one run directory, written atomically.
+
+        with RunDirectory("runs", "bench", "wfst_small") as rd:
+            with rd.open_hyps() as f: ...
+            rd.write_config({...})
+            rd.write_results(rows)
+        # rd.final_path now holds the complete run; on an exception nothing of the new run remains
+    """
+
+    def __init__(self, output_dir: str | Path, experiment: str, run: Optional[str] = None):
+        check_name(experiment, "experiment name")
+        self.parent = Path(output_dir) / experiment
+        self.run = check_name(run, "run name") if run else timestamp_run_name(self.parent)
+        self.experiment = experiment
+        self.final_path = self.parent / self.run
+        self.path = self.parent / f".{self.run}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._results_written = False
+
+    def __enter__(self) -> "RunDirectory":
+        self.parent.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        if not self._results_written:
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise RuntimeError(f"run {self.final_path} finished without results.jsonl; nothing was written")
+        trash = None
+        if self.final_path.exists():
+            trash = self.parent / f".{self.run}.replaced-{uuid.uuid4().hex[:8]}"
+            os.rename(self.final_path, trash)
+        os.rename(self.path, self.final_path)
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
+
+    # ------------------------------------------------------------------ files
+    def open_hyps(self) -> IO[str]:
+        return open(self.path / "hyps.jsonl", "w", encoding="utf-8")
+
+    def write_config(self, resolved: dict) -> None:
+        from omegaconf import OmegaConf
+
+        plain = json.loads(json.dumps(resolved, default=_json_default))
+        (self.path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(plain)), encoding="utf-8")
+
+    def write_results(self, rows: Iterable[ResultRow]) -> None:
+        write_rows(self.path / "results.jsonl", rows)
+        self._results_written = True
+
+    def write_json(self, name: str, obj: Any) -> None:
+        """An extra file of the run (e.g. a benchmark's per-shape detail); `name` is one path component."""
+        check_name(name, "file name")
+        (self.path / name).write_text(json.dumps(obj, indent=1, default=_json_default) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rows: the one place a measurement becomes a ResultRow (the runner and every benchmark call this)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def measured_row(
+    *,
+    experiment: str,
+    run: str,
+    decoder: str,
+    decoder_name: str,
+    device: str,
+    dataset: str,
+    wer,  # eval.metrics.WerStats
+    audio_seconds: float,
+    decoder_seconds: float,
+    env: dict,
+    frames: int = 0,
+    decoder_cuda_seconds: Optional[float] = None,
+    acoustic_seconds: float = 0.0,
+    transfer_seconds: float = 0.0,
+    memory=None,  # eval.metrics.MemoryStats
+    stats: Optional[dict] = None,
+    batch_size: int = 0,
+    warmup_batches: int = 0,
+    decoder_config: Optional[dict] = None,
+    boost_value: Optional[float] = None,
+    boundary: str = "api",
+    run_mate: Optional[str] = None,
+    params: Optional[dict] = None,
+    acoustic_stage_peak_bytes: Optional[dict] = None,
+) -> ResultRow:
+    """A successful (decoder, dataset) measurement. RTFx from eval.metrics.rtfx: decoder-only over
+    `decoder_seconds`, end-to-end over acoustic + host->device transfer + decoder seconds."""
+    from eval.metrics import MemoryStats, hardware_key, rtfx
+
+    memory = memory or MemoryStats()
+    stats = dict(stats or {})
+    e2e = acoustic_seconds + transfer_seconds + decoder_seconds
+    return ResultRow(
+        experiment=experiment, run=run, decoder=decoder, decoder_name=decoder_name, device=device,
+        dataset=dataset, boost_value=boost_value,
+        utterances=wer.utterances, audio_seconds=float(audio_seconds), frames=int(frames),
+        batch_size=int(batch_size), warmup_batches=int(warmup_batches),
+        wer=wer.wer, substitutions=wer.substitutions, deletions=wer.deletions, insertions=wer.insertions,
+        hits=wer.hits, ref_words=wer.ref_words, sentence_errors=wer.sentence_errors,
+        decoder_seconds=float(decoder_seconds), decoder_cuda_seconds=decoder_cuda_seconds,
+        acoustic_seconds=float(acoustic_seconds), end_to_end_seconds=float(e2e),
+        rtfx_decoder=_finite_or_none(rtfx(audio_seconds, decoder_seconds)),
+        rtfx_end_to_end=_finite_or_none(rtfx(audio_seconds, e2e)),
+        boundary=boundary,
+        peak_rss_bytes=memory.peak_rss_bytes, rss_increase_bytes=memory.rss_increase_bytes,
+        cuda_peak_bytes=memory.cuda_peak_bytes,
+        acoustic_stage_peak_bytes={k: int(v) for k, v in (acoustic_stage_peak_bytes or {}).items()},
+        overflow_count=int(stats.get("overflow_count", 0)), rescued_count=int(stats.get("rescued_count", 0)),
+        decoder_stats=stats,
+        hardware_key=hardware_key(env, device), environment=dict(env), decoder_config=dict(decoder_config or {}),
+        run_mate=run_mate, params=dict(params or {}),
+    )
+
+
+def _finite_or_none(v: float) -> Optional[float]:
+    """RTFx over a zero wall time is not a measurement (the row says null rather than inf)."""
+    import math
+
+    return v if math.isfinite(v) else None
+
+
+def unavailable_row(*, experiment: str, run: str, decoder: str, decoder_name: str, device: str, reason: str,
+                    env: dict, boost_value: Optional[float] = None, params: Optional[dict] = None) -> ResultRow:
+    return ResultRow(
+        experiment=experiment, run=run, decoder=decoder, decoder_name=decoder_name, device=device,
+        status="unavailable", reason=str(reason) or "unknown", boost_value=boost_value, environment=dict(env),
+        params=dict(params or {}),
+    )
