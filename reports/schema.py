@@ -43,7 +43,7 @@ class ResultRow:
     batch_size: int = 0
     warmup_batches: int = 0
     # WER parts (eval.metrics.WerStats)
-    wer: Optional[float] = None
+    wer: Optional[float] = None  # fraction; None when the inputs have no references
     substitutions: int = 0
     deletions: int = 0
     insertions: int = 0
@@ -97,7 +97,8 @@ class ResultRow:
             return
         if not isinstance(self.dataset, str) or not self.dataset:
             raise ValueError(f"row for {self.decoder!r} has no dataset")
-        _finite_number("wer", self.wer, lo=0.0)
+        if self.wer is not None:  # None: no references (a kernel benchmark on synthetic log-probs)
+            _finite_number("wer", self.wer, lo=0.0)
         for name in ("utterances", "substitutions", "deletions", "insertions", "hits", "ref_words",
                      "sentence_errors", "frames", "overflow_count", "rescued_count", "batch_size", "warmup_batches"):
             v = getattr(self, name)
