@@ -15,7 +15,8 @@ Conventions (fixed; every importer/exporter maps into them):
   of arc a (0 when it has none), so code that only follows `olabel` sees every single-word arc exactly.
 
 Formats (all lossless: same arcs, bit-identical weights, same word labels):
-- binary image (`save`/`load`): see `IMAGE_LAYOUT`; memory-mapped, every index validated on load.
+- binary image (`save`/`load`): see `IMAGE_LAYOUT`; read into memory (a private copy), header and sections
+  CRC-checked and every index validated on load; `save` replaces the file atomically.
 - k2 dict (`from_k2`/`to_k2_dict`): arcs [A, 4] int32 (src, dest, label, score bits), aux_labels [A].
 - OpenFst (`from_openfst`/`write_openfst`): Kaldi numbering (<eps> = 0, token = column + 1, #k
   disambiguation ilabels -> EPSILON on import), tropical costs = -scores, finals as final weights.
@@ -24,6 +25,7 @@ Formats (all lossless: same arcs, bit-identical weights, same word labels):
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -32,18 +34,24 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from decoders.openfst import FstArrays, read_openfst, read_symbol_table, write_openfst_vector, write_symbol_table
+
 FINAL = -1
 EPSILON = -2
 
 # ---------------------------------------------------------------------------------------------------------
 # Binary image layout (little endian). Header: 256 bytes; then sections, each 64-byte aligned, in order.
 IMAGE_MAGIC = b"WFSTIMG1"
-IMAGE_VERSION = 1
+# Version 2: the header is covered by its own CRC (version 1 checked only the sections, so an edited
+# start_state / num_tokens / words_bytes was accepted) and no byte may follow the last section.
+IMAGE_VERSION = 2
+REBUILD_COMMAND = "python -m recipes.build_graphs force=true ..."
 _HEADER_SIZE = 256
 _ALIGN = 64
 # magic, version, flags, num_states, num_arcs, start, final, num_tokens, num_words, aux_size,
-# words_bytes, info_bytes, crc32 (of every section byte), reserved
-_HEADER_FMT = "<8sIIqqqqqqqqqI"
+# words_bytes, info_bytes, sections_crc32, header_crc32; the rest of the 256 bytes is zero
+_HEADER_FMT = "<8sIIqqqqqqqqqII"
+_HEADER_CRC_OFFSET = struct.calcsize(_HEADER_FMT) - 4
 _FLAG_HAS_EPS = 1
 _FLAG_HAS_AUX = 2
 _SECTIONS = (
@@ -61,12 +69,55 @@ _SECTIONS = (
     ("info", "u1", lambda N, A, X, WB, IB: IB),
 )
 IMAGE_LAYOUT = (
-    "header[256]: magic 'WFSTIMG1', u32 version, u32 flags (1 has-eps, 2 has-aux), i64 num_states, "
+    "header[256]: magic 'WFSTIMG1', u32 version (2), u32 flags (1 has-eps, 2 has-aux), i64 num_states, "
     "num_arcs, start_state, final_state, num_tokens, num_words, aux_size, words_bytes, info_bytes, "
-    "u32 crc32(sections); then 64-byte aligned sections: row_splits i32[N+1], final_count i32[N], "
+    "u32 crc32(sections), u32 crc32(the 256 header bytes with this field zeroed), zero padding; then "
+    "64-byte aligned sections: row_splits i32[N+1], final_count i32[N], "
     "eps_count i32[N], dest i32[A], ilabel i32[A], olabel i32[A], weight f32[A], aux_splits i32[A+1], "
-    "aux_words i32[X], words utf-8 ('\\n'-joined), info utf-8 JSON"
+    "aux_words i32[X], words utf-8 ('\\n'-joined), info utf-8 JSON; the file ends with the last section"
 )
+
+
+def _header_crc(header: bytes) -> int:
+    """CRC32 of the 256 header bytes with the header-CRC field itself zeroed."""
+    h = bytearray(header[:_HEADER_SIZE])
+    h[_HEADER_CRC_OFFSET : _HEADER_CRC_OFFSET + 4] = b"\0\0\0\0"
+    return zlib.crc32(bytes(h)) & 0xFFFFFFFF
+
+
+def image_version(path: Union[str, Path]) -> Optional[int]:
+    """Format version of the graph image at `path` (None: missing, or not a graph image). Lets a build
+    stage rebuild images written by an older version instead of skipping them."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return None
+    if len(head) < 12 or head[:8] != IMAGE_MAGIC:
+        return None
+    return struct.unpack_from("<I", head, 8)[0]
+
+
+def _write_atomically(path: Union[str, Path], chunks: Sequence[bytes]) -> None:
+    """Write `chunks` to a temporary file next to `path` and rename it over `path`: a reader never sees a
+    half-written file, and a process that loaded the old file keeps its own copy (loads are private)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    # os.open with 0o666 lets the umask decide the mode, as a plain open() would
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 class CorruptGraphError(ValueError):
@@ -256,7 +307,9 @@ class WfstGraph:
 
     # ---- binary image ----------------------------------------------------------------------------------
     def save(self, path: Union[str, Path]) -> None:
-        """Write the binary image (layout: IMAGE_LAYOUT). The graph is validated first."""
+        """Write the binary image (layout: IMAGE_LAYOUT). The graph is validated first. The file is written
+        under a temporary name in the same directory and renamed over `path`, so rewriting an image that
+        some process has loaded (or is loading) never changes what that process holds."""
         self.validate()
         N, A = self.num_states, self.num_arcs
         src = self.src()
@@ -295,35 +348,49 @@ class WfstGraph:
         flags = (_FLAG_HAS_EPS if self.num_epsilon_arcs else 0) | (_FLAG_HAS_AUX if self.aux_splits is not None else 0)
         header = struct.pack(
             _HEADER_FMT, IMAGE_MAGIC, IMAGE_VERSION, flags, N, A, self.start_state, self.final_state,
-            self.num_tokens, len(words), X, WB, IB, crc,
+            self.num_tokens, len(words), X, WB, IB, crc, 0,
         )
-        header = header + b"\0" * (_HEADER_SIZE - len(header))
-        with open(path, "wb") as f:
-            f.write(header)
-            f.write(body)
+        header = bytearray(header + b"\0" * (_HEADER_SIZE - len(header)))
+        struct.pack_into("<I", header, _HEADER_CRC_OFFSET, _header_crc(bytes(header)))
+        _write_atomically(path, [bytes(header), bytes(body)])
 
     @classmethod
-    def load(cls, path: Union[str, Path], *, mmap: bool = True, verify_checksum: bool = True) -> "WfstGraph":
-        """Load (memory-map) a binary image, validating every index the decoder will follow.
+    def load(cls, path: Union[str, Path], *, verify_checksum: bool = True) -> "WfstGraph":
+        """Read a binary image into memory (a private copy: rewriting or replacing the file afterwards does not
+        affect the loaded graph), validating the header, its CRC and every index the decoder will follow.
 
-        Raises CorruptGraphError ("corrupt graph image <path>: <what>") on any truncation/inconsistency.
-        verify_checksum: also check the CRC32 of all sections (catches flipped weights; reads every byte).
+        Raises CorruptGraphError ("corrupt graph image <path>: <what>") on any truncation/inconsistency, and
+        for an image of an older format version a one-line error naming the command that rebuilds it.
+        verify_checksum: also check the CRC32 of all sections (catches flipped weights). The header CRC is
+        always checked.
         """
         path = Path(path)
         where = f"corrupt graph image {path}"
         try:
-            size = path.stat().st_size
+            # one read: the checks below and the arrays see the same bytes, whatever happens to the file
+            raw = np.fromfile(path, dtype=np.uint8)
         except OSError as e:
-            raise FileNotFoundError(f"WfstGraph.load: cannot open {path}: {e}") from e
+            raise FileNotFoundError(f"WfstGraph.load: cannot read {path}: {e.strerror or e}") from None
+        size = int(raw.shape[0])
+        if size < 12:
+            raise CorruptGraphError(f"{where}: truncated header ({size} bytes < {_HEADER_SIZE})")
+        if bytes(raw[:8]) != IMAGE_MAGIC:
+            raise CorruptGraphError(f"{where}: bad magic {bytes(raw[:8])!r} (expected {IMAGE_MAGIC!r}; not a graph image)")
+        (version,) = struct.unpack_from("<I", raw, 8)
+        if version != IMAGE_VERSION:
+            if 1 <= version < IMAGE_VERSION:
+                raise CorruptGraphError(
+                    f"graph image {path} has format version {version}, this reader needs {IMAGE_VERSION}: rebuild it "
+                    f"with `{REBUILD_COMMAND}`")
+            raise CorruptGraphError(f"{where}: unsupported version {version} (this reader knows {IMAGE_VERSION})")
         if size < _HEADER_SIZE:
             raise CorruptGraphError(f"{where}: truncated header ({size} bytes < {_HEADER_SIZE})")
-        with open(path, "rb") as f:
-            head = f.read(_HEADER_SIZE)
-        magic, version, flags, N, A, start, final, V, W, X, WB, IB, crc = struct.unpack_from(_HEADER_FMT, head)
-        if magic != IMAGE_MAGIC:
-            raise CorruptGraphError(f"{where}: bad magic {magic!r} (expected {IMAGE_MAGIC!r}; not a graph image)")
-        if version != IMAGE_VERSION:
-            raise CorruptGraphError(f"{where}: unsupported version {version} (this reader knows {IMAGE_VERSION})")
+        head = bytes(raw[:_HEADER_SIZE])
+        _, _, flags, N, A, start, final, V, W, X, WB, IB, crc, head_crc = struct.unpack_from(_HEADER_FMT, head)
+        if _header_crc(head) != head_crc:
+            raise CorruptGraphError(f"{where}: header checksum mismatch (the header was modified or damaged)")
+        if any(head[struct.calcsize(_HEADER_FMT):]):
+            raise CorruptGraphError(f"{where}: nonzero bytes in the header padding")
         for name, v in (("num_states", N), ("num_arcs", A), ("num_tokens", V), ("num_words", W),
                         ("aux_size", X), ("words_bytes", WB), ("info_bytes", IB)):
             if v < 0 or v > 2**31 - 1:
@@ -339,28 +406,22 @@ class WfstGraph:
                 raise CorruptGraphError(
                     f"{where}: truncated: section {name} needs bytes [{off}, {end}) but the file has {size}"
                 )
-        if verify_checksum:
-            with open(path, "rb") as f:
-                f.seek(_HEADER_SIZE)
-                body = f.read(total - _HEADER_SIZE)
-            if (zlib.crc32(body) & 0xFFFFFFFF) != crc:
-                raise CorruptGraphError(f"{where}: checksum mismatch (sections were modified or damaged)")
-        arrays = {}
-        if mmap:
-            mm = np.memmap(path, dtype=np.uint8, mode="r")
-            for name, dt, off, n in layout:
-                arrays[name] = mm[off : off + n * dt.itemsize].view(dt)
-        else:
-            raw = np.fromfile(path, dtype=np.uint8)
-            for name, dt, off, n in layout:
-                arrays[name] = raw[off : off + n * dt.itemsize].view(dt).copy()
+        if size != total:
+            raise CorruptGraphError(f"{where}: {size - total} unexpected bytes after the last section")
+        if verify_checksum and (zlib.crc32(raw[_HEADER_SIZE:total]) & 0xFFFFFFFF) != crc:
+            raise CorruptGraphError(f"{where}: checksum mismatch (sections were modified or damaged)")
+        arrays = {name: raw[off : off + n * dt.itemsize].view(dt) for name, dt, off, n in layout}
         try:
             words = bytes(arrays["words"]).decode("utf-8").split("\n") if WB else [""]
             info = json.loads(bytes(arrays["info"]).decode("utf-8")) if IB else {}
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CorruptGraphError(f"{where}: unreadable words/info section ({e})") from e
+            raise CorruptGraphError(f"{where}: unreadable words/info section ({e})") from None
+        if not isinstance(info, dict):
+            raise CorruptGraphError(f"{where}: info section is not a JSON object")
         if len(words) != W:
             raise CorruptGraphError(f"{where}: words section holds {len(words)} words, header says {W}")
+        if words[0] != "<eps>":
+            raise CorruptGraphError(f"{where}: words[0] must be '<eps>'")
         has_aux = bool(flags & _FLAG_HAS_AUX)
         try:
             _validate_arrays(
@@ -375,6 +436,11 @@ class WfstGraph:
             raise CorruptGraphError(f"{where}: has-eps flag disagrees with the epsilon counts")
         if not has_aux and np.any(np.diff(arrays["aux_splits"]) > 1):
             raise CorruptGraphError(f"{where}: multi-word arcs present but the has-aux flag is clear")
+        if not has_aux:  # without the flag the aux section must be exactly what olabel implies
+            implied_splits = np.zeros(A + 1, dtype=np.int64)
+            np.cumsum(arrays["olabel"] != 0, out=implied_splits[1:])
+            if X != int(implied_splits[-1]) or np.any(arrays["aux_splits"] != implied_splits):
+                raise CorruptGraphError(f"{where}: aux section disagrees with the arc word labels")
         return cls(
             num_states=int(N), start_state=int(start), final_state=int(final), num_tokens=int(V),
             row_splits=arrays["row_splits"], dest=arrays["dest"], ilabel=arrays["ilabel"],
@@ -403,7 +469,18 @@ class WfstGraph:
 
         d = path_or_dict
         if isinstance(d, (str, Path)):
-            d = torch.load(str(d), map_location="cpu", weights_only=False)
+            # weights_only: a user-supplied file must not run code (a pickle can); a k2 Fsa dict is plain
+            # tensors, so the restricted unpickler reads every legitimate HLG.pt
+            try:
+                d = torch.load(str(d), map_location="cpu", weights_only=True)
+            except FileNotFoundError as e:
+                raise FileNotFoundError(f"from_k2: cannot read {path_or_dict}: {e.strerror or e}") from None
+            except Exception as e:  # noqa: BLE001 -- torch raises UnpicklingError, RuntimeError, ... here
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise ValueError(
+                    f"from_k2: {path_or_dict} is not a plain tensor dict readable with torch.load(weights_only=True) "
+                    f"(refused: {first[:200]}); export the Fsa with torch.save(fsa.as_dict())"
+                ) from None
         if not isinstance(d, dict) or "arcs" not in d:
             raise ValueError("from_k2: expected a dict with an 'arcs' entry (k2 Fsa.as_dict())")
         arcs = d["arcs"]
@@ -449,7 +526,7 @@ class WfstGraph:
             al = al.numpy() if hasattr(al, "numpy") else np.asarray(al)
             olabel = np.where(al > 0, al, 0).astype(np.int32)
         if isinstance(words, (str, Path)):
-            words = _read_words_txt(words)
+            words = read_symbol_table(words, allow_gaps=True)
         return cls.from_arcs(
             src, dest, ilabel, olabel, score, num_states=num_states, start_state=0, final_state=final_state,
             num_tokens=V, words=words, info={"source": "k2"}, aux=aux,
@@ -536,7 +613,7 @@ class WfstGraph:
         if side.exists():
             meta = json.loads(side.read_text())
             base, comp = int(meta["base"]), meta["compounds"]
-            d["aux_labels_ragged"] = _expand_compounds(aux, base, comp)
+            d["aux_labels_ragged"] = expand_compounds(aux, base, comp)
         return cls.from_k2(d, num_tokens=num_tokens, words=words)
 
     # ---- OpenFst -----------------------------------------------------------------------------------------
@@ -558,27 +635,27 @@ class WfstGraph:
         if num_tokens is None:
             if tokens_path is None:
                 raise ValueError("from_openfst: give num_tokens or tokens_path (to tell tokens from #k symbols)")
-            syms = _read_words_txt(tokens_path)
+            syms = read_symbol_table(tokens_path, allow_gaps=True)
             num_tokens = sum(1 for s in syms[1:] if not (s.startswith("#") and s[1:].isdigit()))
         V = int(num_tokens)
-        fa = read_openfst_arrays(path)
-        il = fa["ilabel"]
+        fa = read_openfst(path)
+        il = fa.ilabel
         ilabel = np.where((il == 0) | (il > V), EPSILON, il - 1).astype(np.int32)
-        words = _read_words_txt(words_path) if words_path is not None else None
-        olabel = fa["olabel"].astype(np.int32)
+        words = read_symbol_table(words_path, allow_gaps=True) if words_path is not None else None
+        olabel = fa.olabel.astype(np.int32)
         if words is not None:
             bad = [i for i, w in enumerate(words) if w.startswith("#") and w[1:].isdigit()]
             if bad:
                 olabel = np.where(np.isin(olabel, bad), 0, olabel).astype(np.int32)
-        N = fa["num_states"]
-        fin = np.nonzero(np.isfinite(fa["final"]))[0]
-        src = np.concatenate([fa["src"], fin]).astype(np.int64)
-        dest = np.concatenate([fa["dest"], np.full(fin.shape, N, np.int32)])
+        N = fa.num_states
+        fin = np.nonzero(np.isfinite(fa.final))[0]
+        src = np.concatenate([fa.src, fin]).astype(np.int64)
+        dest = np.concatenate([fa.dest, np.full(fin.shape, N, np.int32)])
         ilabel = np.concatenate([ilabel, np.full(fin.shape, FINAL, np.int32)])
         olabel = np.concatenate([olabel, np.zeros(fin.shape, np.int32)])
-        weight = np.concatenate([-fa["cost"], -fa["final"][fin]]).astype(np.float32)
+        weight = np.concatenate([-fa.cost, -fa.final[fin]]).astype(np.float32)
         return cls.from_arcs(
-            src, dest, ilabel, olabel, weight, num_states=N + 1, start_state=fa["start"], final_state=N,
+            src, dest, ilabel, olabel, weight, num_states=N + 1, start_state=fa.start, final_state=N,
             num_tokens=V, words=words, info={"source": "openfst"},
         ).validate()
 
@@ -611,21 +688,19 @@ class WfstGraph:
         # (what kaldifst.arcsort and our recipes write) reads back and writes out in the same order
         order = np.lexsort((ol, il, src[e]))
         e, il, ol = e[order], il[order], ol[order]
-        write_openfst_vector(
-            path, start=int(new_id[self.start_state]), final=final, src=new_id[src[e]].astype(np.int32),
+        write_openfst_vector(path, FstArrays(
+            start=int(new_id[self.start_state]), num_states=self.num_states - 1, src=new_id[src[e]].astype(np.int32),
             dest=new_id[self.dest[e]].astype(np.int32), ilabel=il, olabel=ol,
-            cost=(-self.weight[e]).astype(np.float32),
-        )
+            cost=(-self.weight[e]).astype(np.float32), final=final,
+        ))
         if words_path is not None:
             if self.words is None:
                 raise ValueError("write_openfst: words_path given but the graph has no word table")
-            with open(words_path, "w", encoding="utf-8") as f:
-                for i, w in enumerate(self.words):
-                    f.write(f"{w} {i}\n")
+            write_symbol_table(words_path, self.words)
 
 
 # -------------------------------------------------------------------------------------------------------------
-def _expand_compounds(aux: np.ndarray, base: int, compounds: list) -> dict:
+def expand_compounds(aux: np.ndarray, base: int, compounds: list) -> dict:
     """aux ids (>= base: compound index) -> ragged {row_splits, values} (0 and -1 mean no word)."""
     aux = np.asarray(aux, dtype=np.int64)
     clens = np.asarray([len(c) for c in compounds], dtype=np.int64)
@@ -667,17 +742,6 @@ def _f32_str(x: float) -> str:
         return "inf" if v > 0 else "-inf"
     return np.format_float_positional(v, unique=True, trim="-") if abs(v) >= 1e-4 or v == 0 else \
         np.format_float_scientific(v, unique=True, trim="-")
-
-
-def _read_words_txt(path) -> list[str]:
-    table = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) == 2:
-                table[int(fields[1])] = fields[0]
-    n = max(table) + 1 if table else 0
-    return [table.get(i, f"<unused{i}>") for i in range(n)]
 
 
 def _validate_arrays(*, num_states, start_state, final_state, num_tokens, num_words, row_splits, dest, ilabel,
@@ -765,88 +829,3 @@ def _validate_arrays(*, num_states, start_state, final_state, num_tokens, num_wo
         if np.any(first != ol):
             a = int(np.nonzero(first != ol)[0][0])
             bad(f"arc {a}: olabel {int(ol[a])} is not the first aux word ({int(first[a])})")
-
-
-_FST_MAGIC = 2125659606
-_CONST_STATE = np.dtype([("final", "<f4"), ("pos", "<u4"), ("narcs", "<u4"), ("nieps", "<u4"), ("noeps", "<u4")])
-_STD_ARC = np.dtype([("ilabel", "<i4"), ("olabel", "<i4"), ("weight", "<f4"), ("nextstate", "<i4")])
-
-
-def _read_fst_str(buf, off):
-    (n,) = struct.unpack_from("<i", buf, off)
-    return bytes(buf[off + 4 : off + 4 + n]).decode(), off + 4 + n
-
-
-def read_openfst_arrays(path) -> dict:
-    """Parse an OpenFst binary vector or const FST (standard arcs) with numpy alone.
-    Returns dict(start, num_states, src, dest, ilabel, olabel, cost, final); costs are tropical."""
-    buf = Path(path).read_bytes()
-    if len(buf) < 4 or struct.unpack_from("<i", buf, 0)[0] != _FST_MAGIC:
-        raise ValueError(f"read_openfst_arrays: {path} is not an OpenFst binary FST (bad magic)")
-    fst_type, off = _read_fst_str(buf, 4)
-    arc_type, off = _read_fst_str(buf, off)
-    if arc_type != "standard":
-        raise ValueError(f"read_openfst_arrays: {path}: arc type {arc_type!r}, expected 'standard' (tropical)")
-    version, flags, _props, start, nstates, narcs = struct.unpack_from("<iiQqqq", buf, off)
-    off += 40
-    if flags & 0x3:
-        raise ValueError(f"read_openfst_arrays: {path}: embedded symbol tables are not supported")
-    if fst_type == "const":
-        if version == 1:
-            off = (off + 15) // 16 * 16
-        states = np.frombuffer(buf, dtype=_CONST_STATE, count=nstates, offset=off)
-        off += nstates * _CONST_STATE.itemsize
-        if version == 1:
-            off = (off + 15) // 16 * 16
-        arcs = np.frombuffer(buf, dtype=_STD_ARC, count=narcs, offset=off)
-        narcs_per = states["narcs"].astype(np.int64)
-        final = states["final"].astype(np.float32)
-    elif fst_type == "vector":
-        final = np.empty(nstates, dtype=np.float32)
-        narcs_per = np.empty(nstates, dtype=np.int64)
-        chunks = []
-        for s in range(nstates):
-            w, n = struct.unpack_from("<fq", buf, off)
-            off += 12
-            final[s] = w
-            narcs_per[s] = n
-            chunks.append((off, n))
-            off += 16 * n
-        arcs = np.concatenate([np.frombuffer(buf, dtype=_STD_ARC, count=n, offset=o) for o, n in chunks]) \
-            if chunks else np.zeros(0, dtype=_STD_ARC)
-    else:
-        raise ValueError(f"read_openfst_arrays: {path}: fst type {fst_type!r} is not vector/const")
-    src = np.repeat(np.arange(nstates, dtype=np.int32), narcs_per)
-    return {
-        "start": int(start), "num_states": int(nstates), "src": src,
-        "dest": arcs["nextstate"].astype(np.int32), "ilabel": arcs["ilabel"].astype(np.int32),
-        "olabel": arcs["olabel"].astype(np.int32), "cost": arcs["weight"].astype(np.float32), "final": final,
-    }
-
-
-def write_openfst_vector(path, *, start, final, src, dest, ilabel, olabel, cost) -> None:
-    """Write an OpenFst binary vector FST (standard arcs) with numpy alone; arcs grouped by source state
-    keeping their given relative order."""
-    N = int(final.shape[0])
-    order = np.argsort(src, kind="stable")
-    counts = np.bincount(src, minlength=N)
-    arcs = np.zeros(src.shape[0], dtype=_STD_ARC)
-    arcs["ilabel"], arcs["olabel"] = ilabel[order], olabel[order]
-    arcs["weight"], arcs["nextstate"] = cost[order], dest[order]
-    header = struct.pack("<i", _FST_MAGIC)
-    for s in ("vector", "standard"):
-        header += struct.pack("<i", len(s)) + s.encode()
-    # version 2, flags 0, properties 0 (unknown: readers recompute), start, numstates, numarcs
-    header += struct.pack("<iiQqqq", 2, 0, 0, int(start), N, int(src.shape[0]))
-    state_head = np.zeros(N, dtype=np.dtype([("final", "<f4"), ("narcs", "<i8")]))
-    state_head["final"], state_head["narcs"] = final, counts
-    parts = [header]
-    raw_arcs = arcs.tobytes()
-    pos = 0
-    for s in range(N):
-        parts.append(state_head[s : s + 1].tobytes())
-        n = int(counts[s]) * 16
-        parts.append(raw_arcs[pos : pos + n])
-        pos += n
-    with open(path, "wb") as f:
-        f.write(b"".join(parts))

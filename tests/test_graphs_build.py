@@ -8,7 +8,7 @@ import pytest
 
 from decoders.graph import WfstGraph
 from recipes.graphs.build import GRAPH_FILES, build_token_set_graphs
-from recipes.graphs.paths import _Index, forced_best_path, sample_label_sequence
+from recipes.graphs.paths import ArcIndex, forced_best_path, sample_label_sequence
 from recipes.graphs.toy import TOY_WORDS, toy_tokens, write_toy_arpa
 from recipes.graphs.topologies import TOPOLOGIES
 from recipes.lexicon import add_disambig_symbols, build_lexicon, read_lexicon, write_lexicon
@@ -48,7 +48,7 @@ def test_tlg_and_hlg_accept_same_sequences(toy_graphs, topology):
     tlg = WfstGraph.load(out / topology / "TLG.bin")
     hlg = WfstGraph.load(out / topology / "HLG.bin")
     rng = np.random.default_rng(0)
-    ti, hi = _Index(tlg), _Index(hlg)
+    ti, hi = ArcIndex(tlg), ArcIndex(hlg)
     lex = read_lexicon(out / topology / "lexicon.txt")
 
     def spelling(ws):
@@ -60,8 +60,8 @@ def test_tlg_and_hlg_accept_same_sequences(toy_graphs, topology):
             labels = sample_label_sequence(src, rng, max_frames=14)
             if labels is None:
                 continue
-            pt = forced_best_path(tlg, labels, _index=ti)
-            ph = forced_best_path(hlg, labels, _index=hi)
+            pt = forced_best_path(tlg, labels, index=ti)
+            ph = forced_best_path(hlg, labels, index=hi)
             assert pt.reached_final and ph.reached_final, labels
             assert pt.graph_score == pytest.approx(ph.graph_score, abs=1e-4)
             if pt.words != ph.words:

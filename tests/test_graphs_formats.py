@@ -3,9 +3,10 @@ import numpy as np
 import pytest
 import torch
 
-from decoders.graph import FINAL, WfstGraph, read_openfst_arrays
+from decoders.graph import FINAL, WfstGraph
+from decoders.openfst import read_openfst
 from recipes.graphs.build import build_token_set_graphs
-from recipes.graphs.fstutil import read_fst_arrays
+from recipes.graphs.fstutil import fst_to_arrays, read_fst_arrays
 from recipes.graphs.toy import TOY_WORDS, toy_tokens, write_toy_arpa
 
 
@@ -80,9 +81,14 @@ def test_openfst_roundtrip(toy_dir, topology, tmp_path):
     assert np.array_equal(a.cost.view(np.int32), b.cost.view(np.int32))
     assert np.array_equal(a.final.view(np.int32), b.final.view(np.int32))
     assert (tmp_path / "words.txt").read_text() == (d / "words.txt").read_text()
-    # numpy-only reader == kaldifst's view
-    r = read_openfst_arrays(d / "TLG.fst")
-    assert np.array_equal(r["dest"], a.dest) and r["start"] == a.start
+    # the numpy reader of the vector file == kaldifst's view of it (through a const FST)
+    import kaldifst
+
+    k = fst_to_arrays(kaldifst.StdVectorFst.read(str(d / "TLG.fst")))
+    r = read_openfst(d / "TLG.fst")
+    for f in ("src", "dest", "ilabel", "olabel"):
+        assert np.array_equal(getattr(r, f), getattr(k, f)), f
+    assert r.start == k.start and np.array_equal(r.final.view(np.int32), k.final.view(np.int32))
 
 
 def test_openfst_import_maps_disambig_to_epsilon(tmp_path):
@@ -105,3 +111,41 @@ def test_openfst_import_maps_disambig_to_epsilon(tmp_path):
     const.write(str(tmp_path / "c.fst"))
     _g2 = WfstGraph.from_openfst(tmp_path / "c.fst", num_tokens=V)  # const FSTs read too
     assert np.array_equal(_g2.dest, g.dest)
+
+
+def test_one_openfst_reader():
+    """Issue 11: graph formats had two OpenFst parsers (recipes.graphs.fstutil and decoders.graph). recipes now
+    use decoders.openfst, the one reader/writer."""
+    import decoders.graph
+    import decoders.openfst
+    import recipes.graphs.fstutil
+
+    assert recipes.graphs.fstutil.FstArrays is decoders.openfst.FstArrays
+    assert not hasattr(recipes.graphs.fstutil, "parse_const_fst")
+    assert not hasattr(decoders.graph, "read_openfst_arrays")
+
+
+@pytest.mark.parametrize("cut", [3, 10, 30, 60, 100])
+def test_openfst_reader_truncated_file_one_line_error(toy_dir, tmp_path, cut):
+    """A truncated OpenFst file gives a one-line ValueError naming the file, never a numpy traceback."""
+    raw = (toy_dir / "normal" / "TLG.fst").read_bytes()
+    p = tmp_path / "cut.fst"
+    p.write_bytes(raw[: len(raw) * cut // 101])
+    with pytest.raises(ValueError) as e:
+        read_openfst(p)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_symbol_table_reader(tmp_path):
+    """One symbol-table reader: strict "symbol id" lines; gaps only when asked for."""
+    from decoders.openfst import read_symbol_table, write_symbol_table
+
+    write_symbol_table(tmp_path / "w.txt", ["<eps>", "a", "b"])
+    assert read_symbol_table(tmp_path / "w.txt") == ["<eps>", "a", "b"]
+    (tmp_path / "g.txt").write_text("<eps> 0\nb 2\n")
+    with pytest.raises(ValueError, match="not dense"):
+        read_symbol_table(tmp_path / "g.txt")
+    assert read_symbol_table(tmp_path / "g.txt", allow_gaps=True) == ["<eps>", "<unused1>", "b"]
+    (tmp_path / "bad.txt").write_text("<eps> 0\nx y z\n")
+    with pytest.raises(ValueError, match="bad.txt:2"):
+        read_symbol_table(tmp_path / "bad.txt")

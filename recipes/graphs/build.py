@@ -20,6 +20,8 @@ from typing import Optional, Sequence
 
 import kaldifst
 
+from decoders.graph import IMAGE_VERSION, image_version
+
 from recipes.graphs.compile import (
     compile_G, compile_HLG, compile_L, compile_LG, compile_TLG, estimate_epsfree_arcs, prepare_LG_for_HLG,
 )
@@ -161,7 +163,10 @@ def build_topology_graphs(
     out_dir = Path(out_dir)
     info_path = out_dir / "graph_info.json"
     needed = [f for f in GRAPH_FILES if not (lang.hlg_skipped and f in HLG_FILES)]
-    if info_path.exists() and not force and all((out_dir / f).exists() for f in needed):
+    # an image of an older format version is rebuilt, not skipped (the decoder would refuse it)
+    stale = [f for f in needed if f.endswith(".bin") and (out_dir / f).exists()
+             and image_version(out_dir / f) != IMAGE_VERSION]
+    if info_path.exists() and not force and not stale and all((out_dir / f).exists() for f in needed):
         old = json.loads(info_path.read_text())
         if old.get("sources") == sources and not lang.rebuilt:
             log.info("%s: graph_info.json exists, skipping", out_dir)

@@ -5,7 +5,7 @@ from typing import Optional
 
 import numpy as np
 
-from decoders.graph import EPSILON, FINAL, WfstGraph
+from decoders.graph import EPSILON, FINAL, WfstGraph, expand_compounds
 from recipes.graphs.fstutil import FstArrays, fst_to_arrays
 from recipes.graphs.symbols import TokenTable, column_of_kaldi_token
 
@@ -49,13 +49,11 @@ def hlg_to_graph(fst_or_arrays, table: TokenTable, words: list[str], compounds: 
     if np.any(np.isfinite(a.final) & (np.arange(a.num_states) != finals[0])):
         raise ValueError("hlg_to_graph: states other than the super-final one are final")
     ilabel = np.where(fin_arcs, FINAL, a.ilabel - 1).astype(np.int32)
-    from decoders.graph import _expand_compounds
-
     base = len(words)
     aux = None
     olabel = a.olabel.astype(np.int32)
     if np.any(olabel >= base):
-        r = _expand_compounds(olabel, base, compounds)
+        r = expand_compounds(olabel, base, compounds)
         aux = (r["row_splits"], r["values"])
     weight = (-a.cost).astype(np.float32)
     g = WfstGraph.from_arcs(a.src, a.dest, ilabel, np.where(olabel >= base, 0, olabel), weight,

@@ -25,8 +25,9 @@ class ForcedPath:
     reached_final: bool  # False: no path with these labels ends in a FINAL arc (best partial path returned)
 
 
-class _Index:
-    """Per-state emitting ranges (canonical order: emitting arcs sorted by ilabel first)."""
+class ArcIndex:
+    """Per-state arc ranges of a graph (canonical order: emitting arcs sorted by ilabel, then epsilon, then
+    final). Build once per graph and pass as `index=` to `forced_best_path` when calling it many times."""
 
     def __init__(self, g: WfstGraph):
         self.g = g
@@ -53,7 +54,7 @@ class _Index:
         return range(int(self.eps_end[s]), int(self.rs[s + 1]))
 
 
-def _closure(idx: _Index, active: dict, trace: list) -> dict:
+def _closure(idx: ArcIndex, active: dict, trace: list) -> dict:
     """Viterbi epsilon closure (the epsilon subgraph of our graphs is acyclic; relaxation terminates)."""
     stack = list(active)
     while stack:
@@ -70,9 +71,10 @@ def _closure(idx: _Index, active: dict, trace: list) -> dict:
 
 
 def forced_best_path(graph: WfstGraph, labels: Sequence[int], log_probs: Optional[np.ndarray] = None,
-                     *, _index: Optional[_Index] = None) -> ForcedPath:
-    """Best path reading `labels` (one column per frame). log_probs: optional (T, V) added per frame."""
-    idx = _index or _Index(graph)
+                     *, index: Optional[ArcIndex] = None, _index: Optional[ArcIndex] = None) -> ForcedPath:
+    """Best path reading `labels` (one column per frame). log_probs: optional (T, V) added per frame.
+    index: a prebuilt `ArcIndex(graph)` (`_index` is the old spelling, kept until eval/ stops using it)."""
+    idx = index or _index or ArcIndex(graph)
     trace: list = []  # (prev trace id or -1, arc)
     active = {graph.start_state: (0.0, -1)}
     _closure(idx, active, trace)
@@ -116,7 +118,7 @@ def sample_label_sequence(graph: WfstGraph, rng: np.random.Generator, max_frames
                           p_stop: float = 0.15) -> Optional[list]:
     """Random walk from the start state; returns the per-frame labels of a path ending with a FINAL arc
     (None if the walk got stuck or ran past max_frames)."""
-    idx = _Index(graph)
+    idx = ArcIndex(graph)
     s = graph.start_state
     labels = []
     for _ in range(4 * max_frames + 10):
@@ -133,3 +135,7 @@ def sample_label_sequence(graph: WfstGraph, rng: np.random.Generator, max_frames
                 return None
         s = int(idx.dest[a])
     return None
+
+
+# Old private spelling, still imported by eval/adapters/k2py_adapter.py (not owned here); use ArcIndex.
+_Index = ArcIndex

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from decoders.openfst import write_symbol_table
 from recipes.lexicon import token_to_symbol
 from recipes.tokens import TokenSet
 
@@ -78,9 +79,7 @@ class TokenTable:
         return [EPS] + [token_to_symbol(t) for t in self.tokens.tokens] + [f"#{k}" for k in range(self.num_disambig)]
 
     def write(self, path: str | Path) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            for i, s in enumerate(self.symbols()):
-                f.write(f"{s} {i}\n")
+        write_symbol_table(path, self.symbols())
 
 
 @dataclass
@@ -109,26 +108,7 @@ class WordTable:
         return {w: i for i, w in enumerate(self.symbols())}
 
     def write(self, path: str | Path) -> None:
-        with open(path, "w", encoding="utf-8") as f:
-            for i, s in enumerate(self.symbols()):
-                f.write(f"{s} {i}\n")
-
-
-def read_symbol_table(path: str | Path) -> list[str]:
-    """`symbol id` lines -> list indexed by id (ids must be dense from 0)."""
-    table: dict[int, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 2 or not fields[1].lstrip("-").isdigit():
-                raise ValueError(f"read_symbol_table: {path}:{lineno}: expected 'symbol id', got {line.strip()!r}")
-            table[int(fields[1])] = fields[0]
-    n = len(table)
-    if sorted(table) != list(range(n)):
-        raise ValueError(f"read_symbol_table: {path}: ids are not dense 0..{n - 1}")
-    return [table[i] for i in range(n)]
+        write_symbol_table(path, self.symbols())
 
 
 def read_arpa_words(arpa_path: str | Path) -> list[str]:
