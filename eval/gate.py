@@ -1,41 +1,61 @@
 """Regression gate: a results file against committed baseline results, under tolerances.
 
     python -m eval.gate runs/demo/tiny/results.jsonl reports/baselines/demo_tiny.json [--metrics wer,rtfx]
-    python -m eval.gate RESULTS BASELINE --write-baseline      # (re)create a baseline from a run
+    python -m eval.gate RUN_DIR BASELINE                          # a run directory (e.g. a GPU benchmark run)
+    python -m eval.gate RESULTS BASELINE --write-baseline         # (re)create a baseline from a run
 
-Rules (per baseline row, matched on (decoder, dataset)):
-- a missing or failed row fails (a decoder that stopped working is a regression, not a skip);
-- rows are comparable only when the utterance count matches (otherwise: fail, "not comparable");
-- WER fails when it rose by more than `wer_abs` (absolute, as a fraction: 0.005 = 0.5 points);
+Both sides are `reports.schema.ResultRow`s: results lines are read with the strict schema loader, baseline rows
+are the `BASELINE_FIELDS` subset of a row, validated by the same rules. Rows are matched on `ResultRow.key`,
+(decoder, dataset, params): a runner row has no params, a benchmark's per-shape rows differ only there.
+
+Rules (per baseline row):
+- a missing or unavailable row fails (a decoder that stopped working is a regression, not a skip);
+- rows are comparable only when the utterance count and the timing boundary match (otherwise: fail,
+  "not comparable");
+- WER fails when it rose by more than `wer_abs` (absolute, as a fraction: 0.005 = 0.5 points); a benchmark
+  row without references (`wer: null` on both sides) is reported as "n/a" and only its RTFx is gated;
 - RTFx (decoder-only and end-to-end) fails when it dropped by more than `rtfx_rel_drop` (relative),
   and is compared only when the hardware key matches (same GPU, or same CPU model and core count);
   otherwise it is reported as skipped.
-Current rows without a baseline are listed as new (informational). Exit status 1 on any failure.
+Current rows without a baseline are listed as new (informational).
+
+Exit status: 0 passed, 1 a regression, 2 bad input (unreadable or malformed results or baseline, duplicate
+rows, an empty baseline, a tolerance that is not a finite non-negative number, an unknown metric) with one
+line on stderr. Bad input never passes and is never confused with a regression.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
+
+from reports.schema import (
+    SCHEMA_VERSION,
+    ResultRow,
+    baseline_row_from_dict,
+    baseline_subset,
+    load_rows,
+    one_line,
+)
 
 DEFAULT_TOLERANCES = {"wer_abs": 0.005, "rtfx_rel_drop": 0.25}
 VALID_METRICS = ("wer", "rtfx")
-BASELINE_FIELDS = (
-    "decoder", "dataset", "device", "utterances", "audio_seconds", "wer", "substitutions", "deletions",
-    "insertions", "ref_words", "rtfx_decoder", "rtfx_end_to_end", "hardware_key",
-)
+RTFX_FIELDS = ("rtfx_decoder", "rtfx_end_to_end")
+# top-level keys of a baseline file; "rows" and "schema_version" are required
+BASELINE_KEYS = ("schema_version", "description", "created", "source", "tolerances", "rows")
 
 
 @dataclass
 class Check:
-    decoder: str
+    decoder: str  # the row's label: decoder, plus its params when it has any
     dataset: str
     metric: str
-    status: str  # "pass" | "FAIL" | "skip" | "new"
+    status: str  # "pass" | "FAIL" | "skip" | "new" | "n/a"
     baseline: Optional[float] = None
     current: Optional[float] = None
     note: str = ""
@@ -60,7 +80,7 @@ class GateReport:
             return f"{100 * v:.2f}%" if metric == "wer" else f"{v:.1f}"
 
         lines = ["| decoder | dataset | metric | baseline | current | status | note |", "|---|---|---|---:|---:|---|---|"]
-        order = {"FAIL": 0, "new": 2, "skip": 3, "pass": 1}
+        order = {"FAIL": 0, "pass": 1, "n/a": 2, "new": 3, "skip": 4}
         for c in sorted(self.checks, key=lambda c: order.get(c.status, 9)):
             lines.append(
                 f"| {c.decoder} | {c.dataset} | {c.metric} | {num(c.metric, c.baseline)} | "
@@ -68,83 +88,185 @@ class GateReport:
             )
         n_fail = len(self.failures)
         verdict = "GATE PASSED" if n_fail == 0 else f"GATE FAILED: {n_fail} regression(s)"
-        counts = {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "FAIL", "skip", "new")}
+        counts = {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "FAIL", "skip", "new", "n/a")}
         return "\n".join(lines) + f"\n\n{verdict} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
 
 
-def _load_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise FileNotFoundError(f"results file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+@dataclass
+class Baseline:
+    rows: list[ResultRow]
+    tolerances: dict
+    description: str = ""
+    source: dict = field(default_factory=dict)
 
 
-def load_baseline(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"baseline not found: {path} (create one with --write-baseline)")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if "rows" not in data:
-        raise ValueError(f"{path}: a baseline needs a 'rows' list")
-    return data
+# ---------------------------------------------------------------------------------------------------------
+# Input checks (every failure here is bad input: ValueError, exit 2)
+# ---------------------------------------------------------------------------------------------------------
 
 
-def compare(
-    current_rows: Sequence[dict],
-    baseline: dict,
-    metrics: Sequence[str] = VALID_METRICS,
-    tolerances: Optional[dict] = None,
-) -> GateReport:
-    """Pure comparison of results rows with a baseline dict (see module docstring for the rules)."""
+def check_tolerances(tol: Any, where: str) -> dict:
+    """Tolerances are finite, non-negative numbers under known names (a NaN tolerance would pass anything)."""
+    if not isinstance(tol, dict):
+        raise ValueError(f"{where}: tolerances must be an object, got {type(tol).__name__}")
+    unknown = sorted(str(k) for k in set(tol) - set(DEFAULT_TOLERANCES))
+    if unknown:
+        raise ValueError(f"{where}: unknown tolerance(s) {unknown[:5]}; valid: {list(DEFAULT_TOLERANCES)}")
+    for k, v in tol.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{where}: tolerance {k} must be a number, got {type(v).__name__}")
+        try:
+            finite = math.isfinite(v)
+        except OverflowError:  # an integer beyond float range
+            finite = False
+        if not finite or v < 0:
+            raise ValueError(f"{where}: tolerance {k} must be a finite non-negative number, got {v!r:.40}")
+    return {k: float(v) for k, v in tol.items()}
+
+
+def check_metrics(metrics: Iterable[str]) -> list[str]:
+    metrics = list(metrics)
     bad = [m for m in metrics if m not in VALID_METRICS]
     if bad:
         raise ValueError(f"unknown gate metric(s) {bad}; valid choices: {list(VALID_METRICS)}")
-    tol = {**DEFAULT_TOLERANCES, **(baseline.get("tolerances") or {}), **(tolerances or {})}
-    current = {(r["decoder"], r["dataset"]): r for r in current_rows if r.get("status", "ok") == "ok"}
-    failed = {r["decoder"]: r.get("reason", "") for r in current_rows if r.get("status", "ok") != "ok"}
+    if not metrics:
+        raise ValueError(f"no gate metric selected; valid choices: {list(VALID_METRICS)}")
+    return metrics
+
+
+def index_rows(rows: Sequence[ResultRow], where: str) -> dict[tuple, ResultRow]:
+    """Rows by key; a duplicate key is bad input (a later copy would otherwise mask a regressed earlier one)."""
+    out: dict[tuple, ResultRow] = {}
+    for r in rows:
+        if not isinstance(r, ResultRow):
+            raise ValueError(f"{where}: expected ResultRow objects, got {type(r).__name__}")
+        if r.key in out:
+            ds = f", params {r.params_label}" if r.params else ""
+            raise ValueError(f"{where}: duplicate row for decoder {r.decoder!r:.80}, dataset {r.dataset!r:.80}{ds}")
+        out[r.key] = r
+    return out
+
+
+def parse_baseline(data: Any, where: str = "baseline") -> Baseline:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: a baseline must be a JSON object, got {type(data).__name__}")
+    unknown = sorted(str(k) for k in set(data) - set(BASELINE_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: unknown baseline key(s) {unknown[:5]}; valid: {list(BASELINE_KEYS)}")
+    if data.get("schema_version") != SCHEMA_VERSION or isinstance(data.get("schema_version"), bool):
+        raise ValueError(f"{where}: schema_version {data.get('schema_version')!r:.40} is not {SCHEMA_VERSION} "
+                         f"(regenerate the baseline with --write-baseline)")
+    rows = data.get("rows")
+    if not isinstance(rows, list):
+        raise ValueError(f"{where}: 'rows' must be a list of rows, got {type(rows).__name__}")
+    if not rows:
+        raise ValueError(f"{where}: the baseline has no rows (it would gate nothing)")
+    parsed = []
+    for i, d in enumerate(rows):
+        try:
+            parsed.append(baseline_row_from_dict(d))
+        except ValueError as e:
+            raise ValueError(f"{where}: row {i}: {one_line(e)}") from None
+    index_rows(parsed, where)
+    tol = check_tolerances(data.get("tolerances", {}), where)
+    for k in ("description",):
+        if not isinstance(data.get(k, ""), str):
+            raise ValueError(f"{where}: {k} must be a string")
+    if not isinstance(data.get("source", {}), dict):
+        raise ValueError(f"{where}: source must be an object")
+    return Baseline(parsed, tol, data.get("description", ""), data.get("source", {}))
+
+
+def load_baseline(path: str | Path) -> Baseline:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"baseline not found: {path} (create one with --write-baseline)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{path}: not a JSON baseline ({one_line(e)})") from None
+    return parse_baseline(data, str(path))
+
+
+def load_results(path: str | Path) -> list[ResultRow]:
+    rows = load_rows(path)
+    if not rows:
+        raise ValueError(f"{path}: no result rows (nothing to gate)")
+    index_rows(rows, str(path))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Comparison
+# ---------------------------------------------------------------------------------------------------------
+
+
+def compare(
+    current_rows: Sequence[ResultRow],
+    baseline: Baseline,
+    metrics: Sequence[str] = VALID_METRICS,
+    tolerances: Optional[dict] = None,
+) -> GateReport:
+    """Pure comparison of result rows with a baseline (see the module docstring for the rules)."""
+    metrics = check_metrics(metrics)
+    tol = {**DEFAULT_TOLERANCES, **baseline.tolerances, **check_tolerances(tolerances or {}, "tolerances")}
+    current = index_rows(current_rows, "results")
+    failed = {r.decoder: r.reason for r in current_rows if not r.ok}
     report = GateReport()
     seen = set()
-    for b in baseline["rows"]:
-        key = (b["decoder"], b["dataset"])
-        seen.add(key)
-        cur = current.get(key)
+    for b in baseline.rows:
+        seen.add(b.key)
+        label, ds = b.label, str(b.dataset)
+        cur = current.get(b.key)
         if cur is None:
-            why = failed.get(b["decoder"])
+            why = failed.get(b.decoder)
             note = f"missing from results ({why})" if why else "missing from results"
-            report.checks.append(Check(*key, "row", "FAIL", note=note))
+            report.checks.append(Check(label, ds, "row", "FAIL", note=note))
             continue
-        if b.get("utterances") is not None and cur.get("utterances") != b["utterances"]:
-            report.checks.append(
-                Check(*key, "row", "FAIL", note=f"not comparable: {cur.get('utterances')} utterances vs baseline {b['utterances']}")
-            )
+        if cur.utterances != b.utterances:
+            report.checks.append(Check(label, ds, "row", "FAIL",
+                                       note=f"not comparable: {cur.utterances} utterances vs baseline {b.utterances}"))
+            continue
+        if cur.boundary != b.boundary:
+            report.checks.append(Check(label, ds, "row", "FAIL",
+                                       note=f"not comparable: timed at the {cur.boundary} boundary vs baseline {b.boundary}"))
             continue
         if "wer" in metrics:
-            delta = cur["wer"] - b["wer"]
-            if delta > tol["wer_abs"]:
-                status, note = "FAIL", f"WER +{100 * delta:.2f} points > tolerance {100 * tol['wer_abs']:.2f}"
-            elif delta < -tol["wer_abs"]:
-                status, note = "pass", f"improved by {-100 * delta:.2f} points: consider updating the baseline"
-            else:
-                status, note = "pass", f"Δ {100 * delta:+.2f} points"
-            report.checks.append(Check(*key, "wer", status, b["wer"], cur["wer"], note))
+            report.checks.append(_wer_check(label, ds, b.wer, cur.wer, tol["wer_abs"]))
         if "rtfx" in metrics:
-            for m in ("rtfx_decoder", "rtfx_end_to_end"):
-                if b.get(m) is None or cur.get(m) is None:
-                    continue
-                if b.get("hardware_key") != cur.get("hardware_key"):
-                    report.checks.append(
-                        Check(*key, m, "skip", b[m], cur[m], f"hardware differs: {cur.get('hardware_key')} vs baseline {b.get('hardware_key')}")
-                    )
-                    continue
-                drop = 1.0 - cur[m] / b[m] if b[m] > 0 else 0.0
-                status = "FAIL" if drop > tol["rtfx_rel_drop"] else "pass"
-                report.checks.append(
-                    Check(*key, m, status, b[m], cur[m], f"{-100 * drop:+.1f}% (tolerance -{100 * tol['rtfx_rel_drop']:.0f}%)")
-                )
+            for m in RTFX_FIELDS:
+                bv, cv = getattr(b, m), getattr(cur, m)
+                if bv is None:
+                    continue  # nothing measured in the baseline (e.g. a kernel benchmark has no end-to-end time)
+                if cv is None:
+                    report.checks.append(Check(label, ds, m, "skip", bv, None, "no value in the results"))
+                elif b.hardware_key is None or b.hardware_key != cur.hardware_key:
+                    report.checks.append(Check(label, ds, m, "skip", bv, cv,
+                                               f"hardware differs: {cur.hardware_key} vs baseline {b.hardware_key}"))
+                else:
+                    drop = 1.0 - cv / bv if bv > 0 else 0.0
+                    status = "FAIL" if drop > tol["rtfx_rel_drop"] else "pass"
+                    report.checks.append(Check(label, ds, m, status, bv, cv,
+                                               f"{-100 * drop:+.1f}% (tolerance -{100 * tol['rtfx_rel_drop']:.0f}%)"))
     for key, cur in current.items():
-        if key not in seen:
-            report.checks.append(Check(*key, "row", "new", None, cur.get("wer"), "no baseline for this row"))
+        if key not in seen and cur.ok:
+            report.checks.append(Check(cur.label, str(cur.dataset), "row", "new", None, cur.wer, "no baseline for this row"))
     return report
+
+
+def _wer_check(label: str, ds: str, bw: Optional[float], cw: Optional[float], tol: float) -> Check:
+    if bw is None and cw is None:
+        return Check(label, ds, "wer", "n/a", note="WER n/a (no references); only RTFx is gated")
+    if bw is None:
+        return Check(label, ds, "wer", "new", None, cw, "baseline has no WER for this row")
+    if cw is None:
+        return Check(label, ds, "wer", "FAIL", bw, None, "the results have no WER (the baseline has one)")
+    delta = cw - bw
+    if delta > tol:
+        return Check(label, ds, "wer", "FAIL", bw, cw, f"WER +{100 * delta:.2f} points > tolerance {100 * tol:.2f}")
+    if delta < -tol:
+        return Check(label, ds, "wer", "pass", bw, cw, f"improved by {-100 * delta:.2f} points: consider updating the baseline")
+    return Check(label, ds, "wer", "pass", bw, cw, f"Δ {100 * delta:+.2f} points")
 
 
 def gate_files(
@@ -153,26 +275,44 @@ def gate_files(
     metrics: Sequence[str] = VALID_METRICS,
     tolerances: Optional[dict] = None,
 ) -> GateReport:
-    return compare(_load_rows(Path(results_path)), load_baseline(baseline_path), metrics, tolerances)
+    return compare(load_results(results_path), load_baseline(baseline_path), metrics, tolerances)
 
 
-def make_baseline(rows: Sequence[dict], description: str = "", tolerances: Optional[dict] = None) -> dict:
-    ok = [r for r in rows if r.get("status", "ok") == "ok"]
+def make_baseline(rows: Sequence[ResultRow], description: str = "", tolerances: Optional[dict] = None) -> dict:
+    """A baseline dict (the JSON written by --write-baseline) from a run's successful rows."""
+    index_rows(rows, "results")
+    ok = [r for r in rows if r.ok]
     if not ok:
         raise ValueError("no successful rows to make a baseline from")
-    env = ok[0].get("environment") or {}
+    env = ok[0].environment
     return {
+        "schema_version": SCHEMA_VERSION,
         "description": description,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source": {"experiment": ok[0].get("experiment"), "run": ok[0].get("run"), "git_commit": env.get("git_commit"),
-                   "torch_version": env.get("torch_version"), "gpu_name": env.get("gpu_name"), "cpu_model": env.get("cpu_model")},
-        "tolerances": {**DEFAULT_TOLERANCES, **(tolerances or {})},
-        "rows": [{k: r.get(k) for k in BASELINE_FIELDS} for r in ok],
+        "source": {"experiment": ok[0].experiment, "run": ok[0].run, "git_commit": env.get("git_commit"),
+                   "torch_version": env.get("torch_version"), "gpu_name": env.get("gpu_name"),
+                   "cpu_model": env.get("cpu_model")},
+        "tolerances": {**DEFAULT_TOLERANCES, **check_tolerances(tolerances or {}, "tolerances")},
+        "rows": [baseline_subset(r) for r in ok],
     }
 
 
+# ---------------------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _UsageError(ValueError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse prints usage + message and exits; we want one line and exit 2
+        raise _UsageError(message)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="decode-gate", description="Compare a results file with a committed baseline.")
+    p = _Parser(prog="decode-gate", description="Compare a results file with a committed baseline.")
     p.add_argument("results", help="results.jsonl of a run (or its run directory)")
     p.add_argument("baseline", help="baseline JSON (reports/baselines/*.json)")
     p.add_argument("--metrics", default="wer,rtfx", help=f"comma-separated subset of {','.join(VALID_METRICS)}")
@@ -180,25 +320,24 @@ def main(argv=None) -> int:
     p.add_argument("--rtfx-rel-drop", type=float, default=None, help="allowed relative RTFx drop (0.25 = 25 %%)")
     p.add_argument("--write-baseline", action="store_true", help="write BASELINE from RESULTS instead of comparing")
     p.add_argument("--description", default="")
-    args = p.parse_args(argv)
-    results = Path(args.results)
-    if results.is_dir():
-        results = results / "results.jsonl"
-    tol = {}
-    if args.wer_abs_tol is not None:
-        tol["wer_abs"] = args.wer_abs_tol
-    if args.rtfx_rel_drop is not None:
-        tol["rtfx_rel_drop"] = args.rtfx_rel_drop
     try:
+        args = p.parse_args(argv)
+        tol = {}
+        if args.wer_abs_tol is not None:
+            tol["wer_abs"] = args.wer_abs_tol
+        if args.rtfx_rel_drop is not None:
+            tol["rtfx_rel_drop"] = args.rtfx_rel_drop
+        tol = check_tolerances(tol, "command line")
         if args.write_baseline:
-            base = make_baseline(_load_rows(results), args.description, tol)
+            base = make_baseline(load_results(args.results), args.description, tol)
             Path(args.baseline).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.baseline).write_text(json.dumps(base, indent=1) + "\n", encoding="utf-8")
+            Path(args.baseline).write_text(json.dumps(base, indent=1, allow_nan=False) + "\n", encoding="utf-8")
             print(f"wrote baseline {args.baseline} ({len(base['rows'])} rows)")
             return 0
-        report = gate_files(results, args.baseline, [m.strip() for m in args.metrics.split(",") if m.strip()], tol)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        metrics = check_metrics(m.strip() for m in args.metrics.split(",") if m.strip())
+        report = gate_files(args.results, args.baseline, metrics, tol)
+    except (OSError, ValueError, RecursionError) as e:  # bad input of any kind: one line, exit 2
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     print(report.render())
     return 0 if report.passed else 1

@@ -21,6 +21,10 @@ from typing import Any, Iterable, Optional
 SCHEMA_VERSION = 2
 STATUSES = ("ok", "unavailable")
 BOUNDARIES = ("api", "kernel")
+# Counters and byte counts are int64 on every producer; a larger JSON integer is corruption, and refusing it here
+# keeps every consumer's float arithmetic (WER, MiB) free of OverflowError.
+MAX_INT = 2**63 - 1
+_PARAM_SCALARS = (str, int, float, bool)
 
 
 @dataclass
@@ -82,40 +86,56 @@ class ResultRow:
     def validate(self) -> None:
         """Raise ValueError (one line) when the row is not a well-formed row of this schema."""
         if self.schema_version != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {self.schema_version!r}, this code reads {SCHEMA_VERSION}")
+            raise ValueError(f"schema_version {_short(self.schema_version)}, this code reads {SCHEMA_VERSION}")
         for name in ("experiment", "run", "decoder", "decoder_name", "device"):
             v = getattr(self, name)
             if not isinstance(v, str) or not v:
-                raise ValueError(f"{name} must be a non-empty string, got {v!r}")
+                raise ValueError(f"{name} must be a non-empty string, got {_short(v)}")
         if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {list(STATUSES)}, got {self.status!r}")
+            raise ValueError(f"status must be one of {list(STATUSES)}, got {_short(self.status)}")
         if self.boundary not in BOUNDARIES:
-            raise ValueError(f"boundary must be one of {list(BOUNDARIES)}, got {self.boundary!r}")
+            raise ValueError(f"boundary must be one of {list(BOUNDARIES)}, got {_short(self.boundary)}")
+        for name in ("dataset", "reason", "hardware_key", "run_mate"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f"{name} must be a string or null, got {_short(v)}")
+        for name in ("acoustic_stage_peak_bytes", "decoder_stats", "environment", "decoder_config", "params"):
+            v = getattr(self, name)
+            if not isinstance(v, dict):
+                raise ValueError(f"{name} must be an object, got {type(v).__name__}")
+        for k, v in self.params.items():
+            # params are grouping coordinates (tables group and pair rows on them): flat scalars only
+            if not isinstance(k, str) or not isinstance(v, _PARAM_SCALARS) or (
+                    isinstance(v, float) and not math.isfinite(v)):
+                raise ValueError(f"params must map strings to finite scalars, got {_short(k)}: {_short(v)}")
+        if self.boost_value is not None:
+            _finite_number("boost_value", self.boost_value, lo=None)
         if self.status == "unavailable":
             if not isinstance(self.reason, str) or not self.reason:
-                raise ValueError(f"unavailable row for {self.decoder!r} has no reason")
+                raise ValueError(f"unavailable row for {_short(self.decoder)} has no reason")
             return
         if not isinstance(self.dataset, str) or not self.dataset:
-            raise ValueError(f"row for {self.decoder!r} has no dataset")
+            raise ValueError(f"row for {_short(self.decoder)} has no dataset")
         if self.wer is not None:  # None: no references (a kernel benchmark on synthetic log-probs)
             _finite_number("wer", self.wer, lo=0.0)
         for name in ("utterances", "substitutions", "deletions", "insertions", "hits", "ref_words",
                      "sentence_errors", "frames", "overflow_count", "rescued_count", "batch_size", "warmup_batches"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {v!r} ({self.decoder}, {self.dataset})")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_INT:
+                raise ValueError(f"{name} must be a non-negative integer below 2**63, got {_short(v)} "
+                                 f"({self.decoder}, {self.dataset})")
         if self.utterances == 0:
             raise ValueError(f"row ({self.decoder}, {self.dataset}) has 0 utterances")
         _finite_number("audio_seconds", self.audio_seconds, lo=0.0)
         for name in ("decoder_seconds", "decoder_cuda_seconds", "acoustic_seconds", "end_to_end_seconds",
-                     "rtfx_decoder", "rtfx_end_to_end", "boost_value"):
+                     "rtfx_decoder", "rtfx_end_to_end"):
             v = getattr(self, name)
             if v is not None:
-                _finite_number(name, v, lo=None if name == "boost_value" else 0.0)
+                _finite_number(name, v, lo=0.0)
         for name in ("peak_rss_bytes", "rss_increase_bytes", "cuda_peak_bytes"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-                raise ValueError(f"{name} must be an integer or null, got {v!r}")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or abs(v) > MAX_INT):
+                raise ValueError(f"{name} must be an integer below 2**63 or null, got {_short(v)}")
         if self.ref_words != self.hits + self.substitutions + self.deletions:
             raise ValueError(f"ref_words {self.ref_words} != H + S + D ({self.decoder}, {self.dataset})")
         if self.wer is not None:  # eval.metrics.WerStats.wer: the denominator is clamped to 1, as jiwer does
@@ -132,14 +152,18 @@ class ResultRow:
         return json.dumps(self.to_dict(), allow_nan=False, sort_keys=False)
 
     @classmethod
-    def from_dict(cls, d: Any) -> "ResultRow":
+    def from_dict(cls, d: Any, complete: bool = False) -> "ResultRow":
+        """A row from a dict; unknown fields are refused. `complete=True` (what the file loaders use) also
+        refuses a missing field: `write_rows` writes every field, so a line lacking one (`wer`, say) was edited
+        or truncated, and reading it with the default would turn corruption into a plausible row."""
         if not isinstance(d, dict):
             raise ValueError(f"a result row must be a JSON object, got {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown result-row field(s) {unknown}")
-        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+            raise ValueError(f"unknown result-row field(s) {_short(unknown)}")
+        required = [f.name for f in fields(cls)
+                    if complete or (f.default is MISSING and f.default_factory is MISSING)]
         missing = [k for k in required if k not in d]
         if missing:
             raise ValueError(f"result row lacks required field(s) {missing}")
@@ -149,20 +173,83 @@ class ResultRow:
             raise ValueError(f"malformed result row: {e}") from None
 
     @property
-    def key(self) -> tuple[str, str]:
-        """What the gate and tables match rows on."""
-        return (self.decoder, str(self.dataset))
+    def params_label(self) -> str:
+        """The grouping coordinates as one canonical string ("" when the row has none): "B=16,T=200"."""
+        return ",".join(f"{k}={self.params[k]}" for k in sorted(self.params))
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What the gate and tables match rows on: (decoder, dataset, params). Runner rows have no params, so
+        this is (decoder, dataset); a benchmark's per-shape rows share a decoder label and differ in params."""
+        return (self.decoder, str(self.dataset), self.params_label)
+
+    @property
+    def label(self) -> str:
+        """Human-readable key: "ctc_beam@cuda [B=16,T=200]" (the dataset is shown separately)."""
+        return f"{self.decoder} [{self.params_label}]" if self.params else self.decoder
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
 
+def _short(v: Any, limit: int = 80) -> str:
+    """repr for an error message: one line, bounded (a corrupted file can hold a megabyte-long string)."""
+    try:
+        r = repr(v)
+    except (ValueError, RecursionError):  # an int too long to print, a deeply nested list
+        r = f"<{type(v).__name__}>"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
 def _finite_number(name: str, v: Any, lo: Optional[float]) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{name} must be a finite number, got {_short(v)}")
+    try:
+        v = float(v)  # a JSON integer beyond float range is not a measurement either
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got an integer beyond float range") from None
+    if not math.isfinite(v):
         raise ValueError(f"{name} must be a finite number, got {v!r}")
     if lo is not None and v < lo:
         raise ValueError(f"{name} must be >= {lo}, got {v!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Baseline rows: the subset of a ResultRow the gate keeps (reports/baselines/*.json)
+# ---------------------------------------------------------------------------------------------------------
+
+# A committed baseline stores these fields of each row, and nothing else: identity and grouping coordinates, the
+# workload (what makes two rows comparable), the WER parts, RTFx and the hardware key RTFx is comparable on.
+BASELINE_FIELDS = (
+    "decoder", "dataset", "device", "boundary", "params", "utterances", "audio_seconds",
+    "wer", "substitutions", "deletions", "insertions", "hits", "ref_words",
+    "rtfx_decoder", "rtfx_end_to_end", "hardware_key",
+)
+_RESULT_FIELDS = {f.name for f in fields(ResultRow)}
+assert set(BASELINE_FIELDS) <= _RESULT_FIELDS, sorted(set(BASELINE_FIELDS) - _RESULT_FIELDS)
+
+
+def baseline_subset(row: ResultRow) -> dict:
+    """The baseline form of a successful row (what `--write-baseline` stores)."""
+    if not row.ok:
+        raise ValueError(f"an unavailable row ({row.decoder}) has no numbers for a baseline")
+    return {k: getattr(row, k) for k in BASELINE_FIELDS}
+
+
+def baseline_row_from_dict(d: Any) -> ResultRow:
+    """A baseline row read back as a ResultRow, validated by the same rules as a results line. Every field of
+    BASELINE_FIELDS must be present (null where the schema allows), no other field may be."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a baseline row must be a JSON object, got {type(d).__name__}")
+    unknown = sorted(set(d) - set(BASELINE_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown baseline-row field(s) {_short(unknown)}")
+    missing = [k for k in BASELINE_FIELDS if k not in d]
+    if missing:
+        raise ValueError(f"baseline row lacks field(s) {missing}")
+    # identity fields a baseline does not keep: the decoder label stands in for the registry name
+    return ResultRow(experiment="baseline", run="baseline", decoder_name=d["decoder"] or "?", **d)
 
 
 def parse_rows(lines: Iterable[str], source: str = "<rows>") -> list[ResultRow]:
@@ -171,10 +258,16 @@ def parse_rows(lines: Iterable[str], source: str = "<rows>") -> list[ResultRow]:
         if not line.strip():
             continue
         try:
-            rows.append(ResultRow.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, ValueError, RecursionError) as e:
-            raise ValueError(f"{source}:{lineno}: {e}") from None
+            rows.append(ResultRow.from_dict(json.loads(line), complete=True))
+        except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+            raise ValueError(f"{source}:{lineno}: {one_line(e)}") from None
     return rows
+
+
+def one_line(e: BaseException, limit: int = 300) -> str:
+    """An exception message as one bounded line (what every CLI here prints for bad input)."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_rows(path: str | Path) -> list[ResultRow]:
