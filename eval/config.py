@@ -4,9 +4,12 @@ The YAML groups under `conf/` (data/, model/, graph/, decoder/, experiment/) fil
 OmegaConf checks every value against the field's type when the config is composed, so a typo such as
 `model.token_kind=bep` fails at load with the list of allowed values (Enums), not deep inside a run.
 
-Decoder configs are per decoder: each adapter module may define `CONFIG_SCHEMA` (a dataclass with a
-`name` field); `resolve_decoder_config` merges the YAML and overrides onto it. Decoders without a schema
-keep a free-form dict (their adapter validates it).
+Decoder configs are per decoder: each adapter module defines `CONFIG_SCHEMA` (a dataclass with a `name`
+field; for our own decoders it is the decoder library's config dataclass plus adapter-only fields, see
+`eval.adapters.base.adapter_schema`), and conf/decoder/<name>.yaml states every parameter of that schema with
+the harness's value (tests/test_eval_config.py checks that the YAML, the schema and the library agree), so
+`decoder.search_beam=8` needs no `+` and `--help` lists every parameter. `decoder_config` layers schema <- YAML
+<- overrides; every path that builds a decoder goes through it.
 """
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ class DataConfig:
 
     scale: str = "tiny"  # workload scale (checked against recipes.workload's scales at run time)
     sets: list[str] = field(default_factory=lambda: ["clean", "other"])
-    max_utterances: Optional[int] = None  # per set; None = all
+    max_utterances: Optional[int] = None  # per set, >= 1; None = all
     workload_root: Optional[str] = None  # where the synthetic workload is generated/cached
     # set name -> NeMo manifest path; when non-empty these replace the workload's sets (e.g. LibriSpeech)
     manifests: dict[str, str] = field(default_factory=dict)
@@ -174,16 +177,16 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         raise ValueError(f"experiment.batch_size must be positive, got {typed.experiment.batch_size}")
     if typed.experiment.warmup_batches < 0:
         raise ValueError(f"experiment.warmup_batches must be >= 0, got {typed.experiment.warmup_batches}")
+    if typed.data.max_utterances is not None and typed.data.max_utterances < 1:
+        raise ValueError(f"data.max_utterances must be >= 1 or null (all), got {typed.data.max_utterances}")
     if not typed.data.manifests:
-        try:
-            from recipes.workload import SCALES
-        except ImportError:
-            SCALES = None
-        if SCALES is not None and typed.data.scale not in SCALES:
+        from recipes.workload import SCALES
+
+        if typed.data.scale not in SCALES:
             raise ValueError(f"unknown data.scale {typed.data.scale!r}; valid choices: {sorted(SCALES)}")
     for label in decoder_labels(typed):
         name, _ = split_decoder_label(label)
-        check_decoder_name(name)
+        resolve_decoder_config(name, typed)  # unknown names and ill-typed parameters fail here, before any work
     if typed.boost.mode == BoostMode.words and not (typed.boost.words or typed.boost.words_file):
         raise ValueError("boost.mode=words needs boost.words=[...] or boost.words_file=<path>")
     if typed.boost.mode == BoostMode.per_utterance_file and not typed.boost.per_utterance_file:
@@ -228,37 +231,44 @@ def decoder_yaml_path(name: str) -> Path:
     return CONF_DIR / "decoder" / f"{name}.yaml"
 
 
-def resolve_decoder_config(name: str, cfg: DictConfig, import_schema: bool = True) -> DictConfig:
-    """Decoder `name`'s config: conf/decoder/<name>.yaml (or the `decoder` group when it names this
-    decoder), then experiment.decoder_overrides[name], merged onto the adapter's CONFIG_SCHEMA if any."""
+def decoder_config(name: str, *layers: Any) -> DictConfig:
+    """Decoder `name`'s typed config: its adapter's CONFIG_SCHEMA <- conf/decoder/<name>.yaml <- `layers`
+    (dicts, DictConfigs or dataclass instances, later wins). Unknown keys and ill-typed values raise a
+    one-line ValueError naming the decoder."""
     check_decoder_name(name)
-    if "name" in cfg.decoder and cfg.decoder.name == name:
-        base = OmegaConf.create(OmegaConf.to_container(cfg.decoder, resolve=True))
-    else:
-        path = decoder_yaml_path(name)
-        base = OmegaConf.load(path) if path.is_file() else OmegaConf.create({"name": name})
-    overrides = cfg.experiment.decoder_overrides.get(name, {}) if cfg.experiment.decoder_overrides else {}
-    merged = OmegaConf.merge(base, overrides or {})
-    if merged.get("name", name) != name:
-        raise ValueError(f"decoder config for {name!r} has name {merged.get('name')!r}")
-    merged.name = name
-    if import_schema:
-        schema = decoder_schema(name)
-        if schema is not None:
-            try:
-                merged = OmegaConf.merge(OmegaConf.structured(schema), merged)
-            except OmegaConfBaseException as e:
-                raise ValueError(f"invalid config for decoder {name!r}: {e}") from None
+    path = decoder_yaml_path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"decoder {name!r} has no config file {path}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(decoder_schema(name)), OmegaConf.load(path),
+                                 *[OmegaConf.structured(x) if is_dataclass(x) else (x or {}) for x in layers])
+    except OmegaConfBaseException as e:
+        raise ValueError(f"invalid config for decoder {name!r}: {_one_line(e)}") from None
+    if merged.name != name:
+        raise ValueError(f"decoder config for {name!r} has name {merged.name!r}")
     return merged
 
 
-def decoder_schema(name: str) -> Optional[type]:
-    """The adapter's CONFIG_SCHEMA dataclass, or None (adapter missing or schema-less)."""
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
+
+
+def resolve_decoder_config(name: str, cfg: DictConfig) -> DictConfig:
+    """Decoder `name`'s config in an evaluation config: the `decoder` group when it names this decoder (it
+    holds the command-line overrides), then experiment.decoder_overrides[name]."""
+    group = cfg.decoder if "name" in cfg.decoder and cfg.decoder.name == name else None
+    overrides = (cfg.experiment.decoder_overrides or {}).get(name)
+    return decoder_config(name, group, overrides)
+
+
+def decoder_schema(name: str) -> type:
+    """The CONFIG_SCHEMA dataclass of decoder `name`'s adapter module (which imports optional packages only
+    when a decoder is built, so this works wherever the harness is installed)."""
     from eval.adapters.base import ADAPTER_MODULES
 
-    try:
-        module = importlib.import_module(ADAPTER_MODULES[name])
-    except ImportError:
-        return None
+    check_decoder_name(name)
+    module = importlib.import_module(ADAPTER_MODULES[name])
     schema = getattr(module, "CONFIG_SCHEMA", None)
-    return schema if schema is not None and is_dataclass(schema) else None
+    if schema is None or not is_dataclass(schema):
+        raise RuntimeError(f"{ADAPTER_MODULES[name]} defines no CONFIG_SCHEMA dataclass")
+    return schema

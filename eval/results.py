@@ -187,3 +187,50 @@ def unavailable_row(*, experiment: str, run: str, decoder: str, decoder_name: st
         status="unavailable", reason=str(reason) or "unknown", boost_value=boost_value, environment=dict(env),
         params=dict(params or {}),
     )
+
+
+def combined_row(parts: list[ResultRow], dataset: str = "all") -> ResultRow:
+    """One decoder's rows over several datasets of the same run folded into one row: WER parts, audio,
+    frames, times and counters summed, memory peaks maxed. Built through `measured_row` like every row."""
+    from eval.metrics import MemoryStats, WerStats
+
+    if not parts:
+        raise ValueError("combined_row: no rows to combine")
+    first = parts[0]
+    for p in parts:
+        if not p.ok or p.decoder != first.decoder or p.run != first.run:
+            raise ValueError(f"combined_row: rows of one decoder's successful measurements of one run only, got "
+                             f"({p.decoder}, {p.dataset}, {p.status}) beside ({first.decoder}, {first.run})")
+    wer = sum((WerStats(substitutions=p.substitutions, deletions=p.deletions, insertions=p.insertions, hits=p.hits,
+                        utterances=p.utterances, sentence_errors=p.sentence_errors) for p in parts), WerStats())
+    memory = MemoryStats()
+    for p in parts:
+        memory = memory.merge(MemoryStats(p.peak_rss_bytes or 0, p.rss_increase_bytes or 0, p.cuda_peak_bytes))
+    stats: dict = {}
+    stage_peaks: dict = {}
+    for p in parts:
+        for k, v in p.decoder_stats.items():
+            stats[k] = stats.get(k, 0) + v
+        for k, v in p.acoustic_stage_peak_bytes.items():
+            stage_peaks[k] = max(int(v), stage_peaks.get(k, 0))
+    cuda_seconds = [p.decoder_cuda_seconds for p in parts]
+    decoder_seconds = sum(p.decoder_seconds or 0.0 for p in parts)
+    acoustic_seconds = sum(p.acoustic_seconds or 0.0 for p in parts)
+    e2e = sum(p.end_to_end_seconds or 0.0 for p in parts)
+    return measured_row(
+        experiment=first.experiment, run=first.run, decoder=first.decoder, decoder_name=first.decoder_name,
+        device=first.device, dataset=dataset, wer=wer, audio_seconds=sum(p.audio_seconds for p in parts),
+        decoder_seconds=decoder_seconds, env=first.environment, frames=sum(p.frames for p in parts),
+        decoder_cuda_seconds=None if any(c is None for c in cuda_seconds) else sum(cuda_seconds),
+        acoustic_seconds=acoustic_seconds, transfer_seconds=max(e2e - acoustic_seconds - decoder_seconds, 0.0),
+        memory=memory, stats=stats, batch_size=first.batch_size, warmup_batches=first.warmup_batches,
+        decoder_config=first.decoder_config, boost_value=first.boost_value, boundary=first.boundary,
+        run_mate=first.run_mate, params=first.params, acoustic_stage_peak_bytes=stage_peaks,
+    )
+
+
+def hypothesis_record(*, decoder: str, dataset: str, utterance_id: str, ref: str, hyp: str, score: float,
+                      tokens: Iterable[int]) -> str:
+    """One hyps.jsonl line (decoder, dataset, id, ref, hyp, score, tokens): what a run's WER is recomputed from."""
+    return json.dumps({"decoder": decoder, "dataset": dataset, "id": utterance_id, "ref": ref, "hyp": hyp,
+                       "score": float(score), "tokens": [int(t) for t in tokens]}) + "\n"

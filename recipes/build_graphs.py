@@ -12,6 +12,7 @@ Library: `build_graphs(workload=..., scale=..., token_kind=..., blank=..., topol
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from recipes.graphs.build import DEFAULT_MAX_HLG_ARCS, build_token_set_graphs, token_set_dir_name
+from recipes.graphs.build import _sha256 as file_sha256  # the file digest graph_info.json's sources record
 from recipes.graphs.info import size_table
 from recipes.graphs.topologies import TOPOLOGIES
 from recipes.tokens import TokenSet
@@ -28,6 +30,22 @@ log = logging.getLogger(__name__)
 
 TOKEN_KINDS = ("char", "bpe")
 BLANKS = ("first", "last")
+
+
+def token_set_root(out_root: str | Path, scale: str, tokens: TokenSet) -> Path:
+    """Where `build_graphs` puts every topology of one (scale, token set)."""
+    return Path(out_root) / str(scale) / token_set_dir_name(tokens)
+
+
+def graph_dir(out_root: str | Path, scale: str, tokens: TokenSet, topology: str) -> Path:
+    """Where `build_graphs` puts the graphs of one (scale, token set, topology): the one naming rule that
+    consumers (the evaluation harness) use to find them."""
+    return token_set_root(out_root, scale, tokens) / str(topology)
+
+
+def tokens_sha256(tokens: TokenSet) -> str:
+    """The token-inventory digest graph_info.json's sources record (`tokens_sha256`)."""
+    return hashlib.sha256("\n".join(tokens.tokens).encode()).hexdigest()[:16]
 
 
 def _check(name: str, values: Sequence[str], allowed: Sequence[str]) -> list[str]:
@@ -53,7 +71,6 @@ def build_graphs(
     max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS,
     push_labels: bool = False,
     workload_root: str | Path = "data/workload",
-    **_ignored: Any,
 ) -> dict:
     """Build (or reuse) graphs for a workload. Returns {(scale, token dir, topology): graph_info}.
 
@@ -73,7 +90,7 @@ def build_graphs(
     for kind in kinds:
         for b in blank_list:
             tokens = workload.token_set(kind, b)
-            out_dir = Path(out_root) / scale / token_set_dir_name(tokens)
+            out_dir = token_set_root(out_root, scale, tokens)
             t0 = time.perf_counter()
             res = build_token_set_graphs(out_dir, tokens, words, Path(workload.arpa_path), topologies=topos,
                                          force=force, max_order=max_order, max_hlg_arcs=max_hlg_arcs,

@@ -12,11 +12,13 @@ cannot boost raise `NotImplementedError` when given non-empty boosts.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
-from dataclasses import dataclass, field
+import typing
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -76,14 +78,67 @@ def available_decoders() -> list[str]:
     return sorted(ADAPTER_MODULES)
 
 
-def build_decoder(name: str, cfg: dict[str, Any], ctx: DecodingContext) -> Decoder:
+def build_decoder(name: str, cfg: Any, ctx: DecodingContext) -> Decoder:
+    """Build decoder `name` from `cfg` (a dict / DictConfig / schema instance of overrides) layered over its
+    adapter's schema and conf/decoder/<name>.yaml (`eval.config.decoder_config`): the adapter receives a
+    complete, typed config and reads its fields directly, so no adapter carries a default of its own."""
+    from eval.config import decoder_config
+
     if name not in ADAPTER_MODULES:
         raise ValueError(f"unknown decoder {name!r}; valid choices: {available_decoders()}")
     if name not in _REGISTRY:
         importlib.import_module(ADAPTER_MODULES[name])
     if name not in _REGISTRY:
         raise RuntimeError(f"module {ADAPTER_MODULES[name]} did not register decoder {name!r}")
-    return _REGISTRY[name](cfg, ctx)
+    return _REGISTRY[name](decoder_config(name, cfg), ctx)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Adapter schemas built from the decoder library's own config dataclass
+# ---------------------------------------------------------------------------------------------------------
+
+# Library config fields the harness fills from the run's context rather than from the YAML: the one list of
+# such exclusions (tests/test_eval_config.py checks YAML == schema == library fields minus these).
+CONTEXT_FIELDS: dict[str, dict[str, str]] = {
+    "wfst": {"blank_id": "the acoustic source's token set (DecodingContext.tokens.blank_id)"},
+    "ctc_beam": {
+        "blank_id": "the acoustic source's token set (DecodingContext.tokens.blank_id)",
+        "nbest": "1: the harness scores the best hypothesis",
+    },
+}
+
+
+def adapter_schema(decoder: str, library_config: type, adapter_fields: Sequence[tuple]) -> type:
+    """The adapter's CONFIG_SCHEMA: `adapter_fields` ((name, type, default) of adapter-only settings, `name`
+    first) followed by every field of the decoder library's config dataclass with its type and default,
+    except CONTEXT_FIELDS[decoder]. Flat (not nested) so `decoder.search_beam=8` addresses the library field
+    directly on the command line; the library dataclass stays the one declaration of its fields."""
+    skip = set(CONTEXT_FIELDS.get(decoder, {}))
+    types = typing.get_type_hints(library_config)  # real types, not the strings of `from __future__ import annotations`
+    spec = [(n, t, field(default=d)) for n, t, d in adapter_fields]
+    for f in dataclasses.fields(library_config):
+        if f.name in skip:
+            continue
+        if f.default is MISSING:
+            raise TypeError(f"{library_config.__name__}.{f.name} has no default; the harness needs one per field")
+        spec.append((f.name, types[f.name], field(default=f.default)))
+    schema = dataclasses.make_dataclass(f"{library_config.__name__}Adapter", spec)
+    schema.library_config = library_config
+    schema.adapter_fields = tuple(n for n, _, _ in adapter_fields)
+    return schema
+
+
+def library_config(library: type, cfg: Any, **context: Any):
+    """`library`'s config object (e.g. WfstDecoderConfig) from an adapter config built by `adapter_schema`:
+    every library field read from `cfg` (no fallbacks: a missing field raises), the CONTEXT_FIELDS values from
+    `context`. The library validates the values in its own __post_init__."""
+    names = [f.name for f in dataclasses.fields(library) if f.name not in context]
+    if isinstance(cfg, Mapping):  # dict / DictConfig
+        missing = [n for n in names if n not in cfg]
+        if missing:
+            raise ValueError(f"{library.__name__}: the adapter config lacks {missing}")
+        return library(**{n: cfg[n] for n in names}, **context)
+    return library(**{n: getattr(cfg, n) for n in names}, **context)  # a schema instance
 
 
 _GRAPH_CACHE: dict = {}

@@ -6,43 +6,27 @@ posterior log P(prefix | x) summed over alignments (see decoders/ctc.py). Runs o
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
 
 from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder
 
 
-@dataclass
-class CtcBeamAdapterConfig:
-    name: str = "ctc_beam"
-    beam_size: int = 10
-    blank_skip_threshold: float = 0.98
-    max_seq_len: Optional[int] = None
-    paged: bool = False  # paged token storage (identical results; see decoders/ctc.py)
-
-
-CONFIG_SCHEMA = CtcBeamAdapterConfig
+# Every CtcBeamSearchConfig field but blank_id and nbest (filled by the harness, see CONTEXT_FIELDS); values in
+# conf/decoder/ctc_beam.yaml.
+CONFIG_SCHEMA = adapter_schema("ctc_beam", CtcBeamSearchConfig, [("name", str, "ctc_beam")])
 
 
 class CtcBeamDecoder:
     name = "ctc_beam"
 
     def __init__(self, cfg, ctx: DecodingContext):
-        cfg = dict(cfg or {})
         self.tokens = ctx.tokens
         self.device = ctx.device
-        self.config = CtcBeamSearchConfig(
-            beam_size=int(cfg.get("beam_size", 10)),
-            blank_id=ctx.tokens.blank_id,
-            blank_skip_threshold=float(cfg.get("blank_skip_threshold", 0.98)),
-            nbest=1,
-            max_seq_len=cfg.get("max_seq_len"),
-            paged=bool(cfg.get("paged", False)),
-        )
+        self.config = library_config(CtcBeamSearchConfig, cfg, blank_id=ctx.tokens.blank_id, nbest=1)
 
     def decode(
         self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts: Optional[Sequence[dict]] = None

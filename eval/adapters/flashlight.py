@@ -36,7 +36,7 @@ class FlashlightConfig:
     beam_threshold: float = 17.0  # score gap to the best hypothesis (the paper's beam)
     lm_weight: float = 0.5  # natural-log LM scale (grid-tuned on the tiny synthetic workload)
     word_score: float = 2.0  # per-word insertion bonus (natural log)
-    unk_score: float = float("-inf")  # -inf: no out-of-lexicon words
+    unk_score: Optional[float] = None  # null: no out-of-lexicon words (-inf; null because JSON has no infinities)
     sil_score: float = 0.0
     log_add: bool = False
     arpa_path: Optional[str] = None  # default: the workload's ARPA (DecodingContext.arpa_path)
@@ -92,7 +92,7 @@ class FlashlightDecoder:
             raise RuntimeError(f"flashlight is a CPU decoder; got device {ctx.device!r}")
         self.cfg = cfg
         self.tokens: TokenSet = ctx.tokens
-        arpa = Path(cfg.get("arpa_path") or ctx.arpa_path or "")
+        arpa = Path(cfg.arpa_path or ctx.arpa_path or "")
         if not arpa.is_file():
             raise FileNotFoundError(f"flashlight: ARPA LM not found: {str(arpa) or '(none given)'}")
         if _arpa_order(arpa) < 2:
@@ -128,7 +128,7 @@ class FlashlightDecoder:
             beam_threshold=float(cfg.beam_threshold),
             lm_weight=self.lm_weight_log10,
             word_score=float(cfg.word_score),
-            unk_score=float(cfg.unk_score),
+            unk_score=float("-inf") if cfg.unk_score is None else float(cfg.unk_score),
             sil_score=float(cfg.sil_score),
             log_add=bool(cfg.log_add),
             criterion_type=CriterionType.CTC,
@@ -217,7 +217,4 @@ class FlashlightDecoder:
 
 @register_decoder("flashlight")
 def build(cfg, ctx: DecodingContext) -> FlashlightDecoder:
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.merge(OmegaConf.structured(FlashlightConfig), cfg or {})  # defaults + type checks
     return FlashlightDecoder(cfg, ctx)

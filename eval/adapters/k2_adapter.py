@@ -33,6 +33,22 @@ class K2Config:
 CONFIG_SCHEMA = K2Config
 
 
+def load_hlg_pt(path: Path) -> dict:
+    """{"arcs", "aux_labels"} of a k2 HLG.pt. `weights_only=True`: the file is user-supplied, and a full
+    unpickle would run whatever code a crafted file carries; tensors (and dicts/lists of them) are all an
+    HLG.pt needs. A file that is not such a dict is refused with one line."""
+    try:
+        d = torch.load(str(path), map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"k2: no HLG at {path}") from None
+    except Exception as e:  # noqa: BLE001 - torch raises UnpicklingError/RuntimeError/... for unsafe or bad files
+        raise ValueError(f"k2: {path} is not a tensors-only HLG.pt (refused to unpickle it: "
+                         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    if not isinstance(d, dict) or not all(isinstance(d.get(k), torch.Tensor) for k in ("arcs", "aux_labels")):
+        raise ValueError(f"k2: {path} does not hold the tensors 'arcs' and 'aux_labels'")
+    return {"arcs": d["arcs"], "aux_labels": d["aux_labels"]}
+
+
 class K2Decoder:
     name = "k2"
 
@@ -40,15 +56,13 @@ class K2Decoder:
         import k2  # raises ImportError where k2 is not installed: the runner lists the decoder as unavailable
 
         self.k2 = k2
-        c = cfg if isinstance(cfg, K2Config) else K2Config(**{k: v for k, v in dict(cfg).items()
-                                                              if k in K2Config.__dataclass_fields__})
+        c = cfg  # a typed config (eval.config.decoder_config via build_decoder) or a schema instance
         if ctx.graph_dir is None:
             raise FileNotFoundError("k2 adapter needs DecodingContext.graph_dir (the HLG directory)")
         self.cfg = c
         self.device = torch.device(ctx.device)
         graph_dir = Path(ctx.graph_dir)
-        d = torch.load(str(graph_dir / "HLG.pt"), map_location="cpu", weights_only=False)
-        d = {"arcs": d["arcs"], "aux_labels": d["aux_labels"]}
+        d = load_hlg_pt(graph_dir / "HLG.pt")
         self.HLG = k2.Fsa.from_dict(d).to(self.device)
         self.graph = WfstGraph.load(graph_dir / "HLG.bin")  # word table
         self.tokens = ctx.tokens

@@ -88,8 +88,7 @@ class K2pyDecoder:
     name = "k2py"
 
     def __init__(self, cfg, ctx: DecodingContext):
-        c = cfg if isinstance(cfg, K2pyConfig) else K2pyConfig(**{k: v for k, v in dict(cfg).items()
-                                                                  if k in K2pyConfig.__dataclass_fields__})
+        c = cfg  # a typed config (eval.config.decoder_config via build_decoder) or a schema instance
         if c.search_beam <= 0 or c.output_beam <= 0:
             raise ValueError(f"k2py: search_beam and output_beam must be > 0 (got {c.search_beam}, {c.output_beam})")
         if not 0 <= c.min_active_states < c.max_active_states:

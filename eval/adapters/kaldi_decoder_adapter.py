@@ -60,8 +60,7 @@ class KaldiDecoder:
     name = "kaldi"
 
     def __init__(self, cfg, ctx: DecodingContext):
-        c = cfg if isinstance(cfg, KaldiDecoderConfig) else KaldiDecoderConfig(
-            **{k: v for k, v in dict(cfg).items() if k in KaldiDecoderConfig.__dataclass_fields__})
+        c = cfg  # a typed config (eval.config.decoder_config via build_decoder) or a schema instance
         if c.decoder not in ("faster", "lattice"):
             raise ValueError(f"kaldi: decoder must be 'faster' or 'lattice', got {c.decoder!r}")
         if c.beam <= 0:

@@ -18,6 +18,10 @@ from eval.adapters.base import DecodingContext, register_decoder
 
 @dataclass
 class RivaAdapterConfig:
+    """riva-asrlib-decoder's BatchedMappedDecoderCudaConfig is a pybind object (no dataclass to build a schema
+    from, and not importable without CUDA), so the adapter declares the settings it sets; values in
+    conf/decoder/riva.yaml."""
+
     name: str = "riva"
     default_beam: float = 17.0
     lattice_beam: float = 8.0
@@ -37,7 +41,6 @@ class RivaAdapter:
             raise RuntimeError("riva: riva-asrlib-decoder needs a CUDA device")
         from riva.asrlib.decoder.python_decoder import BatchedMappedDecoderCuda, BatchedMappedDecoderCudaConfig
 
-        cfg = dict(cfg or {})
         if ctx.graph_dir is None:
             raise ValueError("riva: DecodingContext.graph_dir is not set")
         fst, words = Path(ctx.graph_dir) / "TLG.fst", Path(ctx.graph_dir) / "words.txt"
@@ -45,16 +48,16 @@ class RivaAdapter:
             if not p.is_file():
                 raise FileNotFoundError(f"riva: missing {p}")
         c = BatchedMappedDecoderCudaConfig()
-        c.online_opts.decoder_opts.default_beam = float(cfg.get("default_beam", 17.0))
-        c.online_opts.decoder_opts.lattice_beam = float(cfg.get("lattice_beam", 8.0))
-        c.online_opts.decoder_opts.max_active = int(cfg.get("max_active", 10000))
+        c.online_opts.decoder_opts.default_beam = float(cfg.default_beam)
+        c.online_opts.decoder_opts.lattice_beam = float(cfg.lattice_beam)
+        c.online_opts.decoder_opts.max_active = int(cfg.max_active)
         c.online_opts.determinize_lattice = True
-        batch = int(cfg.get("max_batch_size", 200))
+        batch = int(cfg.max_batch_size)
         c.online_opts.max_batch_size = batch
         c.online_opts.num_channels = 2 * batch
         # The log-probs are scaled by acoustic_scale before the search (as for wfst, k2py and kaldi: an LM
         # weight of 1/acoustic_scale), so the lattice already carries scaled scores: post-processing uses 1.0.
-        self.acoustic_scale = float(cfg.get("acoustic_scale", 1.0))
+        self.acoustic_scale = float(cfg.acoustic_scale)
         if not self.acoustic_scale > 0:
             raise ValueError(f"riva: acoustic_scale must be > 0, got {self.acoustic_scale}")
         c.online_opts.lattice_postprocessor_opts.acoustic_scale = 1.0

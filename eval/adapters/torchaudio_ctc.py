@@ -52,10 +52,9 @@ class TorchaudioCtcDecoder:
     name = "torchaudio_ctc"
 
     def __init__(self, cfg, ctx: DecodingContext):
-        cfg = dict(cfg or {})
         self.tokens = ctx.tokens
-        self.decoder = build_torchaudio_decoder(ctx.tokens.vocab_size, int(cfg.get("beam_size", 10)),
-                                                float(cfg.get("blank_skip_threshold", 0.95)))
+        self.decoder = build_torchaudio_decoder(ctx.tokens.vocab_size, int(cfg.beam_size),
+                                                float(cfg.blank_skip_threshold))
 
     def decode(
         self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts: Optional[Sequence[dict]] = None

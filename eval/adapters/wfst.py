@@ -5,59 +5,37 @@ reference on CPU tensors, the CUDA kernels when the device is cuda. Supports per
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
 
+from decoders.graph import WfstGraph
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from decoders.wfst import WfstDecoder, WfstDecoderConfig
+from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder
 
 
-@dataclass
-class WfstAdapterConfig:
-    name: str = "wfst"
-    graph: str = "TLG"  # "TLG" (epsilon arcs) or "HLG" (epsilon-free)
-    search_beam: float = 17.0
-    output_beam: float = 8.0
-    min_active: int = 30
-    max_active: int = 10000
-    allow_partial: bool = True
-    acoustic_scale: float = 1.0
-    blank_skip_threshold: Optional[float] = None
-
-
-CONFIG_SCHEMA = WfstAdapterConfig
+# Every WfstDecoderConfig field (search beams, capacities, ...) plus the graph choice; values in conf/decoder/wfst.yaml.
+CONFIG_SCHEMA = adapter_schema("wfst", WfstDecoderConfig, [
+    ("name", str, "wfst"),
+    ("graph", str, "TLG"),  # "TLG" (epsilon arcs) or "HLG" (epsilon-free)
+])
 
 
 class WfstAdapter:
     name = "wfst"
 
     def __init__(self, cfg, ctx: DecodingContext):
-        from decoders.graph import WfstGraph
-        from decoders.wfst import WfstDecoder, WfstDecoderConfig
-
-        cfg = dict(cfg or {})
-        graph = str(cfg.get("graph", "TLG"))
-        if graph not in ("TLG", "HLG"):
-            raise ValueError(f"wfst: graph must be 'TLG' or 'HLG', got {graph!r}")
+        if cfg.graph not in ("TLG", "HLG"):
+            raise ValueError(f"wfst: graph must be 'TLG' or 'HLG', got {cfg.graph!r}")
         if ctx.graph_dir is None:
             raise ValueError("wfst: DecodingContext.graph_dir is not set")
-        path = Path(ctx.graph_dir) / f"{graph}.bin"
+        path = Path(ctx.graph_dir) / f"{cfg.graph}.bin"
         if not path.is_file():
             raise FileNotFoundError(f"wfst: no graph image at {path}")
         self.device = torch.device(ctx.device if str(ctx.device).startswith("cuda") else "cpu")
-        config = WfstDecoderConfig(
-            search_beam=float(cfg.get("search_beam", 17.0)),
-            output_beam=float(cfg.get("output_beam", 8.0)),
-            min_active=int(cfg.get("min_active", 30)),
-            max_active=int(cfg.get("max_active", 10000)),
-            allow_partial=bool(cfg.get("allow_partial", True)),
-            acoustic_scale=float(cfg.get("acoustic_scale", 1.0)),
-            blank_skip_threshold=cfg.get("blank_skip_threshold"),
-            blank_id=ctx.tokens.blank_id,
-        )
+        config = library_config(WfstDecoderConfig, cfg, blank_id=ctx.tokens.blank_id)
         self.decoder = WfstDecoder(WfstGraph.load(path), config, self.device)
         self.last_result = None
         self._stats = {"overflow_count": 0, "rescued_count": 0, "partial_count": 0, "oov_boost_words": 0}
