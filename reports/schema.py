@@ -103,6 +103,7 @@ class ResultRow:
             v = getattr(self, name)
             if not isinstance(v, dict):
                 raise ValueError(f"{name} must be an object, got {type(v).__name__}")
+            _check_json_tree(name, v)
         for k, v in self.params.items():
             # params are grouping coordinates (tables group and pair rows on them): flat scalars only
             if not isinstance(k, str) or not isinstance(v, _PARAM_SCALARS) or (
@@ -200,6 +201,24 @@ def _short(v: Any, limit: int = 80) -> str:
     except (ValueError, RecursionError):  # an int too long to print, a deeply nested list
         r = f"<{type(v).__name__}>"
     return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def _check_json_tree(name: str, tree: Any) -> None:
+    """Free-form fields (configs, environment, counters) hold JSON values only, with finite numbers: `to_json`
+    refuses NaN/inf, so a row holding one could not have been written by a producer."""
+    stack = [tree]
+    while stack:  # iterative: a deeply nested corrupted value must not exhaust the recursion limit
+        v = stack.pop()
+        if isinstance(v, dict):
+            if not all(isinstance(k, str) for k in v):
+                raise ValueError(f"{name} has a non-string key")
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{name} holds a non-finite number ({v!r})")
+        elif v is not None and not isinstance(v, (str, int, float, bool)):
+            raise ValueError(f"{name} holds a {type(v).__name__}, not a JSON value")
 
 
 def _finite_number(name: str, v: Any, lo: Optional[float]) -> None:
