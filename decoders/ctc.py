@@ -163,8 +163,12 @@ def _register_fakes() -> None:
             return None
 
         @torch.library.register_fake(lib + "ctc_finalize")
-        def _finalize(state, beam_size, nbest, max_seq_len, page_size, num_pages):
+        def _finalize(state, beam_size, blank_id, vocab_size, nbest, max_seq_len, page_size, num_pages):
             return outputs(state, state.shape[0], nbest, max_seq_len)
+
+        @torch.library.register_fake(lib + "ctc_init_state")
+        def _init_state(state, beam_size, blank_id, vocab_size, max_seq_len, page_size, num_pages):
+            return None
 
         @torch.library.register_fake(lib + "ctc_debug_raise")
         def _debug_raise(x, mode):
@@ -300,13 +304,23 @@ class CtcStreamingDecoder:
             raise ValueError(f"vocab_size must be in [2, {MAX_VOCAB}] and > blank_id={self.config.blank_id}, "
                              f"got {vocab_size}")
         words = self.state_bytes_per_stream // 4
-        # Zeros = "nothing decoded yet"; the kernels initialise the beams on the first decoded frame.
-        tensor = torch.zeros((batch, words), dtype=torch.int32, device=device)
-        return CtcStreamState(tensor=tensor, vocab_size=vocab_size)
+        # "Nothing decoded yet" (the kernels initialise the beams on the first decoded frame), stamped with
+        # this decoder's config, the vocabulary and the backend, and sealed with its checksum: every op checks
+        # the stamp, the header and the checksum before it reads a row (ctc_common.cuh).
+        tensor = torch.empty((batch, words), dtype=torch.int32, device=device)
+        state = CtcStreamState(tensor=tensor, vocab_size=vocab_size)
+        self._init_rows(state)
+        return state
+
+    def _init_rows(self, state: "CtcStreamState") -> None:
+        c = self.config
+        load_ops().ctc_init_state(state.tensor, c.beam_size, c.blank_id, state.vocab_size, self.max_seq_len,
+                                  *self.storage_args)
 
     def reset_state(self, state: "CtcStreamState") -> None:
-        """Reuse a state's memory for a new utterance."""
-        state.tensor.zero_()
+        """Reuse a state's memory for a new utterance (same vocabulary)."""
+        self._check_state(state)
+        self._init_rows(state)
 
     def _check_state(self, state: "CtcStreamState", name: str = "state") -> None:
         """Shape/dtype checks here, before the op, with the config in the message (the C++ checks name the
@@ -362,6 +376,13 @@ class CtcStreamingDecoder:
             raise ValueError(f"states: got {len(states)} states for {chunks.shape[0]} chunks")
         _check_log_probs(chunks, "chunks")
         V = chunks.shape[2]
+        seen: dict[int, int] = {}
+        for i, s in enumerate(states):
+            # the same state twice would decode two streams into one state (the op checks overlap as well)
+            key = s.tensor.data_ptr() if isinstance(getattr(s, "tensor", None), torch.Tensor) else id(s)
+            if key in seen:
+                raise ValueError(f"states: entries {seen[key]} and {i} are the same state; each stream needs its own")
+            seen[key] = i
         for s in states:
             self._check_state(s, "states[i]")
             if s.tensor.device != chunks.device:
@@ -381,7 +402,8 @@ class CtcStreamingDecoder:
         """N-best of everything decoded so far (the state stays valid; more chunks may follow)."""
         self._check_state(state)
         c = self.config
-        outs = load_ops().ctc_finalize(state.tensor, c.beam_size, c.nbest, self.max_seq_len, *self.storage_args)
+        outs = load_ops().ctc_finalize(state.tensor, c.beam_size, c.blank_id, state.vocab_size, c.nbest,
+                                       self.max_seq_len, *self.storage_args)
         return _to_result(*outs)
 
 

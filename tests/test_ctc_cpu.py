@@ -239,7 +239,9 @@ def test_opcheck_registered_ops(ops, paged):
     torch.library.opcheck(ops.ctc_decode_chunk.default, (state.tensor, lp, mask, 3, 0, 8, *store))
     singles = [dec.create_state(1, 5).tensor for _ in range(2)]
     torch.library.opcheck(ops.ctc_decode_chunk_batched.default, (singles, lp, None, 3, 0, 8, *store))
-    torch.library.opcheck(ops.ctc_finalize.default, (state.tensor, 3, 2, 8, *store))
+    torch.library.opcheck(ops.ctc_finalize.default, (state.tensor, 3, 0, 5, 2, 8, *store))
+    fresh = dec.create_state(2, 5).tensor
+    torch.library.opcheck(ops.ctc_init_state.default, (fresh, 3, 0, 5, 8, *store))
 
 
 def test_streaming_state_fits_40_kb_at_beam_10():

@@ -26,8 +26,11 @@ TORCH_LIBRARY(beamdec, m) {
       "ctc_decode_chunk_batched(Tensor(a!)[] states, Tensor log_probs, Tensor? speech_mask, int beam_size, "
       "int blank_id, int max_seq_len, int page_size, int num_pages) -> ()");
   m.def(
-      "ctc_finalize(Tensor state, int beam_size, int nbest, int max_seq_len, int page_size, int num_pages) "
-      "-> (Tensor, Tensor, Tensor, Tensor)");
+      "ctc_finalize(Tensor state, int beam_size, int blank_id, int vocab_size, int nbest, int max_seq_len, "
+      "int page_size, int num_pages) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "ctc_init_state(Tensor(a!) state, int beam_size, int blank_id, int vocab_size, int max_seq_len, "
+      "int page_size, int num_pages) -> ()");
   m.def("ctc_debug_raise(Tensor x, int mode) -> ()");  // error-path diagnostics (tests only)
 #endif
 #ifdef BEAMDEC_WITH_WFST
@@ -55,6 +58,7 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
   m.impl("ctc_decode_chunk", &beamdec::ctc_decode_chunk_cpu);
   m.impl("ctc_decode_chunk_batched", &beamdec::ctc_decode_chunk_batched_cpu);
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cpu);
+  m.impl("ctc_init_state", &beamdec::ctc_init_state_cpu);
   m.impl("ctc_debug_raise", &beamdec::ctc_debug_raise_cpu);
 #endif
 #ifdef BEAMDEC_WITH_WFST
@@ -72,6 +76,7 @@ TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
   m.impl("ctc_decode_chunk", &beamdec::ctc_decode_chunk_cuda);
   m.impl("ctc_decode_chunk_batched", &beamdec::ctc_decode_chunk_batched_cuda);
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cuda);
+  m.impl("ctc_init_state", &beamdec::ctc_init_state_cuda);
   m.impl("ctc_debug_raise", &beamdec::ctc_debug_raise_cuda);
 #endif
 #ifdef BEAMDEC_WITH_WFST

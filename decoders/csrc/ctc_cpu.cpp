@@ -143,6 +143,10 @@ void read_tokens(const int32_t* w, const ctc::StateLayout& L, int slot, int len,
   const int P = L.page_size;
   int32_t x = slot;
   for (int start = (len - 1) / P * P; len > 0 && start >= 0; start -= P) {
+    // a page link outside the pool can only come from a state forged past the checksum: refuse, never read it
+    CTC_ARG_CHECK(x < L.num_pages && x >= ctc::kLostPage,
+                  "state: a page link (" + std::to_string(x) + ") is outside the page pool [0, " +
+                      std::to_string(L.num_pages) + ") (corrupted state)");
     const ctc::token_t* pages = reinterpret_cast<const ctc::token_t*>(w + L.pages());
     for (int i = start; i < std::min(len, start + P); ++i) out[i] = x >= 0 ? (int32_t)pages[(int64_t)x * P + i - start] : -1;
     x = x >= 0 ? w[L.parent() + x] : x;
@@ -401,6 +405,50 @@ CtcOutputs ctc_decode_offline_cpu(const at::Tensor& log_probs, const at::Tensor&
 }
 
 namespace {
+ctc::StateStamp cpu_stamp(int64_t beam_size, int64_t blank_id, int64_t vocab_size, int64_t max_seq_len,
+                          int64_t page_size, int64_t num_pages) {
+  return ctc::StateStamp{ctc::kBackendCpu, (int)beam_size,  (int)max_seq_len, (int)page_size,
+                         page_size > 0 ? (int)num_pages : 0, (int)vocab_size, (int)blank_id};
+}
+
+// Refuses (ValueError, one line) the first row whose stamp, header fields, per-beam words or checksum are
+// wrong. Runs over every row before any row is decoded, so a refused call leaves every row untouched.
+void check_state_rows(const int32_t* rows, int64_t n_rows, int64_t words, const ctc::StateStamp& want,
+                      const std::string& name, int64_t row0 = 0) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int32_t* w = rows + r * words;
+    ctc::StateError e = ctc::validate_state_fields(w, want);
+    if (e.code == ctc::kStateOk) {
+      const uint64_t h = ctc::state_checksum(w, words), stored = ctc::stored_checksum(w);
+      if (h != stored) e = {ctc::kErrChecksum, -1, (int32_t)(uint32_t)stored, (int32_t)(uint32_t)h, (int32_t)(uint32_t)h};
+    }
+    CTC_ARG_CHECK(e.code == ctc::kStateOk, describe_state_error(e, row0 + r, name));
+  }
+}
+
+void seal_row(int32_t* w, int64_t words) {
+  const uint64_t h = ctc::state_checksum(w, words);
+  w[ctc::kHdrChecksumLo] = (int32_t)(uint32_t)(h & 0xFFFFFFFFull);
+  w[ctc::kHdrChecksumHi] = (int32_t)(uint32_t)(h >> 32);
+}
+
+// The streams of one batched call must be distinct memory: two entries sharing words would be decoded as
+// two streams into the same state (a lost or interleaved update). Tensors may be views; compare byte ranges.
+void check_distinct_states(at::TensorList states) {
+  std::vector<std::pair<uintptr_t, size_t>> spans;
+  for (size_t i = 0; i < states.size(); ++i)
+    spans.push_back({reinterpret_cast<uintptr_t>(states[i].data_ptr()), i});
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) {
+    const at::Tensor& prev = states[spans[k - 1].second];
+    const uintptr_t prev_end = spans[k - 1].first + (uintptr_t)prev.numel() * 4;
+    CTC_ARG_CHECK(spans[k].first >= prev_end,
+                  "states: entries " + std::to_string(std::min(spans[k - 1].second, spans[k].second)) + " and " +
+                      std::to_string(std::max(spans[k - 1].second, spans[k].second)) +
+                      " are the same state (or overlap); each stream needs its own state");
+  }
+}
+
 void check_mask(const std::optional<at::Tensor>& speech_mask, int64_t rows, int64_t T) {
   using ctcmsg::s;
   if (!speech_mask) return;
@@ -425,6 +473,7 @@ void decode_chunk_rows(int32_t* state_rows, int64_t words, const at::Tensor& log
     decode_rows(dec, lp.data_ptr<float>() + (row0 + r) * T * V, T, V,
                 speech_mask ? mask.data_ptr<bool>() + (row0 + r) * T : nullptr, 1.0);
     dec.store(w);
+    seal_row(w, words);
   }
 }
 }  // namespace
@@ -439,6 +488,8 @@ void ctc_decode_chunk_cpu(at::Tensor& state, const at::Tensor& log_probs,
   CTC_ARG_CHECK(state.size(0) == log_probs.size(0),
                 "state has " + s(state.size(0)) + " rows but log_probs has batch " + s(log_probs.size(0)));
   check_mask(speech_mask, log_probs.size(0), log_probs.size(1));
+  check_state_rows(state.data_ptr<int32_t>(), state.size(0), state.size(1),
+                   cpu_stamp(beam_size, blank_id, log_probs.size(2), max_seq_len, page_size, num_pages), "state");
   decode_chunk_rows(state.data_ptr<int32_t>(), state.size(1), log_probs, speech_mask, 0, state.size(0), beam_size,
                     blank_id, max_seq_len, page_size, num_pages);
 }
@@ -458,16 +509,22 @@ void ctc_decode_chunk_batched_cpu(at::TensorList states, const at::Tensor& log_p
     CTC_ARG_CHECK(states[i].size(0) == 1,
                   "states[" + s((int64_t)i) + "] must hold one row (batch 1), got " + s(states[i].size(0)));
   }
+  check_distinct_states(states);
+  const ctc::StateStamp want = cpu_stamp(beam_size, blank_id, log_probs.size(2), max_seq_len, page_size, num_pages);
+  for (size_t i = 0; i < states.size(); ++i)
+    check_state_rows(states[i].data_ptr<int32_t>(), 1, states[i].size(1), want, "states[" + s((int64_t)i) + "]");
   for (size_t i = 0; i < states.size(); ++i)
     decode_chunk_rows(states[i].data_ptr<int32_t>(), states[i].size(1), log_probs, speech_mask, (int64_t)i, 1,
                       beam_size, blank_id, max_seq_len, page_size, num_pages);
 }
 
-CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len,
-                            int64_t page_size, int64_t num_pages) {
-  CTC_CHECK_CONFIG(beam_size, 0, 2, nbest, max_seq_len, page_size, num_pages);
+CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
+                            int64_t nbest, int64_t max_seq_len, int64_t page_size, int64_t num_pages) {
+  CTC_CHECK_CONFIG(beam_size, blank_id, vocab_size, nbest, max_seq_len, page_size, num_pages);
   CTC_CHECK_STATE(state, beam_size, max_seq_len, page_size, num_pages, "state");
   const int64_t B = state.size(0), words = state.size(1);
+  check_state_rows(state.data_ptr<int32_t>(), B, words,
+                   cpu_stamp(beam_size, blank_id, vocab_size, max_seq_len, page_size, num_pages), "state");
   auto [tokens, tok_len, scores, status] = make_outputs(B, nbest, max_seq_len);
   for (int64_t b = 0; b < B; ++b) {
     RowDecoder dec((int)beam_size, 0, (int)max_seq_len, (int)page_size, (int)num_pages);
@@ -479,6 +536,20 @@ CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t 
     status.data_ptr<int32_t>()[b] = w[ctc::kHdrStatus];
   }
   return {tokens, tok_len, scores, status};
+}
+
+void ctc_init_state_cpu(at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
+                        int64_t max_seq_len, int64_t page_size, int64_t num_pages) {
+  CTC_CHECK_CONFIG(beam_size, blank_id, vocab_size, 1, max_seq_len, page_size, num_pages);
+  CTC_CHECK_STATE(state, beam_size, max_seq_len, page_size, num_pages, "state");
+  const ctc::StateStamp st = cpu_stamp(beam_size, blank_id, vocab_size, max_seq_len, page_size, num_pages);
+  const int64_t words = state.size(1);
+  state.zero_();
+  for (int64_t r = 0; r < state.size(0); ++r) {
+    int32_t* w = state.data_ptr<int32_t>() + r * words;
+    ctc::stamp_row(w, st);
+    seal_row(w, words);
+  }
 }
 
 // ---- error-path diagnostics (ctc_ops.h) ----

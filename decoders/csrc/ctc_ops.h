@@ -6,7 +6,11 @@
 //   ctc_decode_chunk(state! (B,W) int32, log_probs (B,T,V), speech_mask? (B,T) bool, beam, blank, max_len, page_size,
 //                    num_pages)
 //   ctc_decode_chunk_batched(states! [N x (1,W)], log_probs (N,T,V), speech_mask? (N,T), beam, blank, max_len, ...)
-//   ctc_finalize(state (B,W), beam, nbest, max_len, page_size, num_pages) -> the four tensors of ctc_decode_offline
+//   ctc_finalize(state (B,W), beam, blank, vocab, nbest, max_len, page_size, num_pages) -> the four tensors of
+//                ctc_decode_offline
+//   ctc_init_state(state! (B,W), beam, blank, vocab, max_len, page_size, num_pages): zero, stamp and seal rows
+// Every op that takes a state checks each row's stamp, header fields, per-beam words and checksum
+// (ctc_common.cuh: validate_state_fields) before reading it, and re-seals the rows it wrote.
 //   ctc_debug_raise(x, mode): raises a ValueError from the backend of x (error-path diagnostics, tests only)
 // page_size 0: flat token storage; > 0: paged (num_pages physical pages per row; layout in ctc_common.cuh).
 // status bit 0: the log-probs held NaN or +inf (the Python layer raises; kernels cannot);
@@ -47,8 +51,8 @@ void ctc_decode_chunk_cpu(at::Tensor& state, const at::Tensor& log_probs,
 void ctc_decode_chunk_batched_cpu(at::TensorList states, const at::Tensor& log_probs,
                                   const std::optional<at::Tensor>& speech_mask, int64_t beam_size,
                                   int64_t blank_id, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
-CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len,
-                            int64_t page_size, int64_t num_pages);
+CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
+                            int64_t nbest, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
 void ctc_debug_raise_cpu(const at::Tensor& x, int64_t mode);
 // defined in ctc_cpu.cpp, never inlined: the "helper in another translation unit" variant of ctc_debug_raise
 void ctc_debug_throw_from_helper(int64_t mode);
@@ -63,11 +67,72 @@ void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
 void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_probs,
                                    const std::optional<at::Tensor>& speech_mask, int64_t beam_size,
                                    int64_t blank_id, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
-CtcOutputs ctc_finalize_cuda(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len,
-                             int64_t page_size, int64_t num_pages);
+CtcOutputs ctc_finalize_cuda(const at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
+                             int64_t nbest, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
 void ctc_debug_raise_cuda(const at::Tensor& x, int64_t mode);
 
 namespace ctcmsg = msg;  // string-only message formatting (common_check.h)
+
+// ctc_init_state: stamps (config, vocabulary, backend) and seals fresh state rows (zeroing them first).
+void ctc_init_state_cpu(at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
+                        int64_t max_seq_len, int64_t page_size, int64_t num_pages);
+void ctc_init_state_cuda(at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
+                         int64_t max_seq_len, int64_t page_size, int64_t num_pages);
+
+inline std::string ctc_hex(int32_t v) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, v = (int32_t)((uint32_t)v >> 4)) out[i] = digits[v & 15];
+  return out;
+}
+
+// One line naming the refused row, the field, the value found and what was expected (ctc::StateError).
+inline std::string describe_state_error(const ctc::StateError& e, int64_t row, const std::string& name) {
+  using msg::s;
+  const std::string where = name + " row " + s(row) + ": ";
+  const std::string beam_idx = e.index >= 0 ? "[" + s(e.index) + "]" : "";
+  auto stamp = [&](const std::string& field) {
+    return where + "the state was made for " + field + "=" + s(e.found) + " but this decoder has " + s(e.lo) +
+           " (a state from another decoder config or vocabulary; create it with this decoder's create_state)";
+  };
+  auto range = [&](const std::string& field) {
+    return where + field + beam_idx + " is " + s(e.found) + ", expected in [" + s(e.lo) + ", " + s(e.hi) +
+           "] (corrupted or modified state)";
+  };
+  switch (e.code) {
+    case ctc::kErrMagic:
+      return where + "magic word is 0x" + ctc_hex(e.found) + ", expected 0x" + ctc_hex(e.lo) +
+             " (not a CTC streaming state made by CtcStreamingDecoder.create_state)";
+    case ctc::kErrVersion:
+      return where + "layout version " + s(e.found) + " is not this build's " + s(e.lo) + " (recreate the state)";
+    case ctc::kErrBackend:
+      return where + "the state was made by the " + (e.found == ctc::kBackendCuda ? "CUDA" : e.found == ctc::kBackendCpu ? "CPU" : "unknown (" + s(e.found) + ")") +
+             " decoder but is read by the " + (e.lo == ctc::kBackendCuda ? "CUDA" : "CPU") +
+             " one (states are not portable between devices)";
+    case ctc::kErrBeam: return stamp("beam_size");
+    case ctc::kErrMaxLen: return stamp("max_seq_len");
+    case ctc::kErrPageSize: return stamp("page_size");
+    case ctc::kErrNumPages: return stamp("num_pages");
+    case ctc::kErrVocab:
+      return e.lo == e.hi ? stamp("vocab_size (V)") : range("vocab_size (header word 12)");
+    case ctc::kErrBlank: return stamp("blank_id");
+    case ctc::kErrStep: return range("header word 0 (decoded frames)");
+    case ctc::kErrLastSel: return range("header word 1 (last decoded frame)");
+    case ctc::kErrFramesSeen: return range("header word 2 (frames seen)");
+    case ctc::kErrActive: return range("header word 3 (active beams)");
+    case ctc::kErrStatus: return range("header word 4 (status bits)");
+    case ctc::kErrFreeTop: return range("header word 5 (free-page stack top)");
+    case ctc::kErrNextFresh: return range("header word 6 (next fresh page)");
+    case ctc::kErrLen: return range("prefix length len");
+    case ctc::kErrLast: return range("last token last");
+    case ctc::kErrSlot: return range("token slot / last page slot");
+    case ctc::kErrChecksum:
+      return where + "checksum mismatch (stored low word 0x" + ctc_hex(e.found) + ", content gives 0x" +
+             ctc_hex(e.lo) + "): the state was modified outside the decoder";
+    default:
+      return where + "refused (error code " + s(e.code) + ")";
+  }
+}
 
 }  // namespace beamdec
 
