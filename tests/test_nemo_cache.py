@@ -132,3 +132,91 @@ def test_write_cache_rejects_bad_input(tmp_path, tokens):
     with pytest.raises(ValueError, match="duplicate"):
         write_cache(FakeSource(tokens), dup, tmp_path / "c", model="m", dataset="d", precision="fp32")
     assert not (tmp_path / "c").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Content checks (issue 11: the cache had none)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _cache(tmp_path, tokens, n=5):
+    utts = _utts(n)
+    d = write_cache(FakeSource(tokens), utts, tmp_path / "c", model="m", dataset="d", precision="fp32",
+                    progress=False)
+    return d, utts
+
+
+def _read_all(d, utts):
+    return [b.log_probs for b in CacheSource(d).batches(utts, 2)]
+
+
+def test_cache_refuses_exponent_bit_flips_in_the_data(tmp_path, tokens):
+    """Regression (issue 11): flipping exponent bits of float16 log-probs in log_probs.f16 was accepted and
+    silently changed what every decoder saw."""
+    d, utts = _cache(tmp_path, tokens)
+    data = bytearray((d / "log_probs.f16").read_bytes())
+    data[len(data) // 2 + 1] ^= 0x40  # high byte of a little-endian float16: an exponent bit
+    (d / "log_probs.f16").write_bytes(bytes(data))
+    with pytest.raises(StaleCacheError, match="do not match their digest"):
+        _read_all(d, utts)
+
+
+def test_cache_refuses_a_same_size_replacement_of_the_data(tmp_path, tokens):
+    """Regression (issue 11): another file of the same size in place of log_probs.f16 was accepted."""
+    d, utts = _cache(tmp_path, tokens)
+    size = (d / "log_probs.f16").stat().st_size
+    other = np.random.default_rng(1).standard_normal(size // 2).astype(np.float16)
+    (d / "log_probs.f16").write_bytes(other.tobytes())
+    assert (d / "log_probs.f16").stat().st_size == size
+    with pytest.raises(StaleCacheError, match="do not match their digest"):
+        _read_all(d, utts)
+
+
+@pytest.mark.parametrize("edit", ["length+40", "offset+7", "blank_id"])
+def test_cache_refuses_edited_metadata(tmp_path, tokens, edit):
+    """Regression (issue 11): `length + 40`, `offset + 7` or another `blank_id` in meta.json were accepted
+    (reading other utterances' frames, or decoding with the wrong blank)."""
+    import json
+
+    d, utts = _cache(tmp_path, tokens)
+    meta = json.loads((d / "meta.json").read_text())
+    if edit == "length+40":
+        meta["utterances"][1]["length"] += 40
+    elif edit == "offset+7":
+        meta["utterances"][2]["offset"] += 7
+    else:
+        meta["blank_id"] = 0
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(StaleCacheError, match="meta_sha256"):
+        CacheSource(d)
+
+
+def test_cache_refuses_a_consistent_looking_but_wrong_layout(tmp_path, tokens):
+    """The layout check behind the digest: a table whose digest was recomputed after moving an offset is still
+    refused (frames overlapping or beyond the data), with one line."""
+    import json
+
+    from eval.acoustic import cache as cache_mod
+
+    d, _ = _cache(tmp_path, tokens)
+    meta = json.loads((d / "meta.json").read_text())
+    meta["utterances"][2]["offset"] += 7
+    meta["meta_sha256"] = cache_mod._meta_digest(meta)
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(StaleCacheError, match="inconsistent utterance table"):
+        CacheSource(d)
+
+
+def test_truncated_meta_json_is_a_one_line_error(tmp_path, tokens):
+    """Regression (issue 11): a truncated meta.json gave a bare JSONDecodeError."""
+    d, _ = _cache(tmp_path, tokens)
+    text = (d / "meta.json").read_text()
+    (d / "meta.json").write_text(text[: len(text) // 2])
+    with pytest.raises(StaleCacheError, match="not valid JSON") as info:
+        CacheSource(d)
+    assert "\n" not in str(info.value)
+
+
+def test_intact_cache_still_reads_after_the_checks(tmp_path, tokens):
+    d, utts = _cache(tmp_path, tokens)
+    assert sum(lp.shape[0] for lp in _read_all(d, utts)) == len(utts)

@@ -11,6 +11,11 @@ non-determinism. One cache directory per (model, dataset, precision):
         log_probs.f16     float16 (total_frames, V), row-major, utterances back to back
         tokenizer.model   the sentencepiece model (BPE token sets), so the cache is self-contained
 
+Integrity: every utterance's float16 bytes carry a sha256 (`data_sha256`, checked whenever the utterance is
+read, so a bit flip or a same-size replacement of log_probs.f16 is refused), and `meta_sha256` covers every
+other field of meta.json (a hand-edited length, offset or blank_id is refused at open). Errors are one-line
+`StaleCacheError`s naming the cache; the remedy is always to delete the directory and rebuild.
+
 Staleness: every utterance's digest covers (id, text, duration rounded to ms); `manifest_sha256` covers the
 whole list. Reading a cache for utterances whose digest differs, or that it does not hold, raises
 `StaleCacheError` naming them; a cache written for another model fingerprint (a different .nemo file) is
@@ -34,7 +39,7 @@ import torch
 from eval.acoustic.base import AcousticBatch, Utterance
 from recipes.tokens import TokenSet
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-utterance data digests + a digest over the metadata
 _PAD_LOGP = -30.0  # padded frames: certain blank (same convention as the other sources)
 
 
@@ -133,8 +138,10 @@ def write_cache(
             lengths = batch.lengths.detach().cpu().tolist()
             for i, u in enumerate(batch.utterances):
                 n = int(lengths[i])
-                f.write(np.ascontiguousarray(lp[i, :n]).tobytes())
-                entries[u.id] = {"id": u.id, "offset": offset, "length": n, "digest": utterance_digest(u)}
+                data = np.ascontiguousarray(lp[i, :n]).tobytes()
+                f.write(data)
+                entries[u.id] = {"id": u.id, "offset": offset, "length": n, "digest": utterance_digest(u),
+                                 "data_sha256": _data_digest(data)}
                 offset += n
             bar.update(len(batch.utterances))
     missing = [i for i in ids if i not in entries]
@@ -165,6 +172,7 @@ def write_cache(
         "source": source.describe() if hasattr(source, "describe") else type(source).__name__,
         "utterances": [entries[i] for i in ids],
     }
+    meta["meta_sha256"] = _meta_digest(meta)
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False), encoding="utf-8")
     if cache_dir.exists():
         shutil.rmtree(cache_dir)
@@ -178,16 +186,55 @@ def write_cache(
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _data_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _meta_digest(meta: dict) -> str:
+    """sha256 of meta.json's canonical form without its own digest field."""
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 def read_meta(cache_dir: Union[str, Path]) -> dict:
+    """meta.json of a cache, checked: parseable, this format version, its digest intact, and a consistent
+    utterance table (offsets and lengths inside the data file, no overlaps)."""
     path = Path(cache_dir) / "meta.json"
     if not path.is_file():
         raise FileNotFoundError(f"no log-prob cache at {str(cache_dir)!r} (missing meta.json)")
-    meta = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StaleCacheError(f"{path} is not valid JSON ({e}); delete the cache and rebuild") from None
+    if not isinstance(meta, dict):
+        raise StaleCacheError(f"{path} is not a JSON object; delete the cache and rebuild")
     if meta.get("format_version") != FORMAT_VERSION:
         raise StaleCacheError(
             f"{cache_dir}: cache format {meta.get('format_version')} != {FORMAT_VERSION}; delete it and rebuild"
         )
+    if meta.get("meta_sha256") != _meta_digest(meta):
+        raise StaleCacheError(f"{path} does not match its meta_sha256 (edited or corrupted); delete the cache and rebuild")
+    try:
+        _check_layout(meta)
+    except (KeyError, TypeError, ValueError) as e:
+        raise StaleCacheError(f"{path}: inconsistent utterance table ({e}); delete the cache and rebuild") from None
     return meta
+
+
+def _check_layout(meta: dict) -> None:
+    vocab, total, blank = int(meta["vocab_size"]), int(meta["total_frames"]), int(meta["blank_id"])
+    if vocab != len(meta["tokens"]) or not 0 <= blank < vocab:
+        raise ValueError(f"vocab_size {vocab}, {len(meta['tokens'])} tokens, blank_id {blank}")
+    end = 0
+    for e in sorted(meta["utterances"], key=lambda e: int(e["offset"])):
+        off, n = int(e["offset"]), int(e["length"])
+        if not isinstance(e.get("data_sha256"), str):
+            raise ValueError(f"utterance {e['id']!r} has no data digest")
+        if off != end or n < 0:
+            raise ValueError(f"utterance {e['id']!r} at frames [{off}, {off + n}) after frame {end}")
+        end = off + n
+    if end != total:
+        raise ValueError(f"utterances cover {end} frames, total_frames is {total}")
 
 
 class CacheSource:
@@ -255,8 +302,15 @@ class CacheSource:
             out = np.full((len(chunk), max(max(lens), 1), vocab), _PAD_LOGP, dtype=np.float32)  # (B, T, V)
             out[:, :, self.tokens.blank_id] = 0.0
             for i, u in enumerate(chunk):
-                off = int(self._index[u.id]["offset"])
-                out[i, : lens[i]] = self._data[off : off + lens[i]]
+                e = self._index[u.id]
+                off = int(e["offset"])
+                seg = self._data[off : off + lens[i]]
+                if _data_digest(np.ascontiguousarray(seg).tobytes()) != e["data_sha256"]:
+                    raise StaleCacheError(
+                        f"{self.cache_dir}/log_probs.f16: the frames of utterance {u.id!r} do not match their digest "
+                        "(corrupted or replaced); delete the cache and rebuild"
+                    )
+                out[i, : lens[i]] = seg
             log_probs = torch.from_numpy(out)
             lengths = torch.tensor(lens, dtype=torch.int64)
             if self.device != "cpu":
@@ -346,7 +400,8 @@ class _LazyCacheSource:
         yield from self._inner.batches(utterances, batch_size)
 
 
-def build_source(cfg: Any, *, dataset: Optional[str] = None, device: str = "cpu", tokens: Optional[TokenSet] = None, **_: Any):
+def build_source(cfg: Any, *, dataset: Optional[str] = None, device: str = "cpu", tokens: Optional[TokenSet] = None,
+                 workload: Any = None, manifest_path: Any = None):
     """The cache source for `dataset`. `cfg`: the whole eval config (`model.cache_dir` = cache root,
     `model.nemo_model` = model, `model.params.precision`), a CacheSourceConfig, or a dict with `cache_dir`
     pointing straight at one cache directory (holding meta.json)."""

@@ -335,9 +335,12 @@ def source_config_from(cfg: Any) -> NemoSourceConfig:
     return out
 
 
-def build_source(cfg: Any, *, tokens: Optional[TokenSet] = None, model=None, **_: Any) -> NemoSource:
+def build_source(cfg: Any, *, tokens: Optional[TokenSet] = None, model=None, workload: Any = None,
+                 dataset: Optional[str] = None, device: Optional[str] = None, manifest_path: Any = None) -> NemoSource:
     """Build the NeMo source. `model`: an already-loaded ASRModel (tests, benchmarks) instead of loading
-    `cfg.model`. `tokens`: the token set the caller expects; it must equal the model's."""
+    `cfg.model`. `tokens`: the token set the caller expects; it must equal the model's. The model runs on
+    the config's `model.params.device`; `device`, `workload`, `dataset` and `manifest_path` are not used (the
+    utterances come with each `batches` call)."""
     scfg = source_config_from(cfg)
     if model is None:
         map_location = "cuda" if _resolve_device(scfg.device).type == "cuda" else "cpu"

@@ -67,8 +67,10 @@ class SimulatorSource:
             )
 
 
-def build_source(cfg, *, workload, dataset: str, tokens: Optional[TokenSet] = None, device: str = "cpu"):
-    """The simulator for `dataset` of `workload` (a `recipes.workload.Workload`)."""
+def build_source(cfg, *, workload, dataset: str, tokens: Optional[TokenSet] = None, device: str = "cpu",
+                 manifest_path=None):
+    """The simulator for `dataset` of `workload` (a `recipes.workload.Workload`); it simulates from the
+    workload's own transcripts, so `manifest_path` is not read."""
     if workload is None:
         raise ValueError("the simulator acoustic source needs the synthetic workload (data.manifests must be empty)")
     if dataset not in workload.sets:
