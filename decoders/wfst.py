@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence, Union
 
@@ -113,7 +114,7 @@ class WfstDecoderConfig:
     eps_iterations: int = 8  # epsilon-closure passes per frame (TLG)
     rescue_factor: int = 8
     max_rescues: int = 2
-    check_finite: bool = True  # reject NaN/inf inside the valid frames
+    check_finite: bool = True  # reject NaN/+inf inside the valid frames (-inf, log 0, is valid)
 
     def __post_init__(self):
         if not (self.search_beam > 0 and math.isfinite(self.search_beam)):
@@ -126,6 +127,9 @@ class WfstDecoderConfig:
             raise ValueError(f"acoustic_scale must be > 0, got {self.acoustic_scale}")
         if self.blank_skip_threshold is not None and not 0.0 < self.blank_skip_threshold <= 1.0:
             raise ValueError(f"blank_skip_threshold must be in (0, 1] or None, got {self.blank_skip_threshold}")
+        if self.blank_id is not None and (isinstance(self.blank_id, bool) or not isinstance(self.blank_id, (int, np.integer))
+                                          or self.blank_id < 0):
+            raise ValueError(f"blank_id must be a column index >= 0 or None, got {self.blank_id!r}")
         if self.eps_iterations < 1:
             raise ValueError(f"eps_iterations must be >= 1, got {self.eps_iterations}")
         for name in ("frontier_capacity", "arena_capacity", "words_capacity"):
@@ -137,7 +141,7 @@ class WfstDecoderConfig:
 
     def scaled(self, factor: int, batch: int, frames: int, total_steps: Optional[int] = None) -> "WfstDecoderConfig":
         """The same search with every capacity multiplied by `factor` (the rescue instance)."""
-        caps = _capacities(self, batch, frames, total_steps)
+        caps = gpu_capacities(self, batch, frames, total_steps)
         return replace(
             self,
             frontier_capacity=caps["frontier_capacity"] * factor,
@@ -151,7 +155,7 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, int(x - 1).bit_length())
 
 
-def _capacities(cfg: WfstDecoderConfig, batch: int, frames: int, total_steps: Optional[int] = None) -> dict:
+def gpu_capacities(cfg: WfstDecoderConfig, batch: int, frames: int, total_steps: Optional[int] = None) -> dict:
     """GPU capacities. total_steps = sum(lengths + 1) (the arena is shared by the batch, so it is sized by
     the decoded steps, not by batch * padded T)."""
     frontier = cfg.frontier_capacity or max(4 * cfg.max_active, 4096)
@@ -167,6 +171,10 @@ def _capacities(cfg: WfstDecoderConfig, batch: int, frames: int, total_steps: Op
         "arena_capacity": arena,
         "words_capacity": cfg.words_capacity or frames + 16,
     }
+
+
+# Old private spelling, still imported by eval/bench/wfst_capacity_stats.py (not owned here).
+_capacities = gpu_capacities
 
 
 @dataclass
@@ -196,9 +204,29 @@ class WfstResult:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Decoder-side caches of a graph, keyed by id(graph) and dropped when the graph is collected (a WfstGraph is an
+# unhashable dataclass, and the decoder's derived data does not belong in the graph object itself).
 # Graph upload: once per (graph, device), shared by every decoder instance.
 _graph_cache: dict[tuple[int, str], dict] = {}
+# Host-side derived data per graph: {"arrays": _graph_arrays, "eps_depth": int, "word_index": {str: id}}
+_host_cache: dict[int, dict] = {}
 _graph_cache_lock = threading.Lock()
+
+
+def _host_entry(graph: WfstGraph) -> dict:
+    """The host cache entry of `graph` (created on first use; caller holds _graph_cache_lock)."""
+    key = id(graph)
+    entry = _host_cache.get(key)
+    if entry is None:
+        entry = _host_cache[key] = {}
+        weakref.finalize(graph, _host_cache.pop, key, None)
+    return entry
+
+
+def clear_graph_cache() -> None:
+    """Forget every uploaded graph (the next decoder uploads again; benchmarks that charge the upload)."""
+    with _graph_cache_lock:
+        _graph_cache.clear()
 
 
 def _graph_arrays(graph: WfstGraph) -> dict[str, np.ndarray]:
@@ -282,15 +310,15 @@ def graph_on_device(graph: WfstGraph, device: Union[str, torch.device]) -> dict:
         hit = _graph_cache.get(key)
         if hit is not None:
             return hit
-        host = graph.__dict__.get("_wfst_host_arrays")
+        entry = _host_entry(graph)
+        host = entry.get("arrays")
         if host is None:
-            host = _graph_arrays(graph)
-            graph.__dict__["_wfst_host_arrays"] = host
+            host = entry["arrays"] = _graph_arrays(graph)
         tensors = {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in host.items()}
         tensors["has_eps"] = bool(np.any(host["eps_begin"] < host["final_begin"]))
-        if "eps_depth" not in graph.__dict__:
-            graph.__dict__["eps_depth"] = epsilon_depth(graph) if tensors["has_eps"] else 0
-        tensors["eps_depth"] = graph.__dict__["eps_depth"]
+        if "eps_depth" not in entry:
+            entry["eps_depth"] = epsilon_depth(graph) if tensors["has_eps"] else 0
+        tensors["eps_depth"] = entry["eps_depth"]
         _graph_cache[key] = tensors
         weakref.finalize(graph, _graph_cache.pop, key, None)
         return tensors
@@ -309,6 +337,26 @@ def _hash_u32(x: int) -> int:
     return x
 
 
+# Largest |boost| accepted (log domain). The kernels add boosts in float32: 1e39 used to pass a float64
+# finiteness check, become +inf in float32 and silently kill every path through the word; and boosts near
+# float32's range swamp the acoustic terms of a path's score long before they overflow. A log-domain boost of
+# 1e4 (a factor e^10000) is already far beyond any useful bias (search_beam is ~20).
+MAX_ABS_BOOST = 1.0e4
+
+
+def _check_boost(where: str, value) -> float:
+    """The boost as the kernel will see it (float32), or a one-line ValueError naming `where`."""
+    try:
+        f = float(value)
+    except OverflowError:  # an int beyond float64
+        f = math.inf
+    v32 = np.float32(f) if math.isfinite(f) and abs(f) < 3.4e38 else np.float32(np.inf)
+    if not (np.isfinite(v32) and abs(float(v32)) <= MAX_ABS_BOOST):
+        raise ValueError(f"{where}: boost {value!r} must be finite and within +-{MAX_ABS_BOOST:g} "
+                         "(log domain, added in float32)")
+    return float(v32)
+
+
 def build_boost_tables(
     boosts: Optional[Sequence[Optional[BoostTable]]], batch: int, graph: WfstGraph
 ) -> tuple[torch.Tensor, torch.Tensor, list[list]]:
@@ -317,22 +365,35 @@ def build_boost_tables(
         return torch.zeros((batch, 0), dtype=torch.int32), torch.zeros((batch, 0), dtype=torch.float32), [
             [] for _ in range(batch)
         ]
+    if isinstance(boosts, (Mapping, str)) or not isinstance(boosts, Sequence):
+        raise TypeError(f"boosts must be a list with one dict (or None) per utterance, got {type(boosts).__name__}")
     if len(boosts) != batch:
         raise ValueError(f"boosts must have one entry per utterance ({batch}), got {len(boosts)}")
     num_words = graph.num_words
-    index = graph.__dict__.get("_wfst_word_index")
-    if index is None and graph.words is not None:
-        index = {w: i for i, w in enumerate(graph.words)}
-        graph.__dict__["_wfst_word_index"] = index
+    index = None
+    if graph.words is not None:
+        with _graph_cache_lock:
+            entry = _host_entry(graph)
+            index = entry.get("word_index")
+            if index is None:
+                index = entry["word_index"] = {w: i for i, w in enumerate(graph.words)}
     resolved: list[dict[int, float]] = []
     oov: list[list] = []
-    for table in boosts:
+    for b, table in enumerate(boosts):
+        if table is None:
+            table = {}
+        if not isinstance(table, Mapping):
+            raise TypeError(f"boosts[{b}] must be a dict {{word: boost}} or None, got {type(table).__name__}")
         ids: dict[int, float] = {}
         bad: list = []
-        for word, value in (table or {}).items():
-            value = float(value)
-            if not math.isfinite(value):
-                raise ValueError(f"boosts: boost for {word!r} must be finite, got {value}")
+        for word, value in table.items():
+            where = f"boosts[{b}][{word!r}]"
+            if isinstance(word, bool) or not isinstance(word, (str, int, np.integer)):
+                raise TypeError(f"boosts[{b}]: word {word!r} must be a word string or an int word id, "
+                                f"got {type(word).__name__}")
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{where}: boost {value!r} must be a number (log domain), got {type(value).__name__}")
+            value = _check_boost(where, value)
             if isinstance(word, str):
                 wid = index.get(word) if index is not None else None
             else:
@@ -341,7 +402,7 @@ def build_boost_tables(
                 bad.append(word)
                 continue
             if value != 0.0:
-                ids[wid] = ids.get(wid, 0.0) + value
+                ids[wid] = _check_boost(f"boosts[{b}]: the summed boosts of word id {wid}", ids.get(wid, 0.0) + value)
         resolved.append(ids)
         oov.append(bad)
     most = max((len(r) for r in resolved), default=0)
@@ -397,6 +458,12 @@ class WfstDecoder:
         blank = self.config.blank_id if self.config.blank_id is not None else graph.info.get("blank_id")
         if self.config.blank_skip_threshold is not None and blank is None:
             raise ValueError("blank_skip_threshold needs config.blank_id (or graph.info['blank_id'])")
+        if blank is not None:
+            # a negative id would index from the end (-3 read column V - 3), one >= V fails late
+            source = "config.blank_id" if self.config.blank_id is not None else "graph.info['blank_id']"
+            if isinstance(blank, bool) or not isinstance(blank, (int, np.integer)) or not 0 <= blank < graph.num_tokens:
+                raise ValueError(f"{source} must be a column index in [0, V={graph.num_tokens}), got {blank!r}")
+            blank = int(blank)
         self._blank_id = blank
 
     # ---- input checks -----------------------------------------------------------------------------
@@ -419,11 +486,14 @@ class WfstDecoder:
         if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
             raise ValueError(f"lengths must be in [0, T={T}], got min {int(lengths.min())} max {int(lengths.max())}")
         if self.config.check_finite and B and T:
+            # -inf is log(0), a valid log-prob (the search never admits an arc that reads it); NaN and +inf
+            # are not (NaN compares false everywhere and +inf wins every max), on both backends
             valid = torch.arange(T, device=log_probs.device)[None, :] < lengths.to(log_probs.device)[:, None]
-            finite = torch.isfinite(log_probs).all(dim=2) | ~valid
-            if not bool(finite.all()):
-                b, t = (~finite).nonzero()[0].tolist()
-                raise ValueError(f"log_probs contains NaN/inf inside the valid frames (utterance {b}, frame {t})")
+            ok = (~(torch.isnan(log_probs) | (log_probs == math.inf))).all(dim=2) | ~valid
+            if not bool(ok.all()):
+                b, t = (~ok).nonzero()[0].tolist()
+                raise ValueError(f"log_probs contains NaN or +inf inside the valid frames (utterance {b}, frame {t}); "
+                                 "-inf (log 0) is allowed")
         return lengths
 
     def _skip_blanks(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -477,7 +547,7 @@ class WfstDecoder:
         ]
 
     def _run(self, log_probs, lengths, keys, values, cfg: WfstDecoderConfig) -> torch.Tensor:
-        caps = _capacities(cfg, log_probs.shape[0], log_probs.shape[1], int(lengths.sum()) + int(lengths.numel()))
+        caps = gpu_capacities(cfg, log_probs.shape[0], log_probs.shape[1], int(lengths.sum()) + int(lengths.numel()))
         out = _ops().wfst_decode(
             *self._graph_args(log_probs, lengths, keys, values, cfg),
             int(caps["frontier_capacity"]),
@@ -503,7 +573,7 @@ class WfstDecoder:
         if self.device.type != "cpu":
             raise ValueError("search_stats runs on the CPU reference: build the decoder with device='cpu'")
         log_probs, lengths, keys, values, oov = self._prepare(log_probs, lengths, boosts)
-        words_capacity = _capacities(self.config, log_probs.shape[0], log_probs.shape[1])["words_capacity"]
+        words_capacity = gpu_capacities(self.config, log_probs.shape[0], log_probs.shape[1])["words_capacity"]
         rows, out = _ops().wfst_search_stats(*self._graph_args(log_probs, lengths, keys, values, self.config),
                                              int(words_capacity))
         st = out.tolist()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -261,9 +262,9 @@ def test_graph_is_uploaded_once_per_device():
         (lambda lp: (lp, [-1, 4]), r"\[0, T=4\]"),
         (lambda lp: (lp, [4]), "lengths"),
         (lambda lp: (lp.index_put((torch.tensor([1]), torch.tensor([2])), torch.tensor(float("nan"))), [4, 4]),
-         "NaN/inf"),
+         r"NaN or \+inf"),
         (lambda lp: (lp.index_put((torch.tensor([0]), torch.tensor([0])), torch.tensor(float("inf"))), [4, 4]),
-         "NaN/inf"),
+         r"NaN or \+inf"),
         (lambda lp: (lp.to("meta"), [4, 4]), "is on meta"),
     ],
 )
@@ -288,7 +289,8 @@ def test_padding_outside_lengths_may_be_non_finite():
 
 
 @pytest.mark.parametrize("kwargs", [{"search_beam": 0.0}, {"search_beam": -1.0}, {"max_active": 10, "min_active": 10},
-                                    {"output_beam": 0.0}, {"blank_skip_threshold": 1.5}, {"eps_iterations": 0}])
+                                    {"output_beam": 0.0}, {"blank_skip_threshold": 1.5}, {"eps_iterations": 0},
+                                    {"blank_id": -3}, {"blank_id": 1.5}, {"blank_id": True}])
 def test_bad_config_raises(kwargs):
     with pytest.raises(ValueError):
         WfstDecoderConfig(**kwargs)
@@ -429,3 +431,88 @@ def test_beam_sweep_script_reports_wer_and_frontier(tmp_path):
     assert [(r["search_beam"], r["max_active"]) for r in rows] == [(1.0, 10000), (20.0, 10000)]
     assert all(r["utterances"] == 5 and 0.0 <= r["wer"] for r in rows)
     assert rows[1]["mean_frontier"] > rows[0]["mean_frontier"]  # a wider beam keeps more states
+
+
+# ---- issue 11 regressions: bad input gives one-line errors, -inf is a valid log-prob, no caches in the graph ----
+def test_single_neg_inf_log_prob_is_valid():
+    """Regression (issue 11): one -inf log-prob (log 0) was rejected as non-finite. It is valid: arcs reading it
+    are never admitted, so the result equals the one with that entry replaced by a very low finite value."""
+    rng = np.random.default_rng(101)
+    for epsilon in (False, True):
+        g = random_graph(rng, num_tokens=6, epsilon=epsilon)
+        lp = random_log_probs(rng, 3, 9, 6)
+        mask = torch.from_numpy(rng.random((3, 9, 6)) < 0.15)
+        mask[..., 0] = False  # keep a finite column in every frame
+        with_inf = lp.masked_fill(mask, float("-inf"))
+        low = lp.masked_fill(mask, -1.0e4)  # far below any beam: never admitted either
+        dec = WfstDecoder(g, WfstDecoderConfig())
+        got, want = dec.decode(with_inf, [9, 5, 1]), dec.decode(low, [9, 5, 1])
+        assert got.words == want.words and torch.equal(got.scores, want.scores)
+        assert got.has_path == want.has_path
+    # a frame that is -inf everywhere: no path survives, no error, no crash
+    dead = lp.clone()
+    dead[0, 3] = float("-inf")
+    res = WfstDecoder(g, WfstDecoderConfig()).decode(dead, [9, 5, 1])
+    assert not res.has_path[0] and res.scores[0] == -math.inf and res.words[0] == []
+    with pytest.raises(ValueError, match=r"NaN or \+inf.*utterance 1, frame 2"):
+        bad = lp.clone()
+        bad[1, 2, 3] = float("inf")
+        dec.decode(bad, [9, 5, 1])
+
+
+def _word_graph():
+    rng = np.random.default_rng(102)
+    g = random_graph(rng, num_tokens=5)
+    return g, random_log_probs(rng, 2, 6, 5)
+
+
+@pytest.mark.parametrize("value", [1e39, -1e39, 1e30, float("inf"), float("nan"), 10**400, 2.0e4])
+def test_boost_checked_in_float32(value):
+    """Regression (issue 11): a boost of 1e39 passed the float64 finiteness check, became +inf in float32 and
+    silently killed every path through the word. Boosts are now checked as the kernel sees them (float32, and
+    |boost| <= MAX_ABS_BOOST); the one-line error names the utterance and the word."""
+    g, lp = _word_graph()
+    word = g.words[1] if g.words else 1
+    with pytest.raises(ValueError, match=r"boosts\[1\]\[" + re.escape(repr(word)) + r"\].*must be finite and within") as e:
+        WfstDecoder(g).decode(lp, [6, 6], boosts=[{}, {word: value}])
+    assert "\n" not in str(e.value)
+    WfstDecoder(g).decode(lp, [6, 6], boosts=[{}, {word: 9000.0}])  # large but representable: accepted
+
+
+@pytest.mark.parametrize("boosts, exc, match", [
+    ([[("w1", 1.0)], {}], TypeError, r"boosts\[0\] must be a dict"),
+    ([{None: 1.0}, {}], TypeError, r"boosts\[0\]: word None must be a word string or an int word id"),
+    ([{}, {"w1": "abc"}], TypeError, r"boosts\[1\]\['w1'\]: boost 'abc' must be a number"),
+    ([{}, {2: None}], TypeError, r"boosts\[1\]\[2\]: boost None must be a number"),
+    ({"w1": 1.0}, TypeError, "one dict .* per utterance"),
+    ([{}], ValueError, "one entry per utterance"),
+])
+def test_bad_boost_entries_name_the_word(boosts, exc, match):
+    """Regression (issue 11): a list instead of a dict, a None key or a "abc" value gave generic errors naming
+    no word; now one-line errors name the utterance index and the word."""
+    g, lp = _word_graph()
+    with pytest.raises(exc, match=match) as e:
+        WfstDecoder(g).decode(lp, [6, 6], boosts=boosts)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("blank_id", [-3, 5, 500])
+def test_blank_id_is_validated(blank_id):
+    """Regression (issue 11): blank_id was not validated: -3 indexed column V - 3 and changed the words, 500
+    failed late with an IndexError. Negative ids are refused by the config, ids >= V by the decoder."""
+    g, lp = _word_graph()
+    with pytest.raises(ValueError, match="blank_id") as e:
+        WfstDecoder(g, WfstDecoderConfig(blank_id=blank_id, blank_skip_threshold=0.9)).decode(lp, [6, 6])
+    assert "\n" not in str(e.value)
+    g.info["blank_id"] = blank_id  # the graph's own blank id is checked the same way
+    with pytest.raises(ValueError, match=r"graph.info\['blank_id'\]"):
+        WfstDecoder(g, WfstDecoderConfig(blank_skip_threshold=0.9))
+
+
+def test_decoder_caches_stay_out_of_the_graph_object():
+    """Issue 11: decoder caches were written into the graph's __dict__; they are owned by decoders.wfst now."""
+    import dataclasses
+
+    g, lp = _word_graph()
+    WfstDecoder(g).decode(lp, [6, 6], boosts=[{"w1": 1.0}, {}])
+    assert set(vars(g)) == {f.name for f in dataclasses.fields(g)}

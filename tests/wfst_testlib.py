@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Optional
 
 import numpy as np
@@ -77,15 +78,18 @@ def to_k2_text(graph: WfstGraph) -> str:
     return "\n".join(lines)
 
 
+_k2py_graphs: dict = {}
+
+
 def k2py_decode(graph: WfstGraph, lp: np.ndarray, search_beam=20.0, output_beam=8.0, min_active=30,
                 max_active=10000, allow_partial=True):
     """(words, per-frame labels) of k2's intersect_dense_pruned best path, via k2py."""
     import k2py
 
-    g = graph.__dict__.get("_k2py_graph")
-    if g is None:
-        g = k2py.CreateFsaVecFromStr(to_k2_text(graph), -1, False)
-        graph.__dict__["_k2py_graph"] = g
+    g = _k2py_graphs.get(id(graph))
+    if g is None:  # cached beside the graph, not inside it (issue 11: no caches in the graph's __dict__)
+        g = _k2py_graphs[id(graph)] = k2py.CreateFsaVecFromStr(to_k2_text(graph), -1, False)
+        weakref.finalize(graph, _k2py_graphs.pop, id(graph), None)
     r = k2py._k2.AlignSegments(g, np.ascontiguousarray(lp, dtype=np.float32), search_beam, output_beam, min_active,
                                max_active, True, allow_partial)
     return [int(w) for w in r["token_ids"] if int(w) > 0], list(r["labels"])
