@@ -1,236 +1,232 @@
-"""Benchmark of the CUDA CTC prefix beam search (a script, not a test).
+"""CTC prefix beam search, ours vs the seed system's (OASR), on one GPU in one process: THE same-run side by side.
 
-Offline shapes (B, T, V, beam) and streaming configs (V, beam, streams) of issue 4, random log-probs,
-blank skipping off. Timing: CUDA events around the op call (GPU tensors out, nothing copied back),
-warm-up calls first, median over repeats, explicit synchronisation. torchaudio's cuda_ctc_decoder runs
-each configuration in its own subprocess (it crashed with illegal memory accesses before, which kills the
-CUDA context); a crash is reported as a result.
+Inputs are OASR's own benchmark inputs: `randn` logits through `log_softmax` (fixed seed), blank 0, no blank
+skipping. They have no references, so every row's `wer` is null. Audio seconds are frames x 0.04 s (one CTC
+frame of a 4x-subsampled 10 ms feature stream), so RTFx reads as for a real model at that frame rate.
 
-    python -m eval.bench.ctc_bench --out runs/bench/ctc_bench.json [--repeats 20] [--no-torchaudio]
+Per offline shape (B, T, V, beam), all calls interleaved per repeat after warm-up, each call inside its own
+eval.metrics.Stopwatch (synchronise, CUDA events, synchronise: `decoder_cuda_seconds` is the event time,
+`decoder_seconds` the synchronised wall time; both are means per call):
+  boundary "kernel": our raw op `ctc_decode_offline` vs OASR's raw module call, inputs and (for OASR)
+                     workspace and outputs already on the device;
+  boundary "api":    our public `decoders.ctc.ctc_beam_search` vs OASR's public `ctc_beam_search_decode`. This
+                     OASR tarball does not build its C++ token read-back (`oasr._C`); a Python `tolist` stand-in
+                     replaces it (params["oasr_readback"] says which), so OASR's api time is an upper bound.
+Our kernel row also records the agreement of the best hypothesis (decoder_stats: best_equal, max_dscore).
+Streaming per (V, beam, streams), 2 chunks of 16 frames per stream per call: OASR decode_chunk per stream vs
+ours per stream (params mode "per_stream": the pair) and ours with decode_chunk_batch (mode "batched").
+
+Rows go to one run directory (default runs/bench/ctc_vs_oasr/<timestamp>); ours and OASR in the same shape and
+boundary name each other in `run_mate` and carry identical `params`, so
+`reports.tables.side_by_side_table(rows, "ctc_beam", "oasr_ctc", by=[...])` forms the ratios. When OASR is not
+importable (OASR_ROOT, default .anchors/oasr; see ../shared/anchors/README.md) its rows are unavailable rows with
+the reason and ours is still measured. GPU only: without CUDA it exits with one line.
+
+    python -m eval.bench.ctc_bench [--repeats 30] [--oasr-root .anchors/oasr] [--run NAME]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
-import time
+import types
 from pathlib import Path
+from typing import Callable, Optional
 
 import torch
 
-OFFLINE_SHAPES = [  # (B, T, V, beam)
+from eval.bench.common import BenchRun, describe_error, print_rows
+from eval.metrics import Stopwatch, WerStats
+
+FRAME_SECONDS = 0.04  # audio per CTC frame (10 ms features, 4x subsampling)
+OFFLINE_SHAPES = [  # (B, T, V, beam): OASR's benchmark shapes
     (1, 200, 100, 10), (16, 200, 100, 10), (1, 200, 1000, 10), (16, 200, 1000, 10), (1, 200, 5000, 10),
     (4, 200, 5000, 10), (16, 200, 5000, 10), (64, 200, 5000, 10), (16, 50, 1000, 10), (16, 500, 1000, 10),
     (16, 200, 5000, 4), (16, 200, 5000, 20),
 ]
-# ms per batch measured on the same H200 for the CUDA decoder our design documents describe (issue 4)
-REFERENCE_OFFLINE_MS = [1.55, 2.87, 1.64, 2.98, 1.46, 1.67, 2.34, 7.47, 0.67, 13.25, 1.83, 6.65]
-STREAMING = [(5000, 10, 1), (5000, 10, 8), (1000, 10, 8), (5000, 10, 128)]  # (V, beam, streams)
-REFERENCE_STREAMING_US = [8.3, 7.9, 7.7, None]
-CHUNK_FRAMES = 16
-STREAM_CHUNKS = 16  # 256 frames per stream
+STREAMING = [(5000, 10, 1), (5000, 10, 8), (1000, 10, 8), (5000, 10, 64)]  # (V, beam, streams)
+CHUNK_FRAMES, CHUNKS = 16, 2
+STREAM_MAX_SEQ_LEN = 2048  # above every frame fed (warm-up + repeats): OASR decodes nothing past its cap
+DATASET = "randn_log_softmax"
+OURS, THEIRS = "ctc_beam", "oasr_ctc"
 
 
-def _log_probs(B: int, T: int, V: int, seed: int = 0) -> torch.Tensor:
+def inputs(B: int, T: int, V: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(B, T, V, device="cuda", generator=g) * 2.0).log_softmax(-1)  # (B, T, V)
+    lp = torch.log_softmax(torch.randn(B, T, V, device="cuda", generator=g), dim=-1)  # (B, T, V)
+    return lp, torch.full((B,), T, dtype=torch.int32, device="cuda")
 
 
-def _time_ms(fn, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
+def load_oasr(root: Path) -> tuple[Optional[types.ModuleType], str, str]:
+    """(oasr.functionals.ctc_decode or None, why not, read-back used). The read-back stand-in is marked."""
+    if not (root / "oasr").is_dir():
+        return None, f"OASR not found under {root} (unpack ../shared/anchors/oasr-*.tar.xz there)", ""
+    sys.path.insert(0, str(root.resolve()))
+    try:
+        import oasr.functionals.ctc_decode as oc
+
+        oc._get_ctc_decoder_module()  # JIT-builds its kernels (apache-tvm-ffi)
+    except Exception as e:  # noqa: BLE001 - any failure to import or build makes OASR's rows unavailable
+        return None, f"OASR not importable: {describe_error(e)}", ""
+    readback = "oasr._C"
+    if oc._CPP is None:
+        def extract_beam_tokens(tok, lens, beam):
+            t, ln = tok.tolist(), lens.tolist()
+            return [[t[b][k][: ln[b][k]] for k in range(beam)] for b in range(len(t))]
+
+        oc._CPP = types.SimpleNamespace(extract_beam_tokens=extract_beam_tokens)
+        readback = "python tolist stand-in (oasr._C not built)"
+    return oc, "", readback
+
+
+def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: int,
+                device: str = "cuda") -> dict[str, Stopwatch]:
+    """One Stopwatch per callable; warm-up calls untimed, then per repeat each callable once (A/B interleaved,
+    so clock drift and thermal state hit every contender alike)."""
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
+    watches = {k: Stopwatch(device) for k in fns}
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        for k, f in fns.items():
+            with watches[k]:
+                f()
+    return watches
 
 
-def bench_offline(warmup: int, repeats: int, variant: str = "") -> list[dict]:
-    """variant: "" (defaults), "paged" (paged token storage), "block" / "warp" (kernel forced; the caller sets
-    BEAMDEC_CTC_KERNEL)."""
-    from decoders.ctc import load_ops, CtcBeamSearchConfig, ctc_beam_search
+def per_call(w: Stopwatch) -> tuple[float, Optional[float]]:
+    """Mean wall and CUDA-event seconds per timed call."""
+    n = max(w.regions, 1)
+    return w.wall_seconds / n, None if w.cuda_seconds is None else w.cuda_seconds / n
+
+
+def add_pair(run: BenchRun, watches: dict[str, Stopwatch], keys: dict[str, tuple[str, str]], params: dict,
+             boundary: str, utterances: int, frames: int, oasr_reason: str, stats: Optional[dict] = None) -> None:
+    """Rows for ours and OASR (or OASR's unavailable row) of one configuration; keys: role -> (watch, label)."""
+    labels = {role: lab for role, (_, lab) in keys.items()}
+    for role, (key, lab) in keys.items():
+        name = OURS if role.startswith("ours") else THEIRS
+        mate = labels.get("theirs") if role.startswith("ours") else labels.get("ours")
+        if key not in watches:
+            run.unavailable(decoder=lab, decoder_name=name, device="cuda", reason=oasr_reason, params=params)
+            continue
+        wall, cuda = per_call(watches[key])
+        run.measured(decoder=lab, decoder_name=name, device="cuda", dataset=DATASET, wer=WerStats(utterances=utterances),
+                     references=False, audio_seconds=frames * FRAME_SECONDS,
+                     decoder_seconds=wall, decoder_cuda_seconds=cuda,
+                     frames=frames, batch_size=utterances, boundary=boundary, run_mate=mate, params=params,
+                     stats=(stats if role == "ours" else None), warmup_batches=0)
+
+
+def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: int, repeats: int) -> None:
+    from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search, load_ops
 
     ops = load_ops()
-    rows = []
-    for (B, T, V, beam), ref in zip(OFFLINE_SHAPES, REFERENCE_OFFLINE_MS):
-        lp = _log_probs(B, T, V)
-        lengths = torch.full((B,), T, dtype=torch.int32, device="cuda")
-        cfg = CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0, paged=variant.startswith("paged"))
-        store = cfg.storage_args(T)
-        fn = lambda: ops.ctc_decode_offline(lp, lengths, beam, 0, 1.0, 1, T, *store)  # noqa: E731
-        ms = _time_ms(fn, warmup, repeats)
-        e2e = _time_ms(lambda: ctc_beam_search(lp, lengths, cfg), 1, max(3, repeats // 4))
-        rows.append(dict(kind="offline" + (f"_{variant}" if variant else ""), B=B, T=T, V=V, beam=beam,
-                         ms_per_batch=ms, us_per_frame=1e3 * ms / T,
-                         ms_with_lists=e2e, reference_ms=ref, speedup_vs_reference=ref / ms))
-        print(f"offline{variant and '_' + variant} B={B:3d} T={T:4d} V={V:5d} beam={beam:3d}: {ms:8.3f} ms  (ref {ref:6.2f} ms, "
-              f"x{ref / ms:5.2f}; with python lists {e2e:.3f} ms)", flush=True)
-    return rows
+    for B, T, V, beam in OFFLINE_SHAPES:
+        lp, lens = inputs(B, T, V)
+        seq = T + (T & 1)  # our op stores token pairs: an even max_seq_len
+        cfg = CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0, max_seq_len=seq)
+        store = cfg.storage_args(seq)
+        fns = {"ours_kernel": lambda: ops.ctc_decode_offline(lp, lens, beam, 0, 1.0, 1, seq, *store),
+               "ours_api": lambda: ctc_beam_search(lp, lens, cfg)}
+        stats: dict = {}
+        if oc is not None:
+            mod = oc._get_ctc_decoder_module()
+            ws = torch.empty(int(mod.ctc_decoder_workspace_size(B, beam, V, T)), dtype=torch.uint8, device="cuda")
+            ot = torch.empty(B, beam, T, dtype=torch.int32, device="cuda")
+            ol = torch.empty(B, beam, dtype=torch.int32, device="cuda")
+            osc = torch.empty(B, beam, dtype=torch.float32, device="cuda")
+            fns["oasr_kernel"] = lambda: mod.ctc_beam_search_decode(ot, oc._NO_TIMES, ol, osc, lp, lens, ws, beam, 0,
+                                                                    1.0)
+            fns["oasr_api"] = lambda: oc.ctc_beam_search_decode(lp, lens, beam_size=beam, blank_id=0,
+                                                                blank_threshold=1.0, max_seq_len=T)
+            ours = ctc_beam_search(lp, lens, cfg)
+            theirs = oc.ctc_beam_search_decode(lp, lens, beam_size=beam, blank_id=0, blank_threshold=1.0,
+                                               max_seq_len=T)
+            stats = {"best_equal": sum(ours.tokens[b][0] == theirs.tokens[b][0] for b in range(B)),
+                     "max_dscore": float((ours.scores[:, 0] - theirs.scores[:, 0].cpu()).abs().max())}
+        watches = interleaved(fns, warmup, repeats)
+        shape = {"B": B, "T": T, "V": V, "beam": beam}
+        tag = f"B={B} T={T} V={V} beam={beam}"
+        add_pair(run, watches, {"ours": ("ours_kernel", f"{OURS}@cuda[kernel {tag}]"),
+                                "theirs": ("oasr_kernel", f"{THEIRS}@cuda[kernel {tag}]")},
+                 shape, "kernel", B, B * T, oasr_reason, stats)
+        add_pair(run, watches, {"ours": ("ours_api", f"{OURS}@cuda[api {tag}]"),
+                                "theirs": ("oasr_api", f"{THEIRS}@cuda[api {tag}]")},
+                 {**shape, "oasr_readback": readback or "n/a"}, "api", B, B * T, oasr_reason)
+        run.checkpoint()
+        print(f"offline {tag}: " + ", ".join(f"{k} {1e3 * w.cuda_seconds / w.regions:.3f} ms"
+                                              for k, w in watches.items()), flush=True)
 
 
-def bench_streaming(warmup: int, repeats: int, variant: str = "") -> list[dict]:
+def bench_streaming(run: BenchRun, oc, oasr_reason: str, warmup: int, repeats: int) -> None:
     from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder
 
-    rows = []
-    for (V, beam, streams), ref in zip(STREAMING, REFERENCE_STREAMING_US):
-        dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0,
-                                                      paged=variant.startswith("paged")))
-        lp = _log_probs(streams, CHUNK_FRAMES * STREAM_CHUNKS, V, seed=1)
-        chunks = [lp[:, c * CHUNK_FRAMES:(c + 1) * CHUNK_FRAMES] for c in range(STREAM_CHUNKS)]
-
-        def run_utterance():
-            if streams == 1:
-                st = dec.create_state(1, V, device="cuda")
-                for ch in chunks:
-                    dec.decode_chunk(ch, state=st)
-            else:
-                sts = [dec.create_state(1, V, device="cuda") for _ in range(streams)]
-                for ch in chunks:
-                    dec.decode_chunk_batch(ch, sts)
-
-        # time only the chunk calls: states are created outside the timed region
-        def timed() -> float:
-            if streams == 1:
-                sts = dec.create_state(1, V, device="cuda")
-                call = lambda ch: dec.decode_chunk(ch, state=sts)  # noqa: E731
-            else:
-                sts = [dec.create_state(1, V, device="cuda") for _ in range(streams)]
-                call = lambda ch: dec.decode_chunk_batch(ch, sts)  # noqa: E731
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for ch in chunks:
-                call(ch)
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end)
-
-        for _ in range(warmup):
-            run_utterance()
-        ms = statistics.median(timed() for _ in range(repeats))
-        frames = CHUNK_FRAMES * STREAM_CHUNKS
-        us_frame = 1e3 * ms / frames  # per frame of audio time, all streams advanced
-        rows.append(dict(kind="streaming" + (f"_{variant}" if variant else ""), V=V, beam=beam, streams=streams,
-                         chunk_frames=CHUNK_FRAMES,
-                         ms_per_chunk=ms / STREAM_CHUNKS, us_per_frame=us_frame,
-                         us_per_stream_frame=us_frame / streams, state_bytes_per_stream=dec.state_bytes_per_stream,
-                         max_seq_len=dec.max_seq_len, reference_us_per_frame=ref))
-        print(f"streaming{variant and '_' + variant} V={V:5d} beam={beam:3d} streams={streams:4d}: {us_frame:7.2f} us/frame "
-              f"({us_frame / streams:6.3f} us/stream-frame, {ms / STREAM_CHUNKS:.3f} ms/chunk), "
-              f"state {dec.state_bytes_per_stream} B/stream (max_seq_len {dec.max_seq_len}); ref {ref}", flush=True)
-    return rows
+    for V, beam, n in STREAMING:
+        chunks = [inputs(1, CHUNK_FRAMES, V, seed=i)[0] for i in range(CHUNKS)]
+        batched = [torch.cat([c] * n, 0) for c in chunks]
+        ours = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0,
+                                                       max_seq_len=STREAM_MAX_SEQ_LEN))
+        st = [ours.create_state(1, V, device="cuda") for _ in range(n)]
+        st_b = [ours.create_state(1, V, device="cuda") for _ in range(n)]
+        fns = {"ours_per_stream": lambda: [ours.decode_chunk(c, state=s) for s in st for c in chunks],
+               "ours_batched": lambda: [ours.decode_chunk_batch(c, st_b) for c in batched]}
+        if oc is not None:
+            od = oc.GpuStreamingDecoder(oc.GpuDecoderConfig(beam_size=beam, blank_id=0, blank_threshold=1.0,
+                                                            max_seq_len=STREAM_MAX_SEQ_LEN))
+            ost = [od.create_state(1, V) for _ in range(n)]
+            fns["oasr_per_stream"] = lambda: [od.decode_chunk(c, state=s) for s in ost for c in chunks]
+        watches = interleaved(fns, warmup, repeats)
+        frames = n * CHUNKS * CHUNK_FRAMES
+        base = {"V": V, "beam": beam, "streams": n, "chunk_frames": CHUNK_FRAMES}
+        tag = f"V={V} beam={beam} streams={n}"
+        add_pair(run, watches, {"ours": ("ours_per_stream", f"{OURS}@cuda[stream {tag}]"),
+                                "theirs": ("oasr_per_stream", f"{THEIRS}@cuda[stream {tag}]")},
+                 {**base, "mode": "per_stream"}, "api", n, frames, oasr_reason)
+        wall, cuda = per_call(watches["ours_batched"])
+        run.measured(decoder=f"{OURS}@cuda[stream batched {tag}]", decoder_name=OURS, device="cuda", dataset=DATASET,
+                     wer=WerStats(utterances=n), references=False, audio_seconds=frames * FRAME_SECONDS,
+                     decoder_seconds=wall, decoder_cuda_seconds=cuda,
+                     frames=frames, batch_size=n, boundary="api", params={**base, "mode": "batched"},
+                     run_mate=f"{THEIRS}@cuda[stream {tag}]" if oc is not None else None)
+        run.checkpoint()
+        print(f"streaming {tag}: " + ", ".join(f"{k} {1e6 * w.cuda_seconds / w.regions / frames:.2f} us/stream-frame"
+                                                for k, w in watches.items()), flush=True)
 
 
-def torchaudio_one(B: int, T: int, V: int, beam: int, warmup: int, repeats: int) -> dict:
-    """Runs inside the subprocess: time torchaudio's decoder on one shape (blank at 0, skipping off)."""
-    from eval.adapters.torchaudio_ctc import build_torchaudio_decoder
-
-    dec = build_torchaudio_decoder(V, beam, blank_skip_threshold=1.0)
-    lp = _log_probs(B, T, V)
-    lengths = torch.full((B,), T, dtype=torch.int32, device="cuda")
-    ms = _time_ms(lambda: dec(lp, lengths), warmup, repeats)
-    return dict(ms_per_batch=ms)
-
-
-def bench_torchaudio(warmup: int, repeats: int, timeout_s: int) -> list[dict]:
-    rows = []
-    for B, T, V, beam in OFFLINE_SHAPES:
-        cmd = [sys.executable, "-m", "eval.bench.ctc_bench", "--torchaudio-one", f"{B},{T},{V},{beam}",
-               "--warmup", str(warmup), "--repeats", str(repeats)]
-        t0 = time.time()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-            rc, out, err = proc.returncode, proc.stdout, proc.stderr
-        except subprocess.TimeoutExpired:
-            rc, out, err = "timeout", "", ""
-        row = dict(kind="torchaudio", B=B, T=T, V=V, beam=beam, wall_s=time.time() - t0)
-        lines = [ln for ln in out.splitlines() if ln.startswith("TORCHAUDIO_RESULT ")]
-        if rc == 0 and lines:
-            row.update(json.loads(lines[-1].split(" ", 1)[1]), status="ok")
-        else:
-            tail = (err or out).strip().splitlines()[-3:]
-            row.update(status=f"crashed (rc={rc})", error=" | ".join(tail)[-400:])
-        print(f"torchaudio B={B:3d} T={T:4d} V={V:5d} beam={beam:3d}: "
-              f"{row.get('ms_per_batch', float('nan')):8.3f} ms  {row['status']} {row.get('error', '')}", flush=True)
-        rows.append(row)
-    return rows
-
-
-def print_table(rows: list[dict]) -> None:
-    from tabulate import tabulate
-
-    ta = {(r["B"], r["T"], r["V"], r["beam"]): r for r in rows if r["kind"] == "torchaudio"}
-    for kind in dict.fromkeys(r["kind"] for r in rows if r["kind"].startswith("offline")):
-        table = []
-        for r in rows:
-            if r["kind"] != kind:
-                continue
-            t = ta.get((r["B"], r["T"], r["V"], r["beam"]))
-            t_cell = "-" if t is None else (f"{t['ms_per_batch']:.3f}" if t["status"] == "ok" else t["status"])
-            table.append([r["B"], r["T"], r["V"], r["beam"], f"{r['ms_per_batch']:.3f}", f"{r['us_per_frame']:.2f}",
-                          r["reference_ms"], f"{r['speedup_vs_reference']:.2f}x", t_cell])
-        print(kind)
-        print(tabulate(table, headers=["B", "T", "V", "beam", "ours ms/batch", "us/frame", "reference ms",
-                                       "speedup", "torchaudio ms"], tablefmt="github"))
-    for kind in dict.fromkeys(r["kind"] for r in rows if r["kind"].startswith("streaming")):
-        st = [[r["V"], r["beam"], r["streams"], f"{r['us_per_frame']:.2f}", f"{r['us_per_stream_frame']:.3f}",
-               f"{r['ms_per_chunk']:.3f}", r["state_bytes_per_stream"], r["reference_us_per_frame"]]
-              for r in rows if r["kind"] == kind]
-        print(kind)
-        print(tabulate(st, headers=["V", "beam", "streams", "us/frame", "us/stream-frame", "ms/chunk(16)",
-                                    "state B/stream", "reference us/frame"], tablefmt="github"))
-
-
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("runs/bench/ctc_bench.json"), help="JSON results path")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--no-torchaudio", action="store_true", help="skip the torchaudio comparison")
-    p.add_argument("--variants", default="paged,block,warp,paged_smem",
-                   help="also time these variants: paged (paged token storage), block (the block kernel at every "
-                        "beam), warp (the one-warp kernel at every beam <= 32 and row count), paged_smem (paged, "
-                        "opt-in shared-memory page metadata); comma-separated, '' for none")
-    p.add_argument("--torchaudio-timeout-s", type=int, default=120)
-    p.add_argument("--torchaudio-one", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--oasr-root", type=Path, default=Path(os.environ.get("OASR_ROOT", ".anchors/oasr")))
+    p.add_argument("--no-streaming", action="store_true")
+    p.add_argument("--output-dir", default="runs/bench")
+    p.add_argument("--experiment", default="ctc_vs_oasr")
+    p.add_argument("--run", default=None, help="run name (default: a timestamp)")
     args = p.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0:
+        p.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats} and {args.warmup}")
     if not torch.cuda.is_available():
-        raise SystemExit("ctc_bench needs a CUDA device")
-    if args.torchaudio_one:
-        B, T, V, beam = (int(x) for x in args.torchaudio_one.split(","))
-        res = torchaudio_one(B, T, V, beam, args.warmup, args.repeats)
-        print("TORCHAUDIO_RESULT " + json.dumps(res), flush=True)
-        return
-    env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda)
-    print(env, flush=True)
-    rows = bench_offline(args.warmup, args.repeats) + bench_streaming(args.warmup, args.repeats)
-    for variant in [v for v in args.variants.split(",") if v]:
-        if variant in ("block", "warp"):
-            os.environ["BEAMDEC_CTC_KERNEL"] = variant
-        if variant == "paged_smem":
-            os.environ["BEAMDEC_CTC_PAGED_SMEM"] = "1"
-        rows += bench_offline(args.warmup, args.repeats, variant) + bench_streaming(args.warmup, args.repeats, variant)
-        os.environ.pop("BEAMDEC_CTC_KERNEL", None)
-        os.environ.pop("BEAMDEC_CTC_PAGED_SMEM", None)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(environment=env, rows=rows), indent=1))  # ours, before torchaudio
-    print_table(rows)
-    if not args.no_torchaudio:
-        rows += bench_torchaudio(args.warmup, args.repeats, args.torchaudio_timeout_s)
-    print_table(rows)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(dict(environment=env, rows=rows), indent=1))
-    print(f"wrote {args.out}")
+        print("ctc_bench: the CTC kernel benchmark needs a CUDA device; nothing run", file=sys.stderr)
+        return 2
+    oc, reason, readback = load_oasr(args.oasr_root)
+    if oc is None:
+        print(f"ctc_bench: {reason}; measuring ours only", file=sys.stderr)
+    run = BenchRun(args.experiment, args.run, config={
+        "benchmark": "eval.bench.ctc_bench", "inputs": "randn logits, log_softmax, seed 0 (OASR's benchmark inputs)",
+        "frame_seconds": FRAME_SECONDS, "warmup": args.warmup, "repeats": args.repeats,
+        "oasr_root": str(args.oasr_root), "oasr_available": oc is not None, "oasr_readback": readback,
+        "offline_shapes": OFFLINE_SHAPES, "streaming": [] if args.no_streaming else STREAMING,
+        "chunk_frames": CHUNK_FRAMES, "chunks_per_call": CHUNKS, "stream_max_seq_len": STREAM_MAX_SEQ_LEN,
+    }, output_dir=args.output_dir)
+    bench_offline(run, oc, reason, readback, args.warmup, args.repeats)
+    if not args.no_streaming:
+        bench_streaming(run, oc, reason, args.warmup, args.repeats)
+    run.close()
+    print_rows(run.rows, pairs=[(OURS, THEIRS, ["B", "T", "V", "beam"]),
+                                (OURS, THEIRS, ["V", "beam", "streams", "mode"])])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""eval/bench/ctc_bench.py: the CTC-vs-OASR side by side. Its measurements need a GPU; on the CPU it exits with
+one line, and its rows (built from eval.metrics Stopwatches) are checked here with CPU-timed stand-in calls."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reports.schema import load_rows
+
+
+def test_ctc_bench_on_cpu_exits_with_one_line(capsys, monkeypatch):
+    from eval.bench import ctc_bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ctc_bench.main(["--repeats", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "CUDA" in err
+
+
+def test_missing_oasr_gives_a_reason(tmp_path):
+    from eval.bench.ctc_bench import load_oasr
+
+    oc, reason, readback = load_oasr(tmp_path / "nowhere")
+    assert oc is None and "OASR not found" in reason and readback == ""
+
+
+def _run_pairs(tmp_path, with_oasr: bool):
+    from eval.bench.common import BenchRun
+    from eval.bench.ctc_bench import DATASET, FRAME_SECONDS, add_pair, interleaved
+
+    run = BenchRun("ctc_vs_oasr", "t", config={"test": True}, output_dir=tmp_path)
+    x = torch.randn(64, 64)
+    fns = {"ours_kernel": lambda: x @ x}
+    if with_oasr:
+        fns["oasr_kernel"] = lambda: (x @ x) @ x
+    watches = interleaved(fns, warmup=1, repeats=3, device="cpu")
+    shape = {"B": 4, "T": 50, "V": 29, "beam": 3}
+    add_pair(run, watches, {"ours": ("ours_kernel", "ctc_beam@cuda[kernel x]"),
+                            "theirs": ("oasr_kernel", "oasr_ctc@cuda[kernel x]")},
+             shape, "kernel", 4, 200, "OASR not importable: test", {"best_equal": 4})
+    path = run.close()
+    rows = load_rows(path)
+    assert rows[0].audio_seconds == pytest.approx(200 * FRAME_SECONDS) and rows[0].dataset == DATASET
+    return rows
+
+
+def test_ctc_bench_rows_pair_ours_with_oasr(tmp_path):
+    rows = _run_pairs(tmp_path, with_oasr=True)
+    ours, theirs = rows
+    assert (ours.decoder_name, theirs.decoder_name) == ("ctc_beam", "oasr_ctc")
+    assert ours.run_mate == theirs.decoder and theirs.run_mate == ours.decoder
+    assert ours.params == theirs.params == {"B": 4, "T": 50, "V": 29, "beam": 3}
+    assert ours.boundary == theirs.boundary == "kernel"
+    # random inputs have no references: WER is null, not a perfect 0
+    assert ours.wer is None and theirs.wer is None and ours.utterances == 4
+    assert ours.decoder_seconds > 0 and ours.rtfx_decoder > 0
+    assert ours.decoder_stats["best_equal"] == 4 and theirs.decoder_stats == {}
+
+
+def test_ctc_bench_without_oasr_keeps_ours_and_says_why(tmp_path):
+    rows = _run_pairs(tmp_path, with_oasr=False)
+    ours, theirs = rows
+    assert ours.ok and not theirs.ok and theirs.reason == "OASR not importable: test"
+    assert theirs.params == ours.params
