@@ -1,6 +1,7 @@
 """`python -m reports.cli RUN_DIR_OR_RESULTS [...] [--out DIR] [--no-plots]` (console script `decode-report`).
 
-Prints the markdown comparison table and writes report.md + plots next to the results (or into --out).
+Prints every table of the rows (results, side by side for each run-mate pair, not run, environment) and writes
+report.md and the plots next to the results (or into --out). Exit status 2 with one line for bad input.
 """
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from reports.tables import load_results, markdown_report
+from reports.schema import one_line
+from reports.tables import load_results, markdown_report, run_mate_pairs
 
 
 def main(argv=None) -> int:
@@ -20,24 +22,32 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         rows = load_results(args.paths)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        if not rows:
+            raise ValueError(f"no result rows in {', '.join(args.paths)}")
+        report = markdown_report(rows, title=args.title)
+        pairs = run_mate_pairs(rows)
+    except (OSError, ValueError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
-    report = markdown_report(rows, title=args.title)
     print(report)
     first = Path(args.paths[0])
     out = Path(args.out) if args.out else (first if first.is_dir() else first.parent)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report, encoding="utf-8")
     if not args.no_plots:
-        from reports.plots import plot_boost_sweep, plot_wer_vs_rtfx
+        from reports.plots import plot_boost_sweep, plot_side_by_side, plot_wer_vs_rtfx
 
-        try:
-            print(f"wrote {plot_wer_vs_rtfx(rows, out / 'wer_vs_rtfx.png')}")
-        except ValueError as e:
-            print(f"no WER/RTFx plot: {e}", file=sys.stderr)
-        if any(r.get("boost_value") is not None for r in rows):
-            print(f"wrote {plot_boost_sweep(rows, out / 'boost_sweep.png')}")
+        plots = [("wer_vs_rtfx.png", lambda path: plot_wer_vs_rtfx(rows, path))]
+        if any(r.boost_value is not None for r in rows):
+            plots.append(("boost_sweep.png", lambda path: plot_boost_sweep(rows, path)))
+        for ours, theirs in pairs:
+            plots.append((f"{ours}_vs_{theirs}.png",
+                          lambda path, o=ours, t=theirs: plot_side_by_side(rows, o, t, path)))
+        for name, make in plots:
+            try:
+                print(f"wrote {make(out / name)}")
+            except ValueError as e:  # e.g. a kernel benchmark has no WER to plot: say so, keep the rest
+                print(f"no {name}: {one_line(e)}", file=sys.stderr)
     print(f"wrote {out / 'report.md'}")
     return 0
 

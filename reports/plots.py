@@ -1,69 +1,118 @@
-"""Plots from results rows (matplotlib, Agg backend: works headless)."""
+"""Plots from result rows (`reports.schema.ResultRow`; matplotlib, Agg backend: works headless)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from reports.tables import results_frame
+from reports.tables import _group_key, _group_text, ok_rows, row_labels, side_by_side_pairs
 
 
-def plot_wer_vs_rtfx(rows: Sequence[dict], out_path: str | Path, datasets: Optional[Sequence[str]] = None) -> Path:
-    """WER (%) against decoder-only RTFx (log scale), one marker per decoder, one panel per dataset.
-    The Pareto front of the paper's comparison: up-left is better."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    df = results_frame(rows)
-    if df.empty:
-        raise ValueError("plot_wer_vs_rtfx: no successful results to plot")
-    if datasets is None:
-        datasets = [d for d in dict.fromkeys(df["dataset"]) if d != "all"] or ["all"]
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
-    for ax, d in zip(axes[0], datasets):
-        sel = df[df["dataset"] == d]
-        for _, r in sel.iterrows():
-            ax.scatter(r["rtfx_decoder"], r["wer_pct"])
-            ax.annotate(r["decoder"], (r["rtfx_decoder"], r["wer_pct"]), fontsize=8, xytext=(3, 3),
-                        textcoords="offset points")
-        ax.set_xscale("log")
-        ax.set_xlabel("RTFx (decoder only, log)")
-        ax.set_ylabel("WER %")
-        ax.set_title(d)
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
+    return plt
+
+
+def _save(fig, out_path: str | Path) -> Path:
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=120)
-    plt.close(fig)
+    fig.clf()
     return out_path
 
 
-def plot_boost_sweep(rows: Sequence[dict], out_path: str | Path) -> Path:
+def plot_wer_vs_rtfx(rows: Sequence[Any], out_path: str | Path, datasets: Optional[Sequence[str]] = None) -> Path:
+    """WER (%) against decoder-only RTFx (log scale), one marker per decoder, one panel per dataset.
+    The Pareto front of the paper's comparison: up-left is better. Rows without references (wer null) or
+    without an RTFx have no point."""
+    plt = _pyplot()
+    rows = [r for r in ok_rows(rows) if r.wer is not None and r.rtfx_decoder]
+    if not rows:
+        raise ValueError("plot_wer_vs_rtfx: no successful rows with both a WER and an RTFx to plot")
+    labels = row_labels(rows)
+    if datasets is None:
+        datasets = [d for d in dict.fromkeys(str(r.dataset) for r in rows) if d != "all"] or ["all"]
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
+    for ax, d in zip(axes[0], datasets):
+        for r in (r for r in rows if r.dataset == d):
+            ax.scatter(r.rtfx_decoder, 100 * r.wer)
+            ax.annotate(labels[_group_key(r)], (r.rtfx_decoder, 100 * r.wer), fontsize=8, xytext=(3, 3),
+                        textcoords="offset points")
+        n = sorted({r.utterances for r in rows if r.dataset == d})
+        ax.set_xscale("log")
+        ax.set_xlabel("RTFx (decoder only, log)")
+        ax.set_ylabel("WER %")
+        ax.set_title(f"{d} ({'/'.join(map(str, n))} utterances)")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    try:
+        return _save(fig, out_path)
+    finally:
+        plt.close(fig)
+
+
+def plot_boost_sweep(rows: Sequence[Any], out_path: str | Path) -> Path:
     """WER against boost value per decoder (rows with a `boost_value`), as in the paper's Figure 6."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = [r for r in rows if r.get("status", "ok") == "ok" and r.get("boost_value") is not None]
+    plt = _pyplot()
+    pts = [r for r in ok_rows(rows) if r.boost_value is not None and r.wer is not None]
     if not pts:
-        raise ValueError("plot_boost_sweep: no rows with a boost_value")
+        raise ValueError("plot_boost_sweep: no rows with a boost_value and a WER")
     fig, ax = plt.subplots(figsize=(5, 4))
     groups: dict = {}
     for r in pts:
-        groups.setdefault((r["decoder_name"], r.get("device"), r["dataset"]), []).append(r)
+        groups.setdefault((r.decoder_name, r.device, r.dataset), []).append(r)
     for (name, device, dataset), rs in groups.items():
-        rs = sorted(rs, key=lambda r: r["boost_value"])
-        ax.plot([r["boost_value"] for r in rs], [100 * r["wer"] for r in rs], marker="o", label=f"{name} {dataset}")
+        rs = sorted(rs, key=lambda r: r.boost_value)
+        ax.plot([r.boost_value for r in rs], [100 * r.wer for r in rs], marker="o", label=f"{name} {dataset}")
     ax.set_xlabel("boost value (log domain)")
     ax.set_ylabel("WER %")
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=120)
-    plt.close(fig)
-    return out_path
+    try:
+        return _save(fig, out_path)
+    finally:
+        plt.close(fig)
+
+
+def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str | Path,
+                      by: Optional[Sequence[str]] = None) -> Path:
+    """Two panels per group of grouping coordinates: both decoders' decoder-only RTFx (log bars) and the ratio
+    ours / theirs (bars, the 1x line marks parity). Pairing rules as `reports.tables.side_by_side_table`."""
+    plt = _pyplot()
+    by, pairs = side_by_side_pairs(rows, ours, theirs, by)
+    pairs = [p for p in pairs if p.ratio is not None]
+    if not pairs:
+        raise ValueError(f"plot_side_by_side: no {ours}/{theirs} pair with both RTFx measured")
+    several_ds = len({p.dataset for p in pairs}) > 1
+    names = [_group_text(by, p.group) + (f"\n{p.dataset}" if several_ds else "") for p in pairs]
+    x = list(range(len(pairs)))
+    width = max(6.0, 1.1 * len(pairs) + 2)
+    fig, (ax_r, ax_q) = plt.subplots(1, 2, figsize=(2 * width, 4.5))
+    ax_r.bar([i - 0.2 for i in x], [p.ours.rtfx_decoder for p in pairs], 0.4, label=ours, color="tab:blue")
+    ax_r.bar([i + 0.2 for i in x], [p.theirs.rtfx_decoder for p in pairs], 0.4, label=theirs, color="tab:gray")
+    ax_r.set_yscale("log")
+    ax_r.set_ylabel("RTFx (decoder only, log)")
+    ax_r.legend(fontsize=8)
+    ratios = [p.ratio for p in pairs]
+    bars = ax_q.bar(x, ratios, 0.6, color=["tab:green" if q >= 1 else "tab:red" for q in ratios])
+    ax_q.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    for b, q in zip(bars, ratios):
+        ax_q.annotate(f"{q:.2f}x", (b.get_x() + b.get_width() / 2, q), ha="center", va="bottom", fontsize=8,
+                      xytext=(0, 2), textcoords="offset points")
+    ax_q.set_ylabel(f"{ours} RTFx / {theirs} RTFx")
+    ax_q.set_ylim(0, max(ratios + [1.0]) * 1.15)
+    boundaries = sorted({p.ours.boundary for p in pairs})
+    for ax in (ax_r, ax_q):
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, fontsize=8, rotation=20 if len(pairs) > 4 else 0, ha="right" if len(pairs) > 4 else "center")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"{ours} vs {theirs}, same run ({'/'.join(boundaries)} boundary)")
+    fig.tight_layout()
+    try:
+        return _save(fig, out_path)
+    finally:
+        plt.close(fig)

@@ -1,24 +1,36 @@
-"""Results rows (eval/runner.py's results.jsonl) -> markdown comparison tables.
+"""Result rows (`reports.schema.ResultRow`) -> markdown tables.
 
-Pure functions over plain dicts/pandas: a table can be regenerated from files alone, on any machine.
-Table layout: one row per decoder; per dataset, WER %, decoder-only RTFx and memory. Memory is the
-CUDA allocator peak for decoders on a GPU, the host RSS rise during decoding for CPU decoders.
+Pure functions over typed rows: a table can be regenerated from run directories alone, on any machine.
+- `results_table`: one line per decoder (per params group for benchmark rows); per dataset WER %, S/D/I,
+  decoder-only RTFx and memory (the CUDA allocator peak on a GPU, the host RSS rise during decoding on a CPU).
+  The utterance count of every dataset is stated; rows from several runs are labelled by what differs between
+  the runs (decoder config, params, batch size, hardware), never by the run's timestamp.
+- `side_by_side_table`: ours against a competitor measured in the same run (rows naming each other in
+  `run_mate`), one line per group of grouping coordinates, with the speed ratio.
+- `unavailable_table`, `environment_summary`, `markdown_report` (all of the above; what `reports.cli` prints).
 """
 from __future__ import annotations
 
-import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
-import pandas as pd
+from reports.schema import ResultRow, load_rows
 
 MIB = 2.0**20
+# This project's decoders: the "ours" side of a run-mate pair when the report picks the orientation itself.
+OURS = ("wfst", "ctc_beam")
+_ROW_FIELDS = set(ResultRow.__dataclass_fields__)
 
 
-def load_results(paths: Iterable[str | Path]) -> list[dict]:
-    """Read results rows from results.jsonl files or directories containing them (searched recursively)."""
-    rows: list[dict] = []
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------
+
+
+def load_results(paths: Iterable[str | Path]) -> list[ResultRow]:
+    """Rows of results.jsonl files, or of every results.jsonl under the given directories (recursively)."""
     files: list[Path] = []
     for p in paths:
         p = Path(p)
@@ -31,126 +43,355 @@ def load_results(paths: Iterable[str | Path]) -> list[dict]:
             files.append(p)
         else:
             raise FileNotFoundError(f"results file or run directory not found: {p}")
+    rows: list[ResultRow] = []
     for f in files:
-        with open(f, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{f}:{lineno}: not JSON ({e})") from None
+        rows += load_rows(f)
     return rows
 
 
-def ok_rows(rows: Sequence[dict]) -> list[dict]:
-    return [r for r in rows if r.get("status", "ok") == "ok"]
+def as_rows(rows: Iterable[Any]) -> list[ResultRow]:
+    """ResultRows as they are; dicts (a producer's in-memory rows) through the strict schema constructor."""
+    return [r if isinstance(r, ResultRow) else ResultRow.from_dict(r) for r in rows]
 
 
-def memory_mib(row: dict) -> Optional[float]:
-    if str(row.get("device", "cpu")).startswith("cuda") and row.get("cuda_peak_bytes") is not None:
-        return row["cuda_peak_bytes"] / MIB
-    v = row.get("rss_increase_bytes")
-    return None if v is None else v / MIB
+def ok_rows(rows: Iterable[Any]) -> list[ResultRow]:
+    return [r for r in as_rows(rows) if r.ok]
 
 
-def results_frame(rows: Sequence[dict]) -> pd.DataFrame:
-    """Long table: one line per (decoder, dataset) with the numbers the reports use."""
+def memory_mib(row: ResultRow) -> Optional[float]:
+    """The CUDA allocator peak for a decoder on a GPU, the host RSS rise during decoding otherwise."""
+    if row.device.startswith("cuda") and row.cuda_peak_bytes is not None:
+        return row.cuda_peak_bytes / MIB
+    return None if row.rss_increase_bytes is None else row.rss_increase_bytes / MIB
+
+
+def results_frame(rows: Sequence[Any]):
+    """Long pandas table (one line per successful row) for notebooks; the markdown tables do not need it."""
+    import pandas as pd
+
     recs = []
     for r in ok_rows(rows):
-        recs.append(
-            {
-                "run": r.get("run"),
-                "decoder": r["decoder"],
-                "device": r.get("device", "cpu"),
-                "dataset": r["dataset"],
-                "utterances": r.get("utterances"),
-                "audio_seconds": r.get("audio_seconds"),
-                "wer_pct": 100.0 * r["wer"],
-                "substitutions": r.get("substitutions"),
-                "deletions": r.get("deletions"),
-                "insertions": r.get("insertions"),
-                "rtfx_decoder": r.get("rtfx_decoder"),
-                "rtfx_end_to_end": r.get("rtfx_end_to_end"),
-                "memory_mib": memory_mib(r),
-                "overflow_count": r.get("overflow_count", 0),
-            }
-        )
+        recs.append({"experiment": r.experiment, "run": r.run, "decoder": r.decoder, "label": r.label,
+                     "device": r.device, "dataset": r.dataset, "utterances": r.utterances,
+                     "audio_seconds": r.audio_seconds, "wer_pct": None if r.wer is None else 100.0 * r.wer,
+                     "substitutions": r.substitutions, "deletions": r.deletions, "insertions": r.insertions,
+                     "rtfx_decoder": r.rtfx_decoder, "rtfx_end_to_end": r.rtfx_end_to_end,
+                     "memory_mib": memory_mib(r), "overflow_count": r.overflow_count, "boundary": r.boundary,
+                     **{f"param.{k}": v for k, v in r.params.items()}})
     return pd.DataFrame.from_records(recs)
 
 
-def _fmt_rtfx(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+# ---------------------------------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _fmt_rtfx(v: Optional[float]) -> str:
+    if v is None or math.isnan(v):
         return "–"
     if v >= 1000:
         return f"{v:,.0f}"
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
-def _fmt(v, spec: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return format(v, spec)
+def _fmt(v: Optional[float], spec: str) -> str:
+    return "–" if v is None or math.isnan(v) else format(v, spec)
 
 
-def results_table(rows: Sequence[dict], datasets: Optional[Sequence[str]] = None, include_all: bool = False) -> str:
-    """Markdown table: rows = decoders (first-seen order), columns = WER % / RTFx / memory per dataset."""
-    df = results_frame(rows)
-    if df.empty:
+def _wer_pct(r: ResultRow) -> str:
+    return "n/a" if r.wer is None else f"{100.0 * r.wer:.2f}"
+
+
+def _value(v: Any) -> str:
+    """A config value in a label: 8.0 -> "8", lists compact, strings bare."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _cell(v: Any) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], body: Sequence[Sequence[str]], n_text: int) -> str:
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] * n_text + ["---:"] * (len(header) - n_text)) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in cells) + " |" for cells in body]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Row labels: what differs between runs
+# ---------------------------------------------------------------------------------------------------------
+
+GroupKey = tuple  # (experiment, run, decoder, params_label)
+
+
+def _group_key(r: ResultRow) -> GroupKey:
+    return (r.experiment, r.run, r.decoder, r.params_label)
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _descriptor(r: ResultRow) -> dict:
+    """Everything that can tell two runs of one decoder apart, most telling first."""
+    d = {k: _value(v) for k, v in _flatten(r.decoder_config).items()}
+    d.update({k: _value(v) for k, v in r.params.items()})
+    d["batch_size"] = str(r.batch_size)
+    if r.boost_value is not None:
+        d["boost"] = _value(r.boost_value)
+    d["boundary"] = r.boundary
+    d["hardware"] = str(r.hardware_key)
+    d["commit"] = str(r.environment.get("git_commit"))[:10]
+    return d
+
+
+def row_labels(rows: Sequence[ResultRow], max_keys: int = 4) -> dict[GroupKey, str]:
+    """A label per (run, decoder, params) group. Within one run the label is the decoder (and its params); when
+    several runs hold the same decoder, each is suffixed with the settings that differ between them, e.g.
+    `wfst (search_beam=8)` against `wfst (search_beam=17)`, and only runs identical in every setting fall back
+    to `(repeat N)`."""
+    groups: dict[GroupKey, ResultRow] = {}
+    for r in rows:
+        groups.setdefault(_group_key(r), r)
+    by_label: dict[str, list[GroupKey]] = {}
+    for key, r in groups.items():
+        by_label.setdefault(r.label, []).append(key)
+    labels = {}
+    for base, keys in by_label.items():
+        if len(keys) == 1:
+            labels[keys[0]] = base
+            continue
+        descs = [_descriptor(groups[k]) for k in keys]
+        names = list(dict.fromkeys(n for d in descs for n in d))
+        differ = [n for n in names if len({d.get(n) for d in descs}) > 1]
+        for i, (k, d) in enumerate(zip(keys, descs)):
+            if differ:
+                shown = ", ".join(f"{n}={d.get(n, '–')}" for n in differ[:max_keys])
+                labels[k] = f"{base} ({shown}{', …' if len(differ) > max_keys else ''})"
+            else:
+                labels[k] = f"{base} (repeat {i + 1})"
+    # two groups identical in every descriptor but one beyond max_keys, or repeats: keep labels unique
+    seen: dict[str, int] = {}
+    for k in list(labels):
+        n = seen.get(labels[k], 0)
+        seen[labels[k]] = n + 1
+        if n:
+            labels[k] = f"{labels[k]} #{n + 1}"
+    return labels
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The results table
+# ---------------------------------------------------------------------------------------------------------
+
+
+def utterance_counts(rows: Sequence[ResultRow]) -> dict[str, list[int]]:
+    """Distinct utterance counts per dataset (one entry when every row of the dataset decoded the same set)."""
+    out: dict[str, list[int]] = {}
+    for r in ok_rows(rows):
+        counts = out.setdefault(str(r.dataset), [])
+        if r.utterances not in counts:
+            counts.append(r.utterances)
+    return out
+
+
+def results_table(rows: Sequence[Any], datasets: Optional[Sequence[str]] = None, include_all: bool = False) -> str:
+    """Markdown: one line per decoder group (first-seen order), WER % / S/D/I / RTFx / memory per dataset. The
+    utterance count of each dataset is stated beneath; where rows of one dataset differ in it (runs on different
+    subsets), a `<dataset> utts` column gives it per line."""
+    rows = ok_rows(rows)
+    if not rows:
         return "(no successful results)"
     if datasets is None:
-        datasets = [d for d in dict.fromkeys(df["dataset"]) if include_all or d != "all"] or ["all"]
-    multi_run = df["run"].nunique() > 1
-    decoders = list(dict.fromkeys(zip(df["run"], df["decoder"]) if multi_run else df["decoder"]))
+        datasets = [d for d in dict.fromkeys(str(r.dataset) for r in rows) if include_all or d != "all"] or ["all"]
+    counts = utterance_counts(rows)
+    mixed = {d for d in datasets if len(counts.get(d, [])) > 1}
+    labels = row_labels(rows)
+    cell: dict[tuple[GroupKey, str], ResultRow] = {}
+    for r in rows:
+        cell.setdefault((_group_key(r), str(r.dataset)), r)
     header = ["decoder", "device"]
     for d in datasets:
-        header += [f"{d} WER %", f"{d} S/D/I", f"{d} RTFx", f"{d} mem MiB"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|"]
-    for key in decoders:
-        sel = df[(df["run"] == key[0]) & (df["decoder"] == key[1])] if multi_run else df[df["decoder"] == key]
-        label = f"{key[1]} ({key[0]})" if multi_run else key
-        cells = [str(label), str(sel["device"].iloc[0])]
+        header += ([f"{d} utts"] if d in mixed else []) + [f"{d} WER %", f"{d} S/D/I", f"{d} RTFx", f"{d} mem MiB"]
+    body = []
+    for key, label in labels.items():
+        first = next(r for (k, _), r in cell.items() if k == key)
+        cells = [label, first.device]
         for d in datasets:
-            r = sel[sel["dataset"] == d]
-            if r.empty:
-                cells += ["–"] * 4
+            r = cell.get((key, d))
+            if r is None:
+                cells += ["–"] * (5 if d in mixed else 4)
                 continue
-            r = r.iloc[0]
-            sdi = f"{int(r['substitutions'])}/{int(r['deletions'])}/{int(r['insertions'])}"
-            cells += [_fmt(r["wer_pct"], ".2f"), sdi, _fmt_rtfx(r["rtfx_decoder"]), _fmt(r["memory_mib"], ".1f")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            sdi = "–" if r.wer is None else f"{r.substitutions}/{r.deletions}/{r.insertions}"
+            cells += ([str(r.utterances)] if d in mixed else []) + [
+                _wer_pct(r), sdi, _fmt_rtfx(r.rtfx_decoder), _fmt(memory_mib(r), ".1f")]
+        body.append(cells)
+    table = _table(header, body, n_text=2)
+    said = [f"{d} {'/'.join(map(str, counts[d]))}" for d in datasets if d in counts]
+    note = "Utterances: " + ", ".join(said) + "."
+    if mixed:
+        note += f" Utterance counts differ between rows for {', '.join(sorted(mixed))}: see the utts column(s)."
+    return table + "\n\n" + note
 
 
-def unavailable_table(rows: Sequence[dict]) -> str:
+def unavailable_table(rows: Sequence[Any]) -> str:
     """Markdown list of decoders that could not run here, with the reason (empty string if none)."""
-    bad = [r for r in rows if r.get("status") not in (None, "ok")]
+    bad = [r for r in as_rows(rows) if not r.ok]
     if not bad:
         return ""
-    lines = ["| decoder | not run here because |", "|---|---|"]
-    seen = set()
+    body, seen = [], set()
     for r in bad:
-        if r["decoder"] in seen:
+        if r.label in seen:
             continue
-        seen.add(r["decoder"])
-        reason = str(r.get("reason", "")).replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {r['decoder']} | {reason} |")
-    return "\n".join(lines)
+        seen.add(r.label)
+        body.append([r.label, str(r.reason)])
+    return _table(["decoder", "not run here because"], body, n_text=2)
 
 
-def environment_summary(rows: Sequence[dict]) -> str:
-    envs = [r.get("environment") or {} for r in ok_rows(rows)]
-    if not envs:
-        return ""
-    e = envs[0]
-    gpu = e.get("gpu_name") or "no GPU"
-    return (
-        f"torch {e.get('torch_version')} (CUDA {e.get('cuda_version')}), {gpu}, "
-        f"CPU {e.get('cpu_model')} x{e.get('cpu_count')}, commit {e.get('git_commit')}"
-    )
+def environment_summary(rows: Sequence[Any]) -> str:
+    """One line per distinct environment among the rows (runs on several machines list each)."""
+    lines = []
+    for r in ok_rows(rows):
+        e = r.environment
+        line = (f"torch {e.get('torch_version')} (CUDA {e.get('cuda_version')}), {e.get('gpu_name') or 'no GPU'}, "
+                f"CPU {e.get('cpu_model')} x{e.get('cpu_count')}, commit {e.get('git_commit')}")
+        if line not in lines:
+            lines.append(line)
+    return "; ".join(lines)
 
 
-def markdown_report(rows: Sequence[dict], title: str = "Decoder comparison") -> str:
+# ---------------------------------------------------------------------------------------------------------
+# Side by side: ours against a competitor measured in the same run
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SideBySide:
+    group: tuple  # the values of `by`
+    dataset: str
+    ours: ResultRow
+    theirs: Optional[ResultRow]  # None: the competitor has no row for this group (e.g. Riva takes no HLG)
+
+    @property
+    def ratio(self) -> Optional[float]:
+        """ours RTFx / theirs RTFx (decoder-only): how many times faster ours is."""
+        a, b = self.ours.rtfx_decoder, None if self.theirs is None else self.theirs.rtfx_decoder
+        return a / b if a is not None and b else None
+
+
+def _coord(r: ResultRow, k: str) -> Any:
+    if k in r.params:
+        return r.params[k]
+    if k in _ROW_FIELDS and k not in ("params",):
+        return getattr(r, k)
+    raise ValueError(f"side_by_side: by key {k!r} is neither a params key of row {r.label!r} nor a row field")
+
+
+def side_by_side_pairs(rows: Sequence[Any], ours: str, theirs: str,
+                       by: Optional[Sequence[str]] = None) -> tuple[list[str], list[SideBySide]]:
+    """Pair each successful row of decoder `ours` with its run mate of decoder `theirs` (same run, same `by`
+    coordinates, same dataset; the two rows must name each other). Refuses (ValueError) rows whose boundary,
+    dataset, utterance count, batch size or params differ: their ratio would compare unlike things."""
+    rows = ok_rows(rows)
+    mine = [r for r in rows if r.decoder_name == ours]
+    if not mine:
+        raise ValueError(f"side_by_side: no successful rows of decoder {ours!r}")
+    if by is None:  # every grouping coordinate, and the batch size where rows of equal params differ in it
+        by = list(dict.fromkeys(k for r in mine for k in r.params))
+        batches: dict[str, set] = {}
+        for r in mine:
+            batches.setdefault(f"{r.params_label}|{r.dataset}", set()).add(r.batch_size)
+        if any(len(b) > 1 for b in batches.values()) and "batch_size" not in by:
+            by.append("batch_size")
+    by = list(by)
+    pairs = []
+    for r in mine:
+        group = tuple(_coord(r, k) for k in by)
+        cands = [m for m in rows if m.decoder_name == theirs and (m.experiment, m.run) == (r.experiment, r.run)
+                 and m.decoder == r.run_mate and tuple(m.params.get(k, getattr(m, k, None)) for k in by) == group]
+        same_ds = [m for m in cands if m.dataset == r.dataset]
+        if cands and not same_ds:
+            raise ValueError(f"side_by_side: {r.label} ({r.dataset}) and its run mate {cands[0].label} "
+                             f"({cands[0].dataset}) decoded different datasets")
+        if len(same_ds) > 1:
+            raise ValueError(f"side_by_side: {r.label} ({r.dataset}) has {len(same_ds)} run mates of {theirs!r} "
+                             f"in group {dict(zip(by, group))}; add the coordinate that tells them apart to `by`")
+        m = same_ds[0] if same_ds else None
+        if m is not None:
+            for what, a, b in (("boundary", r.boundary, m.boundary), ("utterance count", r.utterances, m.utterances),
+                               ("params", r.params, m.params), ("batch size", r.batch_size, m.batch_size)):
+                if a != b:
+                    raise ValueError(f"side_by_side: refusing to pair {r.label} with {m.label}: {what} differs "
+                                     f"({a} vs {b})")
+            if m.run_mate != r.decoder:
+                raise ValueError(f"side_by_side: {m.label} names run mate {m.run_mate!r}, not {r.decoder!r}")
+        pairs.append(SideBySide(group, str(r.dataset), r, m))
+    return by, pairs
+
+
+def _group_text(by: Sequence[str], group: tuple) -> str:
+    return ", ".join(f"{k}={_value(v)}" for k, v in zip(by, group)) or "all"
+
+
+def side_by_side_table(rows: Sequence[Any], ours: str, theirs: str, by: Optional[Sequence[str]] = None) -> str:
+    """Markdown: per group, both decoders' decoder-only RTFx and the ratio, WER (when the rows have references),
+    memory (CUDA peak on a GPU), our overflow/rescued counts, the timing boundary and the utterance count."""
+    by, pairs = side_by_side_pairs(rows, ours, theirs, by)
+    header = [*by, "dataset", "boundary", "utts", f"{ours} RTFx", f"{theirs} RTFx", f"x {theirs}",
+              f"{ours} WER %", f"{theirs} WER %", f"{ours} mem MiB", f"{theirs} mem MiB", f"{ours} overflow/rescued"]
+    body = []
+    for p in pairs:
+        o, t = p.ours, p.theirs
+        body.append([*(_value(v) for v in p.group), p.dataset, o.boundary, str(o.utterances),
+                     _fmt_rtfx(o.rtfx_decoder), "–" if t is None else _fmt_rtfx(t.rtfx_decoder),
+                     "–" if p.ratio is None else f"{p.ratio:.2f}x",
+                     _wer_pct(o), "–" if t is None else _wer_pct(t),
+                     _fmt(memory_mib(o), ".0f"), "–" if t is None else _fmt(memory_mib(t), ".0f"),
+                     f"{o.overflow_count}/{o.rescued_count}"])
+    return _table(header, body, n_text=len(by) + 2)
+
+
+def run_mate_pairs(rows: Sequence[Any]) -> list[tuple[str, str]]:
+    """(ours, theirs) decoder names of the run-mate pairs in the rows, first-seen order. Ours is this project's
+    decoder (OURS) when exactly one side is; otherwise the side whose row comes first."""
+    rows = ok_rows(rows)
+    by_label = {(r.experiment, r.run, r.decoder): r for r in rows}
+    out: list[tuple[str, str]] = []
+    for r in rows:
+        m = by_label.get((r.experiment, r.run, r.run_mate)) if r.run_mate else None
+        if m is None or m.decoder_name == r.decoder_name:
+            continue
+        a, b = r.decoder_name, m.decoder_name
+        if b in OURS and a not in OURS:
+            a, b = b, a
+        if (a, b) not in out and (b, a) not in out:
+            out.append((a, b))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The whole report
+# ---------------------------------------------------------------------------------------------------------
+
+
+def markdown_report(rows: Sequence[Any], title: str = "Decoder comparison") -> str:
+    rows = as_rows(rows)
     parts = [f"# {title}", "", results_table(rows), ""]
+    for ours, theirs in run_mate_pairs(rows):
+        parts += [f"## {ours} vs {theirs} (same run, same inputs)", "", side_by_side_table(rows, ours, theirs), ""]
     extra = unavailable_table(rows)
     if extra:
         parts += ["Not run:", "", extra, ""]
@@ -158,9 +399,10 @@ def markdown_report(rows: Sequence[dict], title: str = "Decoder comparison") -> 
     if env:
         parts += [f"Environment: {env}", ""]
     parts += [
-        "WER: corpus WER after text normalisation (jiwer); S/D/I: substitutions/deletions/insertions. "
-        "RTFx: audio seconds / decoder wall seconds (warm-up excluded). mem: CUDA allocator peak on GPU, "
-        "host RSS rise during decoding on CPU.",
+        "WER: corpus WER after text normalisation (jiwer); n/a: no references (synthetic inputs). "
+        "S/D/I: substitutions/deletions/insertions. RTFx: audio seconds / decoder wall seconds (warm-up excluded); "
+        "boundary api: the public decode call, host tensors in and hypotheses out; kernel: device work only. "
+        "mem: CUDA allocator peak on GPU, host RSS rise during decoding on CPU.",
         "",
     ]
     return "\n".join(parts)
