@@ -83,8 +83,9 @@ def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str
     """Two panels per group of grouping coordinates: both decoders' decoder-only RTFx (log bars) and the ratio
     ours / theirs (bars, the 1x line marks parity). Pairing rules as `reports.tables.side_by_side_table`."""
     plt = _pyplot()
-    by, pairs = side_by_side_pairs(rows, ours, theirs, by)
-    pairs = [p for p in pairs if p.ratio is not None]
+    by, all_pairs = side_by_side_pairs(rows, ours, theirs, by)
+    pairs = [p for p in all_pairs if p.ratio is not None]
+    unpaired = len(all_pairs) - len(pairs)
     if not pairs:
         raise ValueError(f"plot_side_by_side: no {ours}/{theirs} pair with both RTFx measured")
     several_ds = len({p.dataset for p in pairs}) > 1
@@ -92,8 +93,12 @@ def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str
     x = list(range(len(pairs)))
     width = max(6.0, 1.1 * len(pairs) + 2)
     fig, (ax_r, ax_q) = plt.subplots(1, 2, figsize=(2 * width, 4.5))
-    ax_r.bar([i - 0.2 for i in x], [p.ours.rtfx_decoder for p in pairs], 0.4, label=ours, color="tab:blue")
-    ax_r.bar([i + 0.2 for i in x], [p.theirs.rtfx_decoder for p in pairs], 0.4, label=theirs, color="tab:gray")
+    for shift, side, color, name in ((-0.2, "ours", "tab:blue", ours), (0.2, "theirs", "tab:gray", theirs)):
+        values = [getattr(p, side).rtfx_decoder for p in pairs]
+        bars = ax_r.bar([i + shift for i in x], values, 0.4, label=name, color=color)
+        for b, v in zip(bars, values):  # log bars hide magnitudes: print them
+            ax_r.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7,
+                          xytext=(0, 2), textcoords="offset points")
     ax_r.set_yscale("log")
     ax_r.set_ylabel("RTFx (decoder only, log)")
     ax_r.legend(fontsize=8)
@@ -110,7 +115,10 @@ def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str
         ax.set_xticks(x)
         ax.set_xticklabels(names, fontsize=8, rotation=20 if len(pairs) > 4 else 0, ha="right" if len(pairs) > 4 else "center")
         ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(f"{ours} vs {theirs}, same run ({'/'.join(boundaries)} boundary)")
+    title = f"{ours} vs {theirs}, same run ({'/'.join(boundaries)} boundary)"
+    if unpaired:
+        title += f"; {unpaired} group(s) without a {theirs} RTFx not shown"
+    fig.suptitle(title)
     fig.tight_layout()
     try:
         return _save(fig, out_path)

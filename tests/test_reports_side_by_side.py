@@ -1,0 +1,108 @@
+"""Side-by-side ratio tables and plots over run-mate rows (ours vs Riva per graph and batch, ours vs the seed
+system's decoder per shape): pairing by run_mate and params, refusal to pair unlike rows, the CLI renders them."""
+import dataclasses
+
+import pytest
+
+from reports.cli import main
+from reports.plots import plot_side_by_side
+from reports.tables import run_mate_pairs, side_by_side_table
+from test_gate_compare import _bench_rows, result_row, rows_file
+
+
+def _wfst_vs_riva():
+    """Ours and Riva on two graphs at two batch sizes; Riva has no HLG row (it takes only a TLG)."""
+    rows = []
+    for graph, ours_rtfx, riva_rtfx in (("compact TLG", 1220.0, 1000.0), ("compact HLG", 5900.0, None)):
+        for batch in (32, 200):
+            common = dict(dataset="test-other", params={"graph": graph}, batch_size=batch, device="cuda",
+                          hw="gpu:NVIDIA H200", errors=150, utts=200, cuda_peak_bytes=100 * 2**20)
+            rows.append(result_row(f"wfst@cuda[batch={batch}]", rtfx=ours_rtfx * batch / 32, decoder_name="wfst",
+                                   run_mate=f"riva@cuda[batch={batch}]", overflow_count=18, rescued_count=18,
+                                   **common))
+            if riva_rtfx is not None:
+                rows.append(result_row(f"riva@cuda[batch={batch}]", rtfx=riva_rtfx, decoder_name="riva",
+                                       run_mate=f"wfst@cuda[batch={batch}]", **{**common, "errors": 148}))
+    return rows
+
+
+def _line(table, start):
+    return next(line for line in table.splitlines() if line.startswith(start)).split(" | ")
+
+
+def test_wfst_vs_riva_per_graph_and_batch():
+    table = side_by_side_table(_wfst_vs_riva(), "wfst", "riva")
+    header = table.splitlines()[0].split(" | ")
+    assert header[:5] == ["| graph", "batch_size", "dataset", "boundary", "utts"]
+    tlg32 = _line(table, "| compact TLG | 32 |")
+    col = {h.strip("| "): i for i, h in enumerate(header)}
+    assert tlg32[col["wfst RTFx"]] == "1,220" and tlg32[col["riva RTFx"]] == "1,000"
+    assert tlg32[col["x riva"]] == "1.22x"
+    assert tlg32[col["wfst WER %"]] == "15.00" and tlg32[col["riva WER %"]] == "14.80"
+    assert tlg32[col["wfst mem MiB"]] == "100" and tlg32[col["wfst overflow/rescued"]].startswith("18/18")
+    tlg200 = _line(table, "| compact TLG | 200 |")
+    assert tlg200[col["x riva"]] == "7.62x"  # 1220 * 200/32 = 7625 vs 1000
+    hlg = _line(table, "| compact HLG | 32 |")
+    assert hlg[col["riva RTFx"]] == "–" and hlg[col["x riva"]] == "–"
+    assert len(table.splitlines()) == 2 + 4
+
+
+def test_ctc_vs_seed_per_shape_with_null_wer():
+    table = side_by_side_table(_bench_rows(), "ctc_beam", "seed")
+    one = _line(table, "| 1 | 1000 | 1025 | 10 |")
+    assert "5.90x" in one and "kernel" in one and one.count("n/a") == 2
+    assert run_mate_pairs(_bench_rows()) == [("ctc_beam", "seed")]
+    # the orientation does not depend on which row comes first: ours is this project's decoder
+    assert run_mate_pairs(list(reversed(_bench_rows()))) == [("ctc_beam", "seed")]
+
+
+@pytest.mark.parametrize("change,what", [
+    (dict(boundary="api"), "boundary differs"),
+    (dict(utterances=15, audio_seconds=97.5), "utterance count differs"),
+    (dict(params={"B": 16, "T": 200, "V": 5000, "beam": 10, "streams": 2}), "params differs"),
+])
+def test_refuses_to_pair_unlike_rows(change, what):
+    rows = _bench_rows()
+    rows[1] = dataclasses.replace(rows[1], **change)  # the seed row of the first shape
+    with pytest.raises(ValueError, match=what) as e:
+        side_by_side_table(rows, "ctc_beam", "seed", by=["B", "T", "V", "beam"])
+    assert "\n" not in str(e.value)
+
+
+def test_refuses_to_pair_rows_of_different_datasets():
+    rows = _bench_rows()
+    rows[1] = dataclasses.replace(rows[1], dataset="other-synthetic")
+    with pytest.raises(ValueError, match="different datasets"):
+        side_by_side_table(rows, "ctc_beam", "seed")
+
+
+def test_ambiguous_mates_and_unknown_by_key_are_errors():
+    rows = _bench_rows()
+    with pytest.raises(ValueError, match="run mates"):
+        side_by_side_table(rows, "ctc_beam", "seed", by=["beam"])  # beam alone does not tell the shapes apart
+    with pytest.raises(ValueError, match="neither a params key"):
+        side_by_side_table(rows, "ctc_beam", "seed", by=["graph"])
+    with pytest.raises(ValueError, match="no successful rows of decoder 'wfst'"):
+        side_by_side_table(rows, "wfst", "seed")
+
+
+def test_side_by_side_plot(tmp_path):
+    out = plot_side_by_side(_wfst_vs_riva(), "wfst", "riva", tmp_path / "wfst_vs_riva.png")
+    assert out.stat().st_size > 5000
+
+
+def test_cli_renders_side_by_side_for_run_mate_pairs(tmp_path, capsys):
+    run = tmp_path / "runs" / "wfst_vs_riva" / "h200"
+    run.mkdir(parents=True)
+    rows_file(run / "results.jsonl", _wfst_vs_riva())
+    assert main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "## wfst vs riva" in out and "1.22x" in out
+    assert (run / "wfst_vs_riva.png").stat().st_size > 5000
+    # a benchmark without references renders (its WER plot is skipped with a one-line note)
+    bench = tmp_path / "runs" / "ctc_vs_seed" / "h200"
+    bench.mkdir(parents=True)
+    rows_file(bench / "results.jsonl", _bench_rows())
+    assert main([str(bench)]) == 0
+    cap = capsys.readouterr()
+    assert "## ctc_beam vs seed" in cap.out and "no wer_vs_rtfx.png" in cap.err
