@@ -103,7 +103,9 @@ def _wer_pct(r: ResultRow) -> str:
 
 
 def _value(v: Any) -> str:
-    """A config value in a label: 8.0 -> "8", lists compact, strings bare."""
+    """A config value in a label: 8.0 -> "8", lists compact, strings bare, absent "–"."""
+    if v is None:
+        return "–"
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     if isinstance(v, float):
@@ -293,11 +295,11 @@ class SideBySide:
 
 
 def _coord(r: ResultRow, k: str) -> Any:
+    """A grouping coordinate: a params entry, else a row field (batch_size, dataset, ...); None when this row
+    lacks it (a run can hold differently shaped groups, e.g. offline and streaming rows)."""
     if k in r.params:
         return r.params[k]
-    if k in _ROW_FIELDS and k not in ("params",):
-        return getattr(r, k)
-    raise ValueError(f"side_by_side: by key {k!r} is neither a params key of row {r.label!r} nor a row field")
+    return getattr(r, k) if k in _ROW_FIELDS and k != "params" else None
 
 
 def side_by_side_pairs(rows: Sequence[Any], ours: str, theirs: str,
@@ -317,11 +319,15 @@ def side_by_side_pairs(rows: Sequence[Any], ours: str, theirs: str,
         if any(len(b) > 1 for b in batches.values()) and "batch_size" not in by:
             by.append("batch_size")
     by = list(by)
+    known = {k for r in rows for k in r.params} | (_ROW_FIELDS - {"params"})
+    unknown = [k for k in by if k not in known]
+    if unknown:
+        raise ValueError(f"side_by_side: by key(s) {unknown} are neither params keys of any row nor row fields")
     pairs = []
     for r in mine:
         group = tuple(_coord(r, k) for k in by)
         cands = [m for m in rows if m.decoder_name == theirs and (m.experiment, m.run) == (r.experiment, r.run)
-                 and m.decoder == r.run_mate and tuple(m.params.get(k, getattr(m, k, None)) for k in by) == group]
+                 and m.decoder == r.run_mate and tuple(_coord(m, k) for k in by) == group]
         same_ds = [m for m in cands if m.dataset == r.dataset]
         if cands and not same_ds:
             raise ValueError(f"side_by_side: {r.label} ({r.dataset}) and its run mate {cands[0].label} "

@@ -80,10 +80,24 @@ def test_ambiguous_mates_and_unknown_by_key_are_errors():
     rows = _bench_rows()
     with pytest.raises(ValueError, match="run mates"):
         side_by_side_table(rows, "ctc_beam", "seed", by=["beam"])  # beam alone does not tell the shapes apart
-    with pytest.raises(ValueError, match="neither a params key"):
+    with pytest.raises(ValueError, match="neither params keys"):
         side_by_side_table(rows, "ctc_beam", "seed", by=["graph"])
     with pytest.raises(ValueError, match="no successful rows of decoder 'wfst'"):
         side_by_side_table(rows, "wfst", "seed")
+
+
+def test_groups_of_different_shape_in_one_run_render_together():
+    """A run with offline rows (B, T, V, beam) and streaming rows (V, beam, streams): the default grouping is the
+    union of coordinates, a coordinate a row lacks shows as "–", and pairs never cross groups."""
+    stream = [result_row(name, "synthetic", no_wer=True, params={"V": 1025, "beam": 10, "streams": 8},
+                         boundary="api", device="cuda", utts=8, batch_size=8, rtfx=rtfx, decoder_name=name,
+                         run_mate=mate, hw="gpu:NVIDIA H200")
+              for name, mate, rtfx in (("ctc_beam", "seed", 900.0), ("seed", "ctc_beam", 450.0))]
+    table = side_by_side_table(_bench_rows() + stream, "ctc_beam", "seed")
+    assert table.splitlines()[0].startswith("| B | T | V | beam | streams |")
+    streaming = _line(table, "| – | – | 1025 | 10 | 8 |")
+    assert "2.00x" in streaming
+    assert len(table.splitlines()) == 2 + 3
 
 
 def test_side_by_side_plot(tmp_path):
