@@ -299,14 +299,19 @@ def describe_error(err: BaseException) -> str:
 def print_rows(rows: Sequence[ResultRow], pairs: Sequence[tuple[str, str, Sequence[str]]] = ()) -> None:
     """The run's tables, rendered by reports/: every measured row, then each (ours, theirs, by) side by side,
     then the decoders that could not run."""
+    from dataclasses import fields as _fields
+
     from reports import tables
 
-    dicts = [r.to_dict() for r in rows]
-    print(tables.results_table(dicts))
+    row_fields = {f.name for f in _fields(ResultRow)}
+    print(tables.results_table(rows))
     for ours, theirs, by in pairs:
-        print()
-        print(tables.side_by_side_table(dicts, ours, theirs, by=list(by)))
-    extra = tables.unavailable_table(dicts)
+        # only the rows that have every grouping coordinate (the CTC run's offline and streaming rows differ)
+        subset = [r for r in rows if all(k in r.params or k in row_fields for k in by)]
+        if any(r.ok and r.decoder_name == ours for r in subset):
+            print()
+            print(tables.side_by_side_table(subset, ours, theirs, by=list(by)))
+    extra = tables.unavailable_table(rows)
     if extra:
         print()
         print(extra)
