@@ -83,6 +83,29 @@ at::Tensor workspace(const at::Tensor& like, int rows, int64_t beam, int64_t V) 
     }                                                                                                           \
   } while (0)
 
+// Streaming state validation on the GPU. Each op runs ctc_state_check_kernel over its rows first (stamp, header
+// fields, per-beam words, checksum: ctc_common.cuh) into a small (rows, 5) int32 device tensor; no state word
+// is copied to the host for it. Why not validate on the host as the CPU ops do: that needs the rows' headers
+// and beam words on the host before every chunk, i.e. a device->host sync per decode_chunk, which the
+// streaming API promises not to do. So:
+//  * decode_chunk / decode_chunk_batch: every kernel of the call skips (neither reads nor writes) a row whose
+//    check failed, and the seal kernel re-seals only the rows that passed. A refused row therefore stays
+//    exactly as it was, and stays refused;
+//  * finalize (which synchronises anyway to return its lists) copies the (rows, 5) codes back and raises the
+//    one-line ValueError of the first refused row (describe_state_error, the same text as the CPU ops).
+// So a bad CUDA state is reported at finalize, not at the decode_chunk call that met it; the CPU ops raise at
+// once. A caller who wants the error earlier calls finalize (the state stays usable).
+namespace {
+ctc::StateStamp cuda_stamp(int64_t beam_size, int64_t blank_id, int64_t vocab_size, int64_t max_seq_len,
+                           int64_t page_size, int64_t num_pages) {
+  return ctc::StateStamp{ctc::kBackendCuda, (int)beam_size,  (int)max_seq_len, (int)page_size,
+                         page_size > 0 ? (int)num_pages : 0, (int)vocab_size, (int)blank_id};
+}
+at::Tensor state_errors(const at::Tensor& like, int64_t rows) {
+  return at::empty({rows, (int64_t)ctc::kStateErrorWords}, like.options().dtype(at::kInt));
+}
+}  // namespace
+
 static CtcOutputs finalize_rows(const at::Tensor& state, int64_t beam, int64_t nbest, int64_t max_len,
                                 int64_t page_size, int64_t num_pages) {
   const int64_t B = state.size(0);
@@ -155,10 +178,20 @@ void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
     d.mask_b_stride = mask.stride(0);
   }
   at::Tensor ws = workspace(lp, d.rows, beam_size, lp.size(2));
+  auto stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor err = state_errors(state, state.size(0));
+  CTC_CUDA_OK(ctc::ctc_check_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0),
+                                    cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages),
+                                    err.data_ptr<int32_t>(), stream),
+              "decode_chunk (state check)");
+  d.row_err = err.data_ptr<int32_t>();
   d.state = state.data_ptr<int32_t>();
   d.state_row_words = state.size(1);
   d.workspace = ws.data_ptr();
-  CTC_CUDA_OK(ctc::ctc_decode_frames(d, at::cuda::getCurrentCUDAStream()), "decode_chunk");
+  CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk");
+  CTC_CUDA_OK(ctc::ctc_seal_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0),
+                                   err.data_ptr<int32_t>(), nullptr, stream),
+              "decode_chunk (state seal)");
 }
 
 void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_probs,
@@ -181,6 +214,7 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
                                                                 log_probs.device().str());
   }
   CTC_CHECK_MASK(speech_mask, log_probs);
+  check_distinct_states(states);
   if (N == 0 || log_probs.size(1) == 0) return;
   c10::cuda::CUDAGuard guard(log_probs.device());
   at::Tensor lp = log_probs.stride(2) == 1 ? log_probs : log_probs.contiguous();
@@ -190,6 +224,9 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
   at::Tensor ws = workspace(lp, (int)std::min<int64_t>(N, group), beam_size, lp.size(2));
   std::vector<int32_t*> ptrs(group);
   auto stream = at::cuda::getCurrentCUDAStream();
+  // one error buffer for every group: each group's kernels are ordered on the stream after its own check
+  at::Tensor err = state_errors(lp, std::min<int64_t>(N, group));
+  const ctc::StateStamp want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
   for (int64_t g0 = 0; g0 < N; g0 += group) {  // one launch pair per tile per group of streams
     const int n = (int)std::min<int64_t>(group, N - g0);
     at::Tensor part = lp.narrow(0, g0, n);
@@ -199,19 +236,54 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
       d.mask_b_stride = mask.stride(0);
     }
     for (int i = 0; i < n; ++i) ptrs[i] = states[g0 + i].data_ptr<int32_t>();
+    const int64_t words = states[g0].size(1);
+    CTC_CUDA_OK(ctc::ctc_check_states(nullptr, words, ptrs.data(), n, want, err.data_ptr<int32_t>(), stream),
+                "decode_chunk_batched (state check)");
+    d.row_err = err.data_ptr<int32_t>();
     d.stream_states = ptrs.data();
     d.workspace = ws.data_ptr();
     CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk_batched");
+    CTC_CUDA_OK(ctc::ctc_seal_states(nullptr, words, ptrs.data(), n, err.data_ptr<int32_t>(), nullptr, stream),
+                "decode_chunk_batched (state seal)");
   }
 }
 
-CtcOutputs ctc_finalize_cuda(const at::Tensor& state, int64_t beam_size, int64_t nbest, int64_t max_seq_len,
-                             int64_t page_size, int64_t num_pages) {
+CtcOutputs ctc_finalize_cuda(const at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
+                             int64_t nbest, int64_t max_seq_len, int64_t page_size, int64_t num_pages) {
   CTC_CHECK_ON_CUDA(state, "state");
-  CTC_CHECK_CONFIG(beam_size, 0, 2, nbest, max_seq_len, page_size, num_pages);
+  CTC_CHECK_CONFIG(beam_size, blank_id, vocab_size, nbest, max_seq_len, page_size, num_pages);
   CTC_CHECK_STATE(state, beam_size, max_seq_len, page_size, num_pages, "state");
   c10::cuda::CUDAGuard guard(state.device());
+  const int64_t B = state.size(0);
+  if (B > 0) {
+    at::Tensor err = state_errors(state, B);
+    CTC_CUDA_OK(ctc::ctc_check_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)B,
+                                      cuda_stamp(beam_size, blank_id, vocab_size, max_seq_len, page_size, num_pages),
+                                      err.data_ptr<int32_t>(), at::cuda::getCurrentCUDAStream()),
+                "finalize (state check)");
+    // (B, 5) int32 back to the host: the one sync of this op before its results (see the comment at the top)
+    const at::Tensor host = err.cpu();
+    const int32_t* e = host.data_ptr<int32_t>();
+    for (int64_t r = 0; r < B; ++r) {
+      const int32_t* x = e + r * ctc::kStateErrorWords;
+      CTC_ARG_CHECK(x[0] == ctc::kStateOk, describe_state_error(ctc::StateError{x[0], x[1], x[2], x[3], x[4]}, r,
+                                                                "state"));
+    }
+  }
   return finalize_rows(state, beam_size, nbest, max_seq_len, page_size, num_pages);
+}
+
+void ctc_init_state_cuda(at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
+                         int64_t max_seq_len, int64_t page_size, int64_t num_pages) {
+  CTC_CHECK_ON_CUDA(state, "state");
+  CTC_CHECK_CONFIG(beam_size, blank_id, vocab_size, 1, max_seq_len, page_size, num_pages);
+  CTC_CHECK_STATE(state, beam_size, max_seq_len, page_size, num_pages, "state");
+  c10::cuda::CUDAGuard guard(state.device());
+  state.zero_();
+  const ctc::StateStamp st = cuda_stamp(beam_size, blank_id, vocab_size, max_seq_len, page_size, num_pages);
+  CTC_CUDA_OK(ctc::ctc_seal_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0), nullptr,
+                                   &st, at::cuda::getCurrentCUDAStream()),
+              "init_state");
 }
 
 // Error-path diagnostics: the same variants as ctc_debug_raise_cpu, plus one thrown while a CUDAGuard is alive.

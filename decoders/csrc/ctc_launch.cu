@@ -54,6 +54,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.pre_ids = reinterpret_cast<int32_t*>(ws);
   fa.pre_lp = reinterpret_cast<float*>(ws + align_up(cap * 4));
   fa.pre_cnt = reinterpret_cast<int32_t*>(ws + 2 * align_up(cap * 4));
+  fa.row_err = d.row_err;
   fa.states.base = d.state;
   fa.states.row_words = d.state_row_words;
   fa.states.n_ptrs = 0;
@@ -129,6 +130,39 @@ cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows,
   refs.n_ptrs = 0;
   ctc_finalize_kernel<<<rows, kFinalizeThreads, 0, stream>>>(refs, beam, max_len, page_size, num_pages, nbest,
                                                               out_tokens, out_len, out_scores, out_status);
+  return cudaGetLastError();
+}
+
+namespace {
+bool make_refs(StateRefs& refs, int32_t* state, int64_t row_words, int32_t* const* stream_states, int rows) {
+  refs.base = state;
+  refs.row_words = row_words;
+  refs.n_ptrs = 0;
+  if (stream_states) {
+    if (rows > kMaxStreamsPerLaunch) return false;
+    refs.n_ptrs = rows;
+    for (int i = 0; i < rows; ++i) refs.ptrs[i] = stream_states[i];
+  }
+  return true;
+}
+}  // namespace
+
+cudaError_t ctc_check_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
+                             const StateStamp& want, int32_t* err, cudaStream_t stream) {
+  if (rows < 1) return cudaSuccess;
+  StateRefs refs;
+  if (!make_refs(refs, state, state_row_words, stream_states, rows)) return cudaErrorInvalidValue;
+  ctc_state_check_kernel<<<rows, kStateCheckThreads, 0, stream>>>(refs, state_row_words, want, err);
+  return cudaGetLastError();
+}
+
+cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
+                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream) {
+  if (rows < 1) return cudaSuccess;
+  StateRefs refs;
+  if (!make_refs(refs, state, state_row_words, stream_states, rows)) return cudaErrorInvalidValue;
+  ctc_state_seal_kernel<<<rows, kStateCheckThreads, 0, stream>>>(refs, state_row_words, err, stamp ? 1 : 0,
+                                                                  stamp ? *stamp : StateStamp{});
   return cudaGetLastError();
 }
 

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ctc_common.cuh"
+
 namespace beamdec {
 namespace ctc {
 
@@ -32,6 +34,8 @@ struct DecodeLaunch {
   // 1: the one-warp kernel keeps a paged row's page metadata (3 x num_pages words) in shared memory when it
   // fits kPagedSmemMaxPages (opt-in, untested on a GPU at commit time; BEAMDEC_CTC_PAGED_SMEM=1)
   int paged_smem = 0;
+  // (rows, kStateErrorWords) from ctc_check_states, or null: rows with a nonzero code are skipped
+  const int32_t* row_err = nullptr;
 };
 
 constexpr int kPagedSmemMaxPages = 4096;  // 48 KiB of shared memory
@@ -53,6 +57,15 @@ cudaError_t ctc_decode_frames(const DecodeLaunch& args, cudaStream_t stream);
 cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int page_size,
                               int num_pages, int nbest, int32_t* out_tokens, int32_t* out_len, float* out_scores,
                               int32_t* out_status, cudaStream_t stream);
+
+// Streaming state integrity (ctc_common.cuh). Rows: `state` with `state_row_words` per row, or
+// `stream_states[rows]` (<= kMaxStreamsPerLaunch). ctc_check_states writes err (rows, kStateErrorWords):
+// code 0 or the first refused field per row. ctc_seal_states recomputes each row's checksum (skipping rows
+// refused in `err` when given); with `stamp` it first writes the stamp of freshly zeroed rows.
+cudaError_t ctc_check_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
+                             const StateStamp& want, int32_t* err, cudaStream_t stream);
+cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
+                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream);
 
 }  // namespace ctc
 }  // namespace beamdec

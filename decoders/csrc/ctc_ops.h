@@ -30,8 +30,11 @@
 #pragma once
 #include <torch/types.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common_check.h"
@@ -190,3 +193,24 @@ inline std::string describe_state_error(const ctc::StateError& e, int64_t row, c
                       ", num_pages=" + s(num_pages) + " need " + s(ctc_words_) +                                    \
                       " (was it created with another config?)");                                                   \
   } while (0)
+
+namespace beamdec {
+
+// The streams of one batched call must be distinct memory: two entries sharing words would be decoded as
+// two streams into the same state (a lost or interleaved update). Tensors may be views; compare byte ranges.
+inline void check_distinct_states(at::TensorList states) {
+  std::vector<std::pair<uintptr_t, size_t>> spans;
+  for (size_t i = 0; i < states.size(); ++i)
+    spans.push_back({reinterpret_cast<uintptr_t>(states[i].data_ptr()), i});
+  std::sort(spans.begin(), spans.end());
+  for (size_t k = 1; k < spans.size(); ++k) {
+    const at::Tensor& prev = states[spans[k - 1].second];
+    const uintptr_t prev_end = spans[k - 1].first + (uintptr_t)prev.numel() * 4;
+    CTC_ARG_CHECK(spans[k].first >= prev_end,
+                  "states: entries " + std::to_string(std::min(spans[k - 1].second, spans[k].second)) + " and " +
+                      std::to_string(std::max(spans[k - 1].second, spans[k].second)) +
+                      " are the same state (or overlap); each stream needs its own state");
+  }
+}
+
+}  // namespace beamdec

@@ -37,6 +37,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cstdint>
 
@@ -71,7 +72,11 @@ struct FrameArgs {
   int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
   int page_size, num_pages;  // paged token storage (page_size 0: flat)
   int paged_smem;            // one-warp kernel, paged: page metadata in shared memory (opt-in)
+  // (rows, kStateErrorWords) from ctc_state_check_kernel, or null (offline: the op made the rows itself).
+  // A row with a nonzero code is skipped by every kernel of the launch: none reads or writes it.
+  const int32_t* row_err;
   StateRefs states;
+  __device__ __forceinline__ bool refused(int r) const { return row_err && row_err[(int64_t)r * kStateErrorWords] != 0; }
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -179,6 +184,7 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   __shared__ int s_bad;
 
   const int pos = blockIdx.x, row = blockIdx.y, tid = threadIdx.x;
+  if (a.refused(row)) return;  // block-uniform; the decode kernel skips the row too (reads no count)
   const int t = t0 + pos;
   int32_t* cnt_out = a.pre_cnt + (int64_t)pos * a.rows + row;
   const int len = a.lengths ? a.lengths[row] : a.n_frames;
@@ -334,6 +340,7 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
   extern __shared__ uint32_t s_cand_key[];  // (beam * (C + 1)): stays [0, beam), extensions beam + k*C + i
   __shared__ DecodeShared<NT> s;
   const int row = blockIdx.x, tid = threadIdx.x;
+  if (a.refused(row)) return;  // block-uniform, before any barrier
   const int beam = a.beam, C = a.C, max_len = a.max_len;
   const int NS = beam * (C + 1);
   const bool paged = a.page_size > 0;
@@ -410,6 +417,7 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     const int cnt = s.cnt[cur];
     const int nxt = next_selected(cur);
     const T* lp_next = nxt >= 0 ? lp_row + (int64_t)(t0 + nxt) * a.t_stride : nullptr;
+    int paged_top = 0, paged_fresh = 0;  // paged step 4: new free-stack top / fresh counter (thread 0 commits)
     // prefetch the next decoded frame's candidate list and blank log-prob (state-independent); they land
     // in registers while this frame is decoded and are stored to shared memory at its end
     int pf_id = 0;
@@ -633,17 +641,19 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
       }
       if (tid < beam) s.n_slot[tid] = tid < nw ? ntail : kNoPage;
       __syncthreads();
-      // 4. pages freed by the copies go back last
+      // 4. pages freed by the copies go back last. Every thread reads s.ndef / s.def / s.pfresh here, so the
+      // new free-stack top and fresh counter are only computed (block-uniform registers) and thread 0 stores
+      // them after the next barrier, in the commit below (issue 19: storing them here raced with those reads,
+      // a WAR hazard racecheck reported at s.pfresh).
       const int top2 = top - min(nalloc, top);
-      if (tid < s.ndef) {
+      const int ndef = s.ndef;
+      if (tid < ndef) {
         const int y = s.def[tid];
         stack[top2 + tid] = y;
         if (parent[y] >= 0) atomicSub(&rc[parent[y]], 1);
       }
-      if (tid == 0) {
-        s.pfresh = min(a.num_pages, s.pfresh + max(0, nalloc - top));
-        s.ptop = top2 + s.ndef;
-      }
+      paged_top = top2 + ndef;
+      paged_fresh = min(a.num_pages, s.pfresh + max(0, nalloc - top));
       __syncthreads();
     } else {
       // token slots: the first winner of a source keeps its slot, later ones take slots of unchosen sources
@@ -725,6 +735,10 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
       s.step += 1;
       s.last_sel = (int)g;
       s.ndef = 0;
+      if (paged) {  // step 4's results: no thread reads these between the barrier above and the one below
+        s.ptop = paged_top;
+        s.pfresh = paged_fresh;
+      }
     }
     __syncthreads();
     buf ^= 1;
@@ -826,6 +840,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
   const int row = blockIdx.x, lane = threadIdx.x;
+  if (a.refused(row)) return;  // warp-uniform
   const int beam = a.beam, C = a.C, max_len = a.max_len, P = a.page_size, NP = a.num_pages;
   const bool paged = P > 0;
   const unsigned lt_mask = (1u << lane) - 1u;
@@ -1308,6 +1323,58 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     w[kHdrFramesSeen] = frames_seen + advance_frames;
     w[kHdrFreeTop] = top;
     w[kHdrNextFresh] = fresh;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// State integrity (ctc_common.cuh): one block per row. The checksum terms are summed by every thread (any
+// order: the sum is mod 2^64), the O(beam) field checks run on thread 0 meanwhile.
+constexpr int kStateCheckThreads = 256;
+
+__device__ __forceinline__ unsigned long long block_row_checksum(const int32_t* w, int64_t words,
+                                                                 typename cub::BlockReduce<unsigned long long, kStateCheckThreads>::TempStorage& tmp) {
+  unsigned long long part = 0;
+  for (int64_t i = threadIdx.x; i < words; i += kStateCheckThreads) part += checksum_term(i, w[i]);
+  // valid in thread 0 only
+  return cub::BlockReduce<unsigned long long, kStateCheckThreads>(tmp).Sum(part) + checksum_seed(words);
+}
+
+// err (rows, kStateErrorWords): 0 or the first refused field of each row (StateError). Reads only the
+// header before it knows beam-indexed reads are in range: the field checks read fixed offsets of a row
+// whose width the op already checked against the layout, so nothing here can go out of bounds.
+__global__ void __launch_bounds__(kStateCheckThreads)
+ctc_state_check_kernel(StateRefs states, int64_t words, StateStamp want, int32_t* err) {
+  __shared__ typename cub::BlockReduce<unsigned long long, kStateCheckThreads>::TempStorage tmp;
+  const int row = blockIdx.x;
+  const int32_t* w = states.row(row);
+  const unsigned long long h = block_row_checksum(w, words, tmp);
+  if (threadIdx.x != 0) return;
+  StateError e = validate_state_fields(w, want);
+  const unsigned long long stored = stored_checksum(w);
+  if (e.code == kStateOk && h != stored)
+    e = StateError{kErrChecksum, -1, (int32_t)(uint32_t)stored, (int32_t)(uint32_t)h, (int32_t)(uint32_t)h};
+  int32_t* out = err + (int64_t)row * kStateErrorWords;
+  out[0] = e.code;
+  out[1] = e.index;
+  out[2] = e.found;
+  out[3] = e.lo;
+  out[4] = e.hi;
+}
+
+// Re-seals each row the decode wrote (skipping rows refused by `err`, if given); with `stamp` it first
+// writes the stamp words of freshly zeroed rows (ctc_init_state).
+__global__ void __launch_bounds__(kStateCheckThreads)
+ctc_state_seal_kernel(StateRefs states, int64_t words, const int32_t* err, int do_stamp, StateStamp stamp) {
+  __shared__ typename cub::BlockReduce<unsigned long long, kStateCheckThreads>::TempStorage tmp;
+  const int row = blockIdx.x;
+  if (err && err[(int64_t)row * kStateErrorWords] != 0) return;  // block-uniform
+  int32_t* w = states.row(row);
+  if (do_stamp && threadIdx.x == 0) stamp_row(w, stamp);
+  __syncthreads();  // the stamp words are part of the sum
+  const unsigned long long h = block_row_checksum(w, words, tmp);
+  if (threadIdx.x == 0) {
+    w[kHdrChecksumLo] = (int32_t)(uint32_t)(h & 0xFFFFFFFFull);
+    w[kHdrChecksumHi] = (int32_t)(uint32_t)(h >> 32);
   }
 }
 
