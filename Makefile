@@ -36,10 +36,13 @@ report: setup
 	@test -d $(REPORT_DIR) || { echo "report: $(REPORT_DIR) does not exist; run 'make demo' first or pass REPORT_DIR=runs/<experiment>/<run>"; exit 2; }
 	$(PYTHON) -m reports.cli $(REPORT_DIR)
 
-# Regression gate of the demo run against the committed baseline (WER and, on matching hardware, RTFx).
+# Regression gate of a run against a committed baseline (WER and, on matching hardware, RTFx). Default: the demo
+# run; any run directory, e.g. a GPU benchmark: make gate GATE_RUN=runs/wfst_bench/h200 GATE_BASELINE=reports/baselines/x.json
+GATE_RUN ?= $(RUN_DIR)/demo/$(SCALE)
+GATE_BASELINE ?= reports/baselines/demo_$(SCALE).json
 gate: setup
-	@test -f $(RUN_DIR)/demo/$(SCALE)/results.jsonl || { echo "gate: no $(RUN_DIR)/demo/$(SCALE)/results.jsonl; run 'make demo' first"; exit 2; }
-	$(PYTHON) -m eval.gate $(RUN_DIR)/demo/$(SCALE)/results.jsonl reports/baselines/demo_$(SCALE).json
+	@test -f $(GATE_RUN)/results.jsonl || { echo "gate: no $(GATE_RUN)/results.jsonl; run 'make demo' first or pass GATE_RUN=runs/<experiment>/<run>"; exit 2; }
+	$(PYTHON) -m eval.gate $(GATE_RUN) $(GATE_BASELINE)
 
 # The tests also install the `nemo` extra (NeMo 3.0 on the CPU torch; ~70 s in a fresh venv) so the tiny
 # Conformer-CTC end-to-end tests run instead of skipping; NEMO=0 leaves it out (those tests then skip).
