@@ -49,6 +49,11 @@ capacities (up to `max_rescues` times) and reports in `overflow` only what it co
 (`rescued_overflow` says what sent each rescued utterance). The back-pointer arena holds word links only:
 a token reached by an arc without output words inherits its predecessor's link, so the arena grows with
 word ends rather than with every surviving token (the backtrack reads nothing but words).
+
+CPU reference memory: the same word links, plus compaction between steps: the link store holds at most
+max(65536, 2 L) + (one step's links) entries of 8 bytes, L being the links still reachable from the frontier
+(about the words on the frontier's paths), so a long utterance costs memory in its words, not its frames
+(`search_stats(...)["peak_stored_links"]` reports the peak).
 """
 from __future__ import annotations
 
@@ -563,8 +568,9 @@ class WfstDecoder:
         """What each utterance's search needs, from the CPU reference (same search, exact counts; CPU decoder
         only): per utterance `peak_frontier` / `mean_frontier` (distinct states of a step after its closure;
         the GPU's frontier_capacity), `peak_candidates` / `mean_candidates` (admitted per step; an upper bound
-        of the GPU's candidate count), `word_links` (back-pointers on word arcs; the GPU arena's entries) and
-        `steps`. Lists of ints / floats, one entry per utterance."""
+        of the GPU's candidate count), `word_links` (back-pointers on word arcs; the GPU arena's entries),
+        `steps`, and `peak_stored_links` (the most word links the CPU reference held at once: its memory, kept
+        bounded by compaction, see decoders/csrc/wfst_cpu.cpp). Lists of ints / floats, one per utterance."""
         return self.decode_with_stats(log_probs, lengths, boosts)[1]
 
     def decode_with_stats(self, log_probs: torch.Tensor, lengths,
@@ -580,7 +586,7 @@ class WfstDecoder:
         steps = [max(1, r[5]) for r in st]
         stats = dict(peak_frontier=[r[0] for r in st], mean_frontier=[r[1] / n for r, n in zip(st, steps)],
                      peak_candidates=[r[2] for r in st], mean_candidates=[r[3] / n for r, n in zip(st, steps)],
-                     word_links=[r[4] for r in st], steps=[r[5] for r in st])
+                     word_links=[r[4] for r in st], steps=[r[5] for r in st], peak_stored_links=[r[6] for r in st])
         return self._parse(rows.numpy(), oov, []), stats
 
     def _prepare(self, log_probs: torch.Tensor, lengths, boosts) -> tuple:

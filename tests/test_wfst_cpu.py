@@ -516,3 +516,48 @@ def test_decoder_caches_stay_out_of_the_graph_object():
     g, lp = _word_graph()
     WfstDecoder(g).decode(lp, [6, 6], boosts=[{"w1": 1.0}, {}])
     assert set(vars(g)) == {f.name for f in dataclasses.fields(g)}
+
+
+def _long_utterance_case(frames: int):
+    rng = np.random.default_rng(103)
+    g = random_graph(rng, num_states=60, num_tokens=6, max_emitting=5, finals="all")
+    lp = random_log_probs(rng, 1, frames, 6, peaky=1.0)
+    return g, lp
+
+
+def test_cpu_reference_link_store_stays_bounded_on_a_long_utterance():
+    """Regression (issue 11): the CPU reference kept one back-pointer per surviving token per frame (8.5 GB RSS
+    for one 100k-frame utterance). It now keeps word links only and compacts them between steps: the most links
+    held at once stays within max(65536, 2 L) + one step's links (L <= the words on the frontier's paths), far
+    below the links the search created."""
+    frames = 40000
+    g, lp = _long_utterance_case(frames)
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=12.0), "cpu")
+    res, st = dec.decode_with_stats(lp, torch.tensor([frames]))
+    assert res.has_path[0]
+    created, held = st["word_links"][0], st["peak_stored_links"][0]
+    # the old reference stored one back-pointer per token per step: sum of the frontier sizes
+    old_store = round(st["mean_frontier"][0] * st["steps"][0])
+    assert created > 4 * 65536  # enough links that an unbounded store would show
+    # live links are the frontier's word histories, which merge a few frames back: L <= 2 * the best path's
+    # words here (deterministic seed), and one step adds at most peak_candidates links
+    assert held <= max(65536, 2 * (2 * len(res.words[0]))) + st["peak_candidates"][0], (held, created)
+    assert held < created / 4 and held < old_store / 20
+
+
+def test_link_compaction_does_not_change_results(monkeypatch):
+    """Compacting the word links every few steps (a tiny threshold) gives the same words and scores as never
+    compacting: compaction drops only unreachable links and keeps every chain."""
+    rng = np.random.default_rng(104)
+    for epsilon in (False, True):
+        g = random_graph(rng, num_states=80, num_tokens=7, epsilon=epsilon)
+        lp = random_log_probs(rng, 3, 400, 7, peaky=1.5)
+        lengths = torch.tensor([400, 173, 1])
+        results = []
+        for threshold in ("8", str(2**40)):
+            monkeypatch.setenv("BEAMDEC_WFST_CPU_COMPACT_MIN", threshold)
+            results.append(WfstDecoder(g, WfstDecoderConfig(), "cpu").decode_with_stats(lp, lengths))
+        (a, sa), (b, sb) = results
+        assert a.words == b.words and torch.equal(a.scores, b.scores) and a.has_path == b.has_path
+        assert sa["word_links"] == sb["word_links"]
+        assert sa["peak_stored_links"][0] < sb["peak_stored_links"][0]  # the tiny threshold did compact

@@ -24,12 +24,22 @@
 //    in D passes.
 //  * Word boosting: an arc adds the utterance's boost of every word it outputs (aux CSR) to its score, which
 //    equals decoding the graph composed with a one-state boost acceptor.
+//  * Memory (as the GPU arena, decoders/include/wfst_kernels.cuh): back-pointers are WORD LINKS only. A token
+//    reached by an arc with output words gets a new link {predecessor's link, arc}; any other token inherits
+//    its predecessor's link (the backtrack reads nothing but words). Between steps, when the link store has
+//    reached max(kMinCompactLinks, 2 * L) entries (L: links still reachable from the frontier after the
+//    previous compaction), unreachable links are dropped and the survivors renumbered. So the store holds at
+//    most max(kMinCompactLinks, 2 * L) + (links of one step) entries, where L <= the words on the frontier's
+//    paths (about the best path's words plus the not-yet-recombined tail), instead of one entry per surviving
+//    token per frame (8.5 GB for a 100k-frame utterance before). Results are unchanged: only unreachable
+//    links are dropped and renumbering preserves every chain.
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #include <torch/types.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -69,13 +79,25 @@ struct Options {
 struct Token {
   int32_t state;
   float score;
-  int32_t winner;  // index into the back-pointer arena (-1: the start token)
+  int32_t winner;  // the token's latest word link (index into the link store; -1: no word yet)
 };
 
-struct BackPointer {
-  int32_t prev;  // previous winner entry (-1: start)
-  int32_t arc;
+struct BackPointer {  // a word link
+  int32_t prev;  // previous word link (-1: none)
+  int32_t arc;   // an arc with output words
 };
+
+// Link-store compaction threshold (see the header comment). BEAMDEC_WFST_CPU_COMPACT_MIN overrides it (tests
+// set it tiny to compact every few steps and check the results do not change).
+constexpr int64_t kMinCompactLinks = int64_t{1} << 16;
+
+int64_t min_compact_links() {
+  const char* env = std::getenv("BEAMDEC_WFST_CPU_COMPACT_MIN");
+  if (env == nullptr || *env == '\0') return kMinCompactLinks;
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  return (end != env && v >= 1) ? static_cast<int64_t>(v) : kMinCompactLinks;
+}
 
 struct Boosts {
   const int32_t* keys;
@@ -100,7 +122,27 @@ struct SearchStats {
                                 //   the start closure counts in the peaks and the candidate sum
   int64_t word_links = 0;       // back-pointers on arcs with output words (GPU: arena entries)
   int64_t steps = 0;
+  int64_t peak_stored_links = 0;  // most word links held at once by this reference (after compaction)
 };
+
+// Drops the word links no token of `front` can reach and renumbers the rest (chains keep their order).
+// `mark` is scratch. Returns the number of links kept.
+int64_t compact_links(std::vector<BackPointer>& arena, std::vector<Token>& front, std::vector<int32_t>& mark) {
+  mark.assign(arena.size(), -1);
+  for (const Token& tok : front)  // mark: -2 = reachable; stop at links already marked (shared prefixes)
+    for (int32_t w = tok.winner; w >= 0 && mark[w] == -1; w = arena[w].prev) mark[w] = -2;
+  int32_t kept = 0;
+  for (size_t i = 0; i < arena.size(); ++i) {  // prev < i always, so one forward pass renumbers in place
+    if (mark[i] != -2) continue;
+    const int32_t prev = arena[i].prev;
+    arena[kept] = {prev >= 0 ? mark[prev] : prev, arena[i].arc};
+    mark[i] = kept++;
+  }
+  arena.resize(static_cast<size_t>(kept));
+  for (Token& tok : front)
+    if (tok.winner >= 0) tok.winner = mark[tok.winner];
+  return kept;
+}
 
 // Decodes one utterance. `slot_of_state` is scratch of num_states entries, all -1 on entry and exit.
 template <typename scalar_t>
@@ -119,7 +161,22 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
       stats->steps += 1;
     }
   };
-  std::vector<BackPointer> arena;
+  std::vector<BackPointer> arena;  // word links only (see the header comment)
+  std::vector<int32_t> compact_scratch;
+  const int64_t compact_min = min_compact_links();
+  int64_t compact_at = compact_min;
+  int64_t links_created = 0;
+  auto has_words = [&](int32_t a) { return g.aux_splits[a + 1] > g.aux_splits[a]; };
+  // The link of a token that won with {prev, arc}: a new link for a word arc, else the predecessor's.
+  auto link_of = [&](int32_t prev, int32_t arc) -> int32_t {
+    if (!has_words(arc)) return prev;
+    arena.push_back({prev, arc});
+    ++links_created;
+    return static_cast<int32_t>(arena.size() - 1);
+  };
+  auto note_stored = [&] {
+    if (stats) stats->peak_stored_links = std::max(stats->peak_stored_links, static_cast<int64_t>(arena.size()));
+  };
   std::vector<Token> front{{g.start_state, 0.0f, -1}}, next;
   std::vector<int32_t> pending_arc, pending_prev;  // per next token: the winning arc and its predecessor
   float beam = opt.search_beam;
@@ -184,8 +241,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
       std::sort(new_dirty.begin(), new_dirty.end());
       dirty.clear();
       for (int32_t j : new_dirty) {
-        tokens[j].winner = static_cast<int32_t>(arena.size());
-        arena.push_back(bp[bp_of[j]]);
+        tokens[j].winner = link_of(bp[bp_of[j]].prev, bp[bp_of[j]].arc);
         if (has_eps_arcs(tokens[j].state)) dirty.push_back(j);  // only these have anything to relax
       }
     }
@@ -197,6 +253,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
     epsilon_closure(front, 0.0f - opt.search_beam);
     for (const Token& tok : front) slot_of_state[tok.state] = -1;
     record(static_cast<int64_t>(front.size()), false);  // the start closure fills the frontier too
+    note_stored();
   }
 
   const int32_t final_t = len + 1;
@@ -267,19 +324,20 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
         }
       }
     }
-    for (size_t j = 0; j < next.size(); ++j) {
-      next[j].winner = static_cast<int32_t>(arena.size());
-      arena.push_back({pending_prev[j], pending_arc[j]});
-    }
+    for (size_t j = 0; j < next.size(); ++j) next[j].winner = link_of(pending_prev[j], pending_arc[j]);
     if (g.has_eps && !final_step) epsilon_closure(next, cutoff);
     record(static_cast<int64_t>(next.size()), true);
+    note_stored();
     for (const Token& tok : next) slot_of_state[tok.state] = -1;
     front.swap(next);
     redirected = redirect;
+    if (static_cast<int64_t>(arena.size()) >= compact_at) {
+      const int64_t live = compact_links(arena, front, compact_scratch);
+      compact_at = std::max(compact_min, 2 * live);  // amortised: the store at least doubles between passes
+    }
   }
 
-  if (stats)
-    for (const BackPointer& bp : arena) stats->word_links += g.aux_splits[bp.arc + 1] > g.aux_splits[bp.arc];
+  if (stats) stats->word_links += links_created;
   // After the final step the frontier holds at most final_state.
   for (const Token& tok : front) {
     if (tok.state != g.final_state) continue;
@@ -425,13 +483,14 @@ std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
                                        aux_words, weight, start_state, final_state, boost_keys, boost_values,
                                        search_beam, min_active, max_active, allow_partial, acoustic_scale,
                                        eps_iterations, words_capacity, &stats);
-  auto out = at::zeros({static_cast<int64_t>(stats.size()), 6}, at::TensorOptions().dtype(at::kLong));
+  constexpr int64_t kCols = 7;
+  auto out = at::zeros({static_cast<int64_t>(stats.size()), kCols}, at::TensorOptions().dtype(at::kLong));
   int64_t* o = out.data_ptr<int64_t>();
   for (size_t b = 0; b < stats.size(); ++b) {
     const SearchStats& st = stats[b];
-    const int64_t row[6] = {st.peak_frontier, st.sum_frontier, st.peak_candidates, st.sum_candidates, st.word_links,
-                            st.steps};
-    std::copy(row, row + 6, o + 6 * b);
+    const int64_t row[kCols] = {st.peak_frontier, st.sum_frontier, st.peak_candidates, st.sum_candidates,
+                                st.word_links,    st.steps,        st.peak_stored_links};
+    std::copy(row, row + kCols, o + kCols * b);
   }
   return {result, out};
 }

@@ -39,9 +39,10 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
                             int64_t arena_capacity, int64_t words_capacity);
 
-// CPU only: wfst_decode_cpu's result rows plus, per utterance, (B, 6) int64: peak and summed frontier (distinct
+// CPU only: wfst_decode_cpu's result rows plus, per utterance, (B, 7) int64: peak and summed frontier (distinct
 // states of a step after its closure), peak and summed admitted candidates per step, word links (back-pointers
-// on word arcs) and steps. These are what the GPU capacities have to hold.
+// on word arcs) and steps -- what the GPU capacities have to hold -- and the most word links the CPU reference
+// held at once (its memory; bounded by compaction, see wfst_cpu.cpp).
 std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
     const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits, const at::Tensor& eps_begin,
     const at::Tensor& final_begin, const at::Tensor& dest, const at::Tensor& ilabel, const at::Tensor& aux_splits,
