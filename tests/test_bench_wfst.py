@@ -81,3 +81,40 @@ def test_wfst_bench_refuses_a_pickle_with_code(tmp_path):
     with pytest.raises(ValueError, match="not a log-prob file"):
         LogProbSet.load(tmp_path / "evil.pt")
     assert not (tmp_path / "pwned").exists()
+
+
+def test_capacity_stats_sweeps_beams_with_wer_and_frontier(bench_inputs, tmp_path):
+    """eval/bench/wfst_capacity_stats.py (which absorbed wfst_beam_sweep.py): one row per (graph, beam,
+    max_active) with WER and the frontier the search kept; per-utterance numbers beside the rows."""
+    from eval.bench.wfst_capacity_stats import main
+
+    d, gdir = bench_inputs
+    assert main(["--lp-file", str(d / "lp.pt"), "--graph-dir", f"compact={gdir}", "--graphs", "TLG",
+                 "--search-beam", "1", "20", "--max-active", "10000", "--chunk", "2", "--output-dir", str(tmp_path),
+                 "--run", "t"]) == 0
+    run_dir = tmp_path / "wfst_capacity" / "t"
+    rows = load_rows(run_dir)
+    assert [(r.params["search_beam"], r.params["max_active"]) for r in rows] == [(1.0, 10000), (20.0, 10000)]
+    assert all(r.utterances == 5 and r.wer is not None and r.device == "cpu" for r in rows)
+    narrow, wide = (r.decoder_stats for r in rows)
+    assert wide["mean_frontier"] > narrow["mean_frontier"]  # a wider beam keeps more states
+    assert wide["over_frontier"] <= 5 and wide["frontier_capacity"] > 0
+    per = json.loads((run_dir / "search_stats.json").read_text())
+    assert set(per) == {r.decoder for r in rows} and all(len(v["peak_frontier"]) == 5 for v in per.values())
+
+
+def test_profile_table_and_cpu_exit(tmp_path, capsys, monkeypatch):
+    """wfst_profile: kernel names are shortened, the reports table orders kernels by time, and without a GPU the
+    script exits with one line."""
+    from eval.bench import wfst_profile
+    from reports.profile import kernel_profile_table, load_profile
+
+    assert wfst_profile.kernel_name("void wfst::kernels::ExpandKernel<float>(int, float*)") == "ExpandKernel<float>"
+    entry = dict(decoder="wfst@cuda[x]", graph="compact TLG", batch=32, utterances=2, lane_steps=10, wall_us=500.0,
+                 gpu_busy_us=300.0, kernels={"A": {"launches": 2, "us": 100.0}, "B": {"launches": 1, "us": 200.0}})
+    (tmp_path / "kernel_profile.json").write_text(json.dumps([entry]))
+    table = kernel_profile_table(load_profile(tmp_path)[0]).splitlines()
+    assert table[4].startswith("| B | 1 | 0.20 | 200.0 | 66.7% | 20.000 |") and table[5].startswith("| A | 2 |")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert wfst_profile.main(["--lp-file", "x", "--graph-dir", "a=b"]) == 2
+    assert "CUDA" in capsys.readouterr().err

@@ -1,104 +1,131 @@
-"""What the WFST search needs, per utterance, against the GPU decoder's default capacities (no GPU needed).
+"""What the WFST search needs per utterance, per (graph, search_beam, max_active), against the GPU decoder's
+default capacities — from the CPU reference, no GPU needed. Also the beam sweep: WER per setting.
 
-The CPU reference runs the same search as the CUDA decoder (k2 semantics, same dynamic beam) and counts, per
-utterance, the peak / mean frontier (distinct states of a step after its epsilon closure: the GPU's
-frontier_capacity), the admitted candidates per step (an upper bound of the GPU's candidate count) and the word
-links (the GPU arena's entries), via `WfstDecoder.search_stats`. This script prints their distribution per
-graph and how many utterances the default capacities would send to the rescue path, and saves JSON.
+The CPU reference runs the same search as the CUDA decoder (k2 semantics, same dynamic beam); through the
+"wfst" adapter built on the CPU, `WfstDecoder.decode_with_stats` decodes and counts, per utterance, the peak /
+mean frontier (distinct states of a step after its epsilon closure: the GPU's frontier_capacity), the admitted
+candidates per step (an upper bound of the GPU's candidate count) and the word links (the GPU arena's
+entries), in one search. One row per setting in a run directory (default runs/bench/wfst_capacity/<timestamp>):
+WER (eval.metrics), the CPU time of the search (eval.metrics.Stopwatch), and in decoder_stats the distribution
+of those peaks and how many utterances the default capacities would send to the rescue path; the
+per-utterance numbers go to `search_stats.json` beside the rows.
 
-    python -m eval.bench.wfst_capacity_stats --lp-file data/lp/bench_other_char_200.pt \
-        --graph-dir compact=data/graphs/bench/char_blanklast/compact \
-        --graph-dir normal=data/graphs/bench/char_blanklast/normal --out runs/wfst_capacity_stats_bench.json
+    python -m eval.bench.wfst_capacity_stats --lp-file data/lp/small_other_char_200.pt \
+        --graph-dir compact=data/graphs/small/char_blanklast/compact \
+        --graph-dir normal=data/graphs/small/char_blanklast/normal --search-beam 17 20 --max-active 10000 20000
 
 (`--lp-file` comes from `python -m eval.bench.wfst_bench --scale S --kind char --set other --dump-lp F`.)
+This replaces eval/bench/wfst_beam_sweep.py. A WER-only sweep needs no script at all: the harness does it,
+e.g. `python -m eval.run -m decoder=wfst decoder.search_beam=13,17,20 model=cache ...` over cached log-probs.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import time
+import itertools
+import sys
 from pathlib import Path
 
 import numpy as np
-import torch
-from tqdm import tqdm
+
+from eval.bench.common import BenchRun, LogProbSet, Pass
+from eval.metrics import MemoryProbe, Stopwatch
 
 
-def graph_stats(graph_path: Path, lp: torch.Tensor, lengths: torch.Tensor, cfg_kwargs: dict, chunk: int) -> dict:
-    """Per-utterance search stats of one graph plus the default capacities of `cfg_kwargs`' config."""
-    from decoders.graph import WfstGraph
-    from decoders.wfst import WfstDecoder, WfstDecoderConfig, _capacities
+def quantiles(a) -> dict:
+    a = np.asarray(a, dtype=np.float64)
+    if a.size == 0:
+        return {}
+    return {f"p{p}": float(np.percentile(a, p)) for p in (50, 90, 99)} | {"max": float(a.max())}
 
-    cfg = WfstDecoderConfig(**cfg_kwargs)
-    dec = WfstDecoder(WfstGraph.load(graph_path), cfg, "cpu")
+
+def search_pass(adapter, data: LogProbSet, chunk: int) -> tuple[Pass, dict]:
+    """Decode + search stats of every utterance in chunks of `chunk` (threads split a call)."""
+    watch, probe = Stopwatch("cpu"), MemoryProbe("cpu")
+    hyps: list[str] = []
     per: dict = {}
-    t0 = time.time()
-    for i in tqdm(range(0, lp.shape[0], chunk), desc=graph_path.parent.name + "/" + graph_path.stem, unit="batch"):
-        st = dec.search_stats(lp[i : i + chunk].contiguous(), lengths[i : i + chunk])
-        for k, v in st.items():
-            per.setdefault(k, []).extend(v)
-    caps = _capacities(cfg, 1, int(lengths.max()))
-    return dict(per_utterance=per, seconds=time.time() - t0, frontier_capacity=caps["frontier_capacity"],
-                candidate_capacity=caps["candidate_capacity"])
+    with probe:
+        for i in range(0, len(data), chunk):
+            lp, ln = data.log_probs[i : i + chunk].contiguous(), data.lengths[i : i + chunk]
+            with watch:
+                result, st = adapter.decoder.decode_with_stats(lp, ln)
+            hyps += [" ".join(w) for w in result.word_strings]
+            for k, v in st.items():
+                per.setdefault(k, []).extend(v)
+    return Pass(hyps=hyps, watch=watch, memory=probe.stats), per
 
 
-def summarize(name: str, s: dict) -> dict:
+def summarize(per: dict, frontier_capacity: int, candidate_capacity: int) -> dict:
     """Distribution of the per-utterance peaks and what the default capacities would do with them."""
-    per = s["per_utterance"]
-    pf, pc = np.asarray(per["peak_frontier"]), np.asarray(per["peak_candidates"])
-    links, steps = np.asarray(per["word_links"]), np.asarray(per["steps"])
-    q = lambda a: {f"p{p}": float(np.percentile(a, p)) for p in (50, 90, 99)} | {"max": float(a.max())}  # noqa: E731
+    pf, pc = np.asarray(per.get("peak_frontier", [])), np.asarray(per.get("peak_candidates", []))
+    links, steps = np.asarray(per.get("word_links", [0])), np.maximum(np.asarray(per.get("steps", [1])), 1)
     return dict(
-        graph=name, utterances=int(pf.size), cpu_seconds=round(s["seconds"], 1),
-        peak_frontier=q(pf), mean_frontier=float(np.mean(per["mean_frontier"])), peak_candidates=q(pc),
-        word_links_per_step=float(links.sum() / steps.sum()), word_links_per_step_max_utt=float((links / steps).max()),
-        frontier_capacity=s["frontier_capacity"], over_frontier=int((pf > s["frontier_capacity"]).sum()),
-        candidate_capacity=s["candidate_capacity"], over_candidates=int((pc > s["candidate_capacity"]).sum()),
+        peak_frontier=quantiles(pf), mean_frontier=float(np.mean(per.get("mean_frontier", [0.0]))),
+        peak_candidates=quantiles(pc), word_links_per_step=float(links.sum() / steps.sum()),
+        word_links_per_step_max_utt=float((links / steps).max()),
+        frontier_capacity=int(frontier_capacity), over_frontier=int((pf > frontier_capacity).sum()),
+        candidate_capacity=int(candidate_capacity), over_candidates=int((pc > candidate_capacity).sum()),
     )
 
 
-def print_table(rows: list) -> None:
-    print("| graph | utts | peak frontier p50 / p90 / p99 / max | mean frontier | peak candidates p99 / max "
-          "| word links per step (mean / worst utt) | frontier cap (over) | candidate cap (over) |")
-    print("|---|---:|---|---:|---|---|---|---|")
-    for r in rows:
-        f, c = r["peak_frontier"], r["peak_candidates"]
-        print(f"| {r['graph']} | {r['utterances']} | {f['p50']:.0f} / {f['p90']:.0f} / {f['p99']:.0f} / {f['max']:.0f} "
-              f"| {r['mean_frontier']:.0f} | {c['p99']:.0f} / {c['max']:.0f} | {r['word_links_per_step']:.0f} / "
-              f"{r['word_links_per_step_max_utt']:.0f} | {r['frontier_capacity']} ({r['over_frontier']}) | "
-              f"{r['candidate_capacity']} ({r['over_candidates']}) |")
+def main(argv=None) -> int:
+    from decoders.wfst import gpu_capacities
+    from eval.adapters.base import DecodingContext, build_decoder
+    from reports.profile import stats_table
 
-
-def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lp-file", required=True, help="torch.save'd dict with 'lp' (B, T, V) and 'len' (wfst_bench --dump-lp)")
-    ap.add_argument("--graph-dir", action="append", required=True, help="name=path holding TLG.bin (and/or HLG.bin)")
-    ap.add_argument("--graphs", nargs="+", default=["TLG", "HLG"])
+    ap.add_argument("--lp-file", required=True, help="log-probs written by wfst_bench --dump-lp")
+    ap.add_argument("--graph-dir", action="append", required=True, help="NAME=DIR holding TLG.bin (and/or HLG.bin)")
+    ap.add_argument("--graphs", nargs="+", default=["TLG", "HLG"], choices=["TLG", "HLG"])
     ap.add_argument("--max-utts", type=int, default=200)
-    ap.add_argument("--search-beam", type=float, default=17.0)
-    ap.add_argument("--max-active", type=int, default=10000)
+    ap.add_argument("--search-beam", type=float, nargs="+", default=[17.0])
+    ap.add_argument("--max-active", type=int, nargs="+", default=[10000])
     ap.add_argument("--chunk", type=int, default=8, help="utterances per CPU call (threads split a call)")
-    ap.add_argument("--out", default="runs/wfst_capacity_stats.json")
+    ap.add_argument("--output-dir", default="runs/bench")
+    ap.add_argument("--experiment", default="wfst_capacity")
+    ap.add_argument("--run", default=None)
     args = ap.parse_args(argv)
-    data = torch.load(args.lp_file)
-    lp, lengths = data["lp"][: args.max_utts].float(), data["len"][: args.max_utts].to(torch.int64)
-    rows, raw = [], {}
+    if args.chunk <= 0:
+        ap.error(f"--chunk must be positive, got {args.chunk}")
+    data = LogProbSet.load(args.lp_file)
+    data = data.head(min(args.max_utts, len(data)))
+    run = BenchRun(args.experiment, args.run, config={
+        "benchmark": "eval.bench.wfst_capacity_stats", "lp_file": args.lp_file, "graph_dirs": args.graph_dir,
+        "graphs": args.graphs, "search_beams": args.search_beam, "max_active": args.max_active,
+        "utterances": len(data), "chunk": args.chunk}, output_dir=args.output_dir)
+    per_utt: dict = {}
+    run.extra["search_stats.json"] = per_utt
     for spec in args.graph_dir:
-        name, _, path = spec.partition("=")
-        for gname in args.graphs:
-            gp = Path(path) / f"{gname}.bin"
-            if not gp.is_file():
+        name, sep, path = spec.partition("=")
+        if not sep or not Path(path).is_dir():
+            ap.error(f"--graph-dir expects NAME=DIR with an existing directory, got {spec!r}")
+        for kind in args.graphs:
+            if not (Path(path) / f"{kind}.bin").is_file():
                 continue
-            s = graph_stats(gp, lp, lengths, dict(search_beam=args.search_beam, max_active=args.max_active), args.chunk)
-            raw[f"{name}/{gname}"] = s
-            rows.append(summarize(f"{name}/{gname}", s))
-            print(json.dumps(rows[-1]), flush=True)
-    print_table(rows)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(settings=vars(args), rows=rows, per_utterance={k: v["per_utterance"] for k, v in raw.items()}), indent=1))
-    print(f"wrote {out}")
+            for beam, max_active in itertools.product(args.search_beam, args.max_active):
+                cfg = {"graph": kind, "search_beam": beam, "output_beam": 8.0, "max_active": max_active}
+                adapter = build_decoder("wfst", cfg, DecodingContext(tokens=data.token_set(), device="cpu",
+                                                                     graph_dir=Path(path)))
+                result, per = search_pass(adapter, data, args.chunk)
+                caps = gpu_capacities(adapter.decoder.config, 1, int(data.lengths.max()))
+                graph = f"{name} {kind}"
+                label = f"wfst@cpu[{graph}, beam={beam:g}, max_active={max_active}]"
+                result.stats = summarize(per, caps["frontier_capacity"], caps["candidate_capacity"])
+                row = run.scored(decoder=label, decoder_name="wfst", device="cpu", data=data, result=result,
+                                 batch_size=args.chunk, decoder_config=cfg,
+                                 params={"graph": graph, "search_beam": beam, "max_active": max_active})
+                per_utt[label] = per
+                run.checkpoint()
+                print(f"{label}: WER {100 * row.wer:.2f} %, mean frontier {result.stats['mean_frontier']:.0f}, "
+                      f"over frontier capacity {result.stats['over_frontier']}", flush=True)
+    run.close()
+    print(stats_table(run.rows, ["peak_frontier", "mean_frontier", "peak_candidates", "word_links_per_step",
+                                 "frontier_capacity", "over_frontier", "candidate_capacity", "over_candidates"]))
+    from reports.tables import results_table
+
+    print()
+    print(results_table(run.rows))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
