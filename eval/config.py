@@ -235,12 +235,12 @@ def decoder_config(name: str, *layers: Any) -> DictConfig:
     """Decoder `name`'s typed config: its adapter's CONFIG_SCHEMA <- conf/decoder/<name>.yaml <- `layers`
     (dicts, DictConfigs or dataclass instances, later wins). Unknown keys and ill-typed values raise a
     one-line ValueError naming the decoder."""
-    check_decoder_name(name)
+    schema = decoder_schema(name)
     path = decoder_yaml_path(name)
     if not path.is_file():
         raise FileNotFoundError(f"decoder {name!r} has no config file {path}")
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(decoder_schema(name)), OmegaConf.load(path),
+        merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path),
                                  *[OmegaConf.structured(x) if is_dataclass(x) else (x or {}) for x in layers])
     except OmegaConfBaseException as e:
         raise ValueError(f"invalid config for decoder {name!r}: {_one_line(e)}") from None
