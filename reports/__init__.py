@@ -1,1 +1,3 @@
-"""Reports: pure functions from result files (JSONL) to markdown tables and plots. No torch, no CUDA."""
+"""Reports: pure functions from result files to markdown tables and plots, and the one results-row schema
+(`reports.schema.ResultRow`) every producer writes and every consumer (tables, plots, the gate) reads.
+No torch, no CUDA."""

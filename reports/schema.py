@@ -213,7 +213,7 @@ def _check_json_tree(name: str, tree: Any) -> None:
             if not all(isinstance(k, str) for k in v):
                 raise ValueError(f"{name} has a non-string key")
             stack.extend(v.values())
-        elif isinstance(v, list):
+        elif isinstance(v, (list, tuple)):  # a producer's tuple is written as a JSON list
             stack.extend(v)
         elif isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"{name} holds a non-finite number ({v!r})")

@@ -71,13 +71,9 @@ def results_frame(rows: Sequence[Any]):
 
     recs = []
     for r in ok_rows(rows):
-        recs.append({"experiment": r.experiment, "run": r.run, "decoder": r.decoder, "label": r.label,
-                     "device": r.device, "dataset": r.dataset, "utterances": r.utterances,
-                     "audio_seconds": r.audio_seconds, "wer_pct": None if r.wer is None else 100.0 * r.wer,
-                     "substitutions": r.substitutions, "deletions": r.deletions, "insertions": r.insertions,
-                     "rtfx_decoder": r.rtfx_decoder, "rtfx_end_to_end": r.rtfx_end_to_end,
-                     "memory_mib": memory_mib(r), "overflow_count": r.overflow_count, "boundary": r.boundary,
-                     **{f"param.{k}": v for k, v in r.params.items()}})
+        flat = {k: v for k, v in r.to_dict().items() if not isinstance(v, dict)}  # every scalar field of the row
+        recs.append({**flat, "label": r.label, "wer_pct": None if r.wer is None else 100.0 * r.wer,
+                     "memory_mib": memory_mib(r), **{f"param.{k}": v for k, v in r.params.items()}})
     return pd.DataFrame.from_records(recs)
 
 
