@@ -168,3 +168,31 @@ def test_gpu_matches_cpu_on_workload_graphs():
         assert rel <= 1e-4, (name, rel)
         assert untied == 0, (name, untied)
         assert all(o == 0 for o in overflow), (name, overflow)
+
+
+@pytest.mark.parametrize("epsilon", [False, True])
+def test_gpu_neg_inf_log_probs_match_cpu(epsilon):
+    """Regression (issue 11): -inf log-probs (log 0) are valid input; CUDA must agree with the CPU reference on
+    them, including a frame that is -inf in every column (no path survives it)."""
+    rng = np.random.default_rng(300 + epsilon)
+    for gi in range(4):
+        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(5, 120)), num_tokens=7)
+        lp = random_log_probs(rng, 4, 20, 7)
+        mask = torch.from_numpy(rng.random((4, 20, 7)) < 0.2)
+        lp = lp.masked_fill(mask, float("-inf"))
+        lp[3, 5] = float("-inf")  # a dead frame
+        lengths = torch.tensor([20, 11, 1, 20])
+        cfg = WfstDecoderConfig(search_beam=12.0)
+        for dtype in (torch.float32, torch.float16):
+            x = lp.to(dtype)
+            cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths)
+            gpu = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths)
+            assert not cpu.has_path[3] and not gpu.has_path[3]
+            assert gpu.has_path == cpu.has_path and gpu.reached_final == cpu.reached_final, gi
+            for b in range(4):
+                sg, sc = float(gpu.scores[b]), float(cpu.scores[b])
+                if math.isinf(sc):
+                    assert sg == sc
+                    continue
+                assert abs(sg - sc) <= 1e-4 * max(1.0, abs(sc)), (gi, b, sg, sc)
+                assert gpu.words[b] == cpu.words[b] or sg == sc, (gi, b)
