@@ -1,9 +1,12 @@
 """End-to-end benchmark of the NeMo path: loaded waveforms -> features -> Conformer-CTC -> decoders.
 
-Measures, per batch size: end-to-end RTFx (audio seconds / wall seconds of acoustic model + decoding,
-`eval.metrics.rtfx`), acoustic-only and decoder-only RTFx, per-stage seconds and peak CUDA memory per stage.
-Warm-up: one untimed pass over the first batch per batch size; every timed region ends with
-`torch.cuda.synchronize()` (inside the source's stages and `eval.metrics.Stopwatch`).
+Measures, per (model, precision, batch size) and decoder: decoder-only and end-to-end RTFx (audio seconds / wall
+seconds of acoustic model + that decoder, eval.metrics.rtfx via eval.results.measured_row), acoustic seconds and
+the acoustic source's per-stage CUDA peaks, the decoder's memory (eval.metrics.MemoryProbe). Warm-up: one untimed
+pass over the first batch per batch size; timed regions are eval.metrics.Stopwatch (synchronised on CUDA).
+The audio is synthetic (no references): every row's WER is null. One run directory (default
+runs/bench/nemo_e2e/<timestamp>), one row per (decoder, model, precision, batch size), rendered by
+reports.tables.results_table.
 
 Offline by design: with `--model tiny-bpe` / `tiny-char` (or `small-*`: Conformer-CTC Small's shape, ~13M
 parameters) it builds a random-weight Conformer-CTC from a NeMo config (`make_tiny_nemo_model`, also used
@@ -14,24 +17,15 @@ than on a trained model). Pass a real `.nemo` path for real numbers. Audio is sy
 (speech-like amplitude-modulated harmonics + noise), durations drawn like LibriSpeech test utterances.
 
     python -m eval.bench.nemo_e2e --model tiny-bpe --batch-sizes 1 32 200 --num-utterances 400 \
-        --decoders greedy ctc_beam wfst --out runs/bench/nemo_e2e.jsonl
+        --decoders greedy ctc_beam wfst
 
-Measured on one H200 (2026-11-29, torch 2.11, NeMo 3.0.0; `bash eval/bench/nemo_h200.sh short`): 400 synthetic
-utterances, 2960 s of audio, greedy decoding, fp32; RTFx end-to-end / acoustic only, allocator peak in the
-encoder stage:
-    tiny (66k params)  batch 1:     326 /   341, 0.08 GB   (launch-bound: ~14 ms of Python + kernels per call)
-    tiny               batch 32:   5095 /  5548, 1.5 GB
-    tiny               batch 200: 10322 / 11992, 9.2 GB
-    small (13M params) batch 200:  3222 /  3357, 18.2 GB  (encoder 0.68 s of the 0.92 s wall)
-(bf16 and the CUDA beam decoders were not reached within that call's time.)
+Measured numbers: the committed run directories (bash eval/bench/nemo_h200.sh on the H200; see the README).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -187,6 +181,7 @@ def _build_decoders(names: Sequence[str], tokens, device: str, graph_dir: Option
 
 
 def run_benchmark(
+    run: "BenchRun",
     model_spec: str,
     batch_sizes: Sequence[int],
     num_utterances: int,
@@ -196,26 +191,30 @@ def run_benchmark(
     graph_dir: Optional[Path] = None,
     seed: int = 0,
     workdir: Optional[Path] = None,
-    out_path: Optional[Path] = None,
-) -> list[dict]:
+) -> list:
+    """Rows of one model/precision (added to `run`, checkpointed after each batch size)."""
     from eval.acoustic.base import Utterance
     from eval.acoustic.nemo import build_source
-    from eval.metrics import Stopwatch, rtfx
+    from eval.bench.common import describe_error, release_device_memory
+    from eval.metrics import MemoryProbe, Stopwatch, WerStats
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="nemo_e2e_"))
     size, _, kind = model_spec.partition("-")
     if size in ENCODER_SIZES and kind in ("bpe", "char"):  # random-weight model built here (once per workdir)
         path = workdir / f"{model_spec}.nemo"
         model_spec = str(path if path.is_file() else make_tiny_nemo_model(path, kind=kind, size=size))
-    t0 = time.perf_counter()
-    source = build_source({"model": model_spec, "precision": precision, "device": device})
-    load_s = time.perf_counter() - t0
+    load_watch = Stopwatch("cpu")
+    with load_watch:
+        source = build_source({"model": model_spec, "precision": precision, "device": device})
     dev = str(source.device)
     if graph_dir is None and set(decoders) & GRAPH_USERS:
         graph_dir = _maybe_build_graph(source.tokens, workdir)
     decs, skipped = _build_decoders(decoders, source.tokens, dev, graph_dir)
+    model = Path(model_spec).name
+    params = {"model": model, "precision": precision, "num_parameters": int(source.describe()["num_parameters"])}
     for name, why in skipped.items():
-        print(f"[nemo_e2e] decoder {name} unavailable: {why}", file=sys.stderr)
+        run.unavailable(decoder=f"{name}@{dev}[{model} {precision}]", decoder_name=name, device=dev, reason=why,
+                        params=params)
 
     rng = np.random.default_rng(seed)
     durations = librispeech_like_durations(num_utterances, rng)
@@ -230,61 +229,42 @@ def run_benchmark(
         for d in decs.values():
             d.decode(warm.log_probs, warm.lengths)
         source.reset_stats()
-        if source.device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        acoustic_s = 0.0
-        dec_watch = {n: Stopwatch(dev) for n in decs}
-        t_start = time.perf_counter()
+        acoustic_s, frames = 0.0, 0
         stage_peak: dict[str, int] = {}
-        cuda = source.device.type == "cuda"
-        decode_peak = 0
+        watches = {n: Stopwatch(dev) for n in decs}
+        memory = {n: None for n in decs}
+        failed: dict[str, str] = {}
         for batch in source.batches(utts, bs):
             acoustic_s += batch.acoustic_seconds
+            frames += int(batch.lengths.sum())
             for k, v in batch.stage_memory_bytes.items():
-                stage_peak[k] = max(stage_peak.get(k, 0), v)
-            if cuda:  # the source resets the peak per stage; decoding gets its own window
-                torch.cuda.reset_peak_memory_stats()
+                stage_peak[k] = max(stage_peak.get(k, 0), int(v))
             for name, d in decs.items():
-                with dec_watch[name]:
-                    d.decode(batch.log_probs, batch.lengths)
-            if cuda:
-                decode_peak = max(decode_peak, torch.cuda.max_memory_allocated())
-        if source.device.type == "cuda":
-            torch.cuda.synchronize()
-        wall_s = time.perf_counter() - t_start
-        decoder_s = {n: w.wall_seconds for n, w in dec_watch.items()}
-        row = {
-            "bench": "nemo_e2e",
-            "model": Path(model_spec).name,
-            "num_parameters": source.describe()["num_parameters"],
-            "precision": precision,
-            "device": dev,
-            "gpu": torch.cuda.get_device_name() if source.device.type == "cuda" else None,
-            "batch_size": bs,
-            "utterances": len(utts),
-            "audio_seconds": round(audio_total_s, 2),
-            "wall_seconds": round(wall_s, 4),
-            "acoustic_seconds": round(acoustic_s, 4),
-            "decoder_seconds": {n: round(s, 4) for n, s in decoder_s.items()},
-            "rtfx_end_to_end": round(rtfx(audio_total_s, wall_s), 1),  # acoustic + every decoder listed
-            "rtfx_acoustic": round(rtfx(audio_total_s, acoustic_s), 1),
-            "rtfx_decoder": {n: round(rtfx(audio_total_s, s), 1) for n, s in decoder_s.items()},
-            "rtfx_end_to_end_per_decoder": {n: round(rtfx(audio_total_s, acoustic_s + s), 1) for n, s in decoder_s.items()},
-            "stage_seconds": {k: round(v, 4) for k, v in source.stage_seconds.items()},
-            "stage_peak_mib": {k: round(v / 2**20, 1) for k, v in stage_peak.items()},
-            # allocator peaks (bytes in use, model weights included): per acoustic stage, decoding, overall
-            "decode_peak_mib": round(decode_peak / 2**20, 1) if cuda else None,
-            "peak_cuda_mib": round(max([decode_peak, *stage_peak.values()]) / 2**20, 1) if cuda else None,
-            "model_load_seconds": round(load_s, 2),
-            "decoders_skipped": skipped,
-        }
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        if out_path is not None:  # appended as soon as measured: a later timeout loses nothing
-            Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-            with open(out_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+                if name in failed:
+                    continue
+                probe = MemoryProbe(dev)
+                try:
+                    with probe, watches[name]:
+                        d.decode(batch.log_probs, batch.lengths)
+                except Exception as e:  # noqa: BLE001 - one decoder failing is a row, the others go on
+                    failed[name] = f"failed while decoding: {describe_error(e)}"
+                    continue
+                memory[name] = probe.stats if memory[name] is None else memory[name].merge(probe.stats)
+        for name in decs:
+            label = f"{name}@{dev}[{model} {precision} b={bs}]"
+            if name in failed:
+                run.unavailable(decoder=label, decoder_name=name, device=dev, reason=failed[name], params=params)
+                continue
+            rows.append(run.measured(
+                decoder=label, decoder_name=name, device=dev, dataset="synthetic", wer=WerStats(utterances=len(utts)),
+                references=False, audio_seconds=audio_total_s, decoder_seconds=watches[name].wall_seconds,
+                decoder_cuda_seconds=watches[name].cuda_seconds, acoustic_seconds=acoustic_s, frames=frames,
+                memory=memory[name], batch_size=bs, warmup_batches=1, params=params,
+                acoustic_stage_peak_bytes=stage_peak,
+                stats={"model_load_seconds": round(load_watch.wall_seconds, 2),
+                       **{f"stage_seconds_{k}": round(v, 4) for k, v in source.stage_seconds.items()}}))
+        run.checkpoint()
+        release_device_memory()
     return rows
 
 
@@ -322,7 +302,9 @@ def parse_run(spec: str) -> tuple[str, str, list[int]]:
     return model, precision, [int(x) for x in sizes.split(",") if x]
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> int:
+    from eval.bench.common import BenchRun, print_rows
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny-bpe",
                     help="tiny-bpe | tiny-char | small-bpe | small-char (random weights) | .nemo path | pretrained name")
@@ -336,20 +318,29 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--graph-dir", type=Path, default=None)
     ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--out", type=Path, default=None, help="append result rows (JSONL) here, one per batch size")
+    ap.add_argument("--output-dir", default="runs/bench")
+    ap.add_argument("--experiment", default="nemo_e2e")
+    ap.add_argument("--run", default=None, help="run name (default: a timestamp)")
     args = ap.parse_args(argv)
     runs = [parse_run(r) for r in args.runs] if args.runs else [(args.model, "", [])]
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="nemo_e2e_"))
     for model, precision, sizes in runs:
-        precision = precision or args.precision
         sizes = sizes or args.batch_sizes
-        if precision not in ("fp32", "fp16", "bf16"):
+        if (precision or args.precision) not in ("fp32", "fp16", "bf16"):
             ap.error(f"precision must be fp32, fp16 or bf16, got {precision!r}")
-        if args.num_utterances < max(sizes):
-            ap.error(f"--num-utterances ({args.num_utterances}) must be >= the largest batch size {max(sizes)}")
-        run_benchmark(model, sizes, args.num_utterances, args.decoders, precision, args.device, args.graph_dir,
-                      workdir=workdir, out_path=args.out)
+        if args.num_utterances < max(sizes) or min(sizes) <= 0:
+            ap.error(f"batch sizes must be positive and <= --num-utterances ({args.num_utterances}), got {sizes}")
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="nemo_e2e_"))
+    run = BenchRun(args.experiment, args.run, config={
+        "benchmark": "eval.bench.nemo_e2e", "runs": [list(r) for r in runs], "batch_sizes": args.batch_sizes,
+        "num_utterances": args.num_utterances, "decoders": args.decoders, "precision": args.precision,
+        "device": args.device, "graph_dir": args.graph_dir}, output_dir=args.output_dir)
+    for model, precision, sizes in runs:
+        run_benchmark(run, model, sizes or args.batch_sizes, args.num_utterances, args.decoders,
+                      precision or args.precision, args.device, args.graph_dir, workdir=workdir)
+    run.close()
+    print_rows(run.rows)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

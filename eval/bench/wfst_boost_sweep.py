@@ -8,7 +8,10 @@ Boosts are log-domain (positive favours the word); the paper's rule of thumb is 
 
     python -m eval.bench.wfst_boost_sweep                          # CPU reference, tiny workload, both sets
     python -m eval.bench.wfst_boost_sweep --device cuda --values 0 1 2 4 8 12 16
-Writes <out>/boost_sweep.{md,json,png} and the harness run dirs under runs/boost_sweep/.
+Each scenario is a normal harness run directory (runs/boost_sweep/<scenario>: config.yaml, hyps.jsonl,
+results.jsonl, one row per (dataset, boost value)); the tables are reports.tables.results_table over its rows
+and the figure is reports.plots.plot_boost_sweep (<out>/<scenario>.png). No script is needed for a single
+scenario: `python -m eval.run decoder=wfst boost.mode=test_set_words boost.sweep=[0,1,2,4]`.
 
 Measured (tiny workload, BPE compact TLG, CPU reference, search_beam 17, acoustic_scale 3; ~6 min on 2 cores):
 accurate lists help a little at boost 1-2 (other 11.71 -> 11.03 % WER) and hurt from ~4-6 on (16: 20.9 %);
@@ -18,7 +21,6 @@ inaccurate lists (~1k of the 2k-word vocabulary!) stay flat to ~6, then hurt too
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -65,44 +67,18 @@ def main(argv=None) -> None:
         "accurate": ["boost.mode=test_set_words"],
         "inaccurate": ["boost.mode=words", f"boost.words_file={words_file.resolve()}"],
     }
-    rows = []
+    from reports.plots import plot_boost_sweep
+    from reports.tables import results_table
+
     for name, extra in scenarios.items():
         cfg = compose_config(common + extra + [f"experiment.run={name}"])
         res = run_experiment(cfg, workload=wl)
-        for r in res.rows:
-            if r.get("status") != "ok":
-                raise RuntimeError(f"{name}: {r}")
-            rows.append(dict(scenario=name, dataset=r["dataset"], boost=float(r["boost_value"]), wer=100 * r["wer"],
-                             rtfx_decoder=r["rtfx_decoder"], overflow=r["overflow_count"]))
-    (out / "boost_sweep.json").write_text(json.dumps(rows, indent=1))
-
-    import pandas as pd
-
-    df = pd.DataFrame(rows)
-    table = df.pivot_table(index="boost", columns=["dataset", "scenario"], values="wer").round(2)
-    md = ["# Word-boost sweep (WER %, our WFST decoder through the harness)", "",
-          f"scale={args.scale}, sets={args.sets}, device={args.device}, overrides={args.overrides}", "",
-          table.to_markdown(), ""]
-    (out / "boost_sweep.md").write_text("\n".join(md), encoding="utf-8")
-    print("\n".join(md))
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for (ds, sc), g in df.groupby(["dataset", "scenario"]):
-        g = g.sort_values("boost")
-        ax.plot(g["boost"], g["wer"], marker="o", linestyle="-" if sc == "accurate" else "--", label=f"{ds} / {sc}")
-    ax.set_xlabel("boost magnitude (log domain)")
-    ax.set_ylabel("WER (%)")
-    ax.set_title("Word boosting: accurate vs inaccurate boost lists")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "boost_sweep.png", dpi=120)
-    print(f"wrote {out}/boost_sweep.{{md,json,png}}")
+        bad = [r for r in res.rows if not r.ok]
+        if bad:
+            raise RuntimeError(f"{name}: {bad[0].decoder} did not run: {bad[0].reason}")
+        print(f"\n## {name} boost list ({res.run_dir})\n")
+        print(results_table(res.rows))
+        print(f"figure: {plot_boost_sweep(res.rows, out / f'{name}.png')}")
 
 
 if __name__ == "__main__":
