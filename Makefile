@@ -64,10 +64,17 @@ test-gpu: setup
 	@$(PYTHON) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || echo "test-gpu: no CUDA device on this machine, GPU tests will be skipped"
 	$(PYTHON) -m pytest -q -m gpu $(PYTEST_ARGS)
 
-# Decoder benchmarks (GPU). A module missing from BENCH_MODULES is an error (python says which), not a skip.
-BENCH_MODULES ?= eval.bench.ctc_bench eval.bench.wfst_bench
+# GPU benchmarks, each writing a run directory under runs/bench (render: python -m reports.cli runs/bench/...):
+# CTC vs the seed system (OASR unpacked in .anchors/oasr, else its rows say why), WFST vs Riva on the
+# $(BENCH_SCALE) workload's graphs (`make graphs SCALE=...` first; on the GPU host SCALE=small bash
+# eval/bench/wfst_gpu_run.sh does workload, graphs and benchmark in one call).
+BENCH_SCALE ?= $(SCALE)
+BENCH_GRAPHS ?= data/graphs/$(BENCH_SCALE)/char_blanklast
 bench: setup
-	@status=0; for m in $(BENCH_MODULES); do $(PYTHON) -m $$m || status=1; done; exit $$status
+	@status=0; $(PYTHON) -m eval.bench.ctc_bench || status=1; \
+	$(PYTHON) -m eval.bench.wfst_bench --scale $(BENCH_SCALE) \
+	  --graph-dir compact=$(BENCH_GRAPHS)/compact --graph-dir normal=$(BENCH_GRAPHS)/normal || status=1; \
+	exit $$status
 
 clean:
 	rm -rf .setup.stamp runs outputs data/cache

@@ -3,7 +3,8 @@
 # install the carried wheels, eval.bench.nemo_e2e (most important first), then the GPU tests of tests/test_nemo_e2e.py.
 #   bash eval/bench/nemo_h200.sh short   # acoustic path only, greedy decoding (~1 min)
 #   bash eval/bench/nemo_h200.sh full    # + a run with the CUDA decoders (may JIT-build the extension)
-# Needs `.whl` and `.whl-nemo` carried; writes logs to $OUT.
+# Needs `.whl` and `.whl-nemo` carried; run directories go to runs/bench/nemo_e2e/{h200_short,h200_decoders}
+# and are copied to $OUT/runs (render them with `python -m reports.cli DIR`).
 set -uo pipefail
 mode=${1:-short}
 OUT=${OUT:-/tmp/nemo_h200_out}
@@ -20,14 +21,15 @@ echo "wheels installed in $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import importlib.metadata as m; print({p: m.version(p) for p in ('torch', 'nemo_toolkit', 'lightning', 'numpy')})"
 timeout 70 python3 -m eval.bench.nemo_e2e --runs tiny-bpe:fp32:1,32,200 small-bpe:fp32:200 small-bpe:bf16:200 \
-  --num-utterances 400 --decoders greedy --workdir /tmp/nemo_bench --out "$OUT/nemo_e2e.jsonl" 2>&1 \
+  --num-utterances 400 --decoders greedy --workdir /tmp/nemo_bench --run h200_short 2>&1 \
   | grep -v "NeMo W\|NeMo I\|^I0000\|warn" | tail -20
 echo "bench done at $(( $(date +%s) - t0 )) s"
 timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_nemo_e2e.py 2>&1 | tail -15
 echo "gpu tests done at $(( $(date +%s) - t0 )) s"
 if [ "$mode" = full ]; then
   timeout 50 python3 -m eval.bench.nemo_e2e --runs small-bpe:bf16:200 --num-utterances 400 \
-    --decoders greedy ctc_beam wfst torchaudio_ctc --workdir /tmp/nemo_bench --out "$OUT/nemo_e2e_decoders.jsonl" 2>&1 \
+    --decoders greedy ctc_beam wfst torchaudio_ctc --workdir /tmp/nemo_bench --run h200_decoders 2>&1 \
     | grep -v "NeMo W\|NeMo I\|^I0000\|warn\|kaldilm\|^\[I\]" | tail -12
   echo "decoder bench done at $(( $(date +%s) - t0 )) s"
 fi
+mkdir -p "$OUT/runs" && cp -r runs/bench/nemo_e2e "$OUT/runs/" 2>/dev/null
