@@ -351,3 +351,79 @@ def test_paged_state_bytes():
     assert dec.state_bytes_per_stream == state_bytes(10, 1000, 16, 200) == 4 * (16 + 90 + 200 * 3) + 2 * 200 * 16
     assert dec.state_bytes_per_stream < CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10)).state_bytes_per_stream
     assert default_num_pages(10, 1000, 16) == 640
+
+
+# ---- streaming state validation (issue 11) ----
+
+def _decoded_state(dec, V, T=12, seed=3):
+    st = dec.create_state(1, V)
+    dec.decode_chunk(random_log_probs(1, T, V, seed=seed), state=st)
+    return st
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_tampered_state_header_and_length_words_are_refused(ops, paged):
+    """Issue 11: header word 3 (active beams) = 100000 then finalize -> SIGSEGV; a length word = 2^30 ->
+    SIGSEGV. Both now raise one-line ValueErrors naming the field; an intact state still decodes."""
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=4, nbest=2, max_seq_len=32, paged=paged, page_size=4))
+    for word, value, field in [(3, 100000, "active beams"), (16 + 3 * 4, 1 << 30, "prefix length")]:
+        st = _decoded_state(dec, 7)
+        st.tensor[0, word] = value
+        for call in (lambda: dec.finalize(st), lambda: dec.decode_chunk(random_log_probs(1, 3, 7), state=st)):
+            with pytest.raises(ValueError, match=field) as info:
+                call()
+            assert "\n" not in str(info.value)
+    st = _decoded_state(dec, 7)
+    st.tensor[0, 40] ^= 1  # any other word: the checksum
+    with pytest.raises(ValueError, match="checksum"):
+        dec.finalize(st)
+
+
+def test_foreign_states_are_refused_by_name(ops):
+    """Issue 11: a state of another beam/max_seq_len with the same byte size was read silently (returned []);
+    chunks of V=4 fed to a V=129 state read out of bounds. The stamp names the field and both values."""
+    a = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=4, max_seq_len=32))
+    b = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=8, max_seq_len=7))
+    assert a.state_bytes_per_stream == b.state_bytes_per_stream
+    st = _decoded_state(b, 7)
+    with pytest.raises(ValueError, match=r"beam_size=8 but this decoder has 4"):
+        a.finalize(st)
+    big = _decoded_state(a, 129)
+    big.vocab_size = 4  # the Python attribute lies; the stamp inside the state does not
+    with pytest.raises(ValueError, match=r"vocab_size \(V\)=129 but this decoder has 4"):
+        a.decode_chunk(random_log_probs(1, 3, 4), state=big)
+    blank_last = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=4, max_seq_len=32, blank_id=6))
+    with pytest.raises(ValueError, match="blank_id"):
+        blank_last.finalize(_decoded_state(a, 7))
+    raw = type(st)(tensor=torch.zeros_like(st.tensor), vocab_size=7)  # zeros: not made by create_state
+    with pytest.raises(ValueError, match="magic"):
+        a.finalize(raw)
+
+
+def test_refused_call_leaves_every_row_untouched(ops):
+    """Validation runs over every row before any row is decoded: a bad row 1 leaves row 0 as it was."""
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=3, max_seq_len=16))
+    st = dec.create_state(2, 5)
+    dec.decode_chunk(random_log_probs(2, 6, 5), state=st)
+    st.tensor[1, 0] = -1
+    before = st.tensor.clone()
+    with pytest.raises(ValueError, match="row 1"):
+        dec.decode_chunk(random_log_probs(2, 6, 5, seed=1), state=st)
+    assert torch.equal(st.tensor, before)
+    dec.reset_state(st)  # re-stamps: usable again
+    dec.decode_chunk(random_log_probs(2, 6, 5, seed=1), state=st)
+    assert len(dec.finalize(st).tokens) == 2
+
+
+def test_decode_chunk_batch_refuses_the_same_state_twice(ops):
+    """Issue 11: decode_chunk_batch accepted the same state twice (two streams decoded into one state)."""
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=3, max_seq_len=16))
+    st = dec.create_state(1, 5)
+    lp = random_log_probs(1, 4, 5)
+    with pytest.raises(ValueError, match="same state"):
+        dec.decode_chunk_batch([lp, lp], [st, st])
+    alias = type(st)(tensor=st.tensor.view(1, -1), vocab_size=5)  # another tensor object, same memory
+    with pytest.raises(ValueError, match="same state"):
+        dec.decode_chunk_batch([lp, lp], [st, alias])
+    with pytest.raises(ValueError, match="same state"):  # the op checks it too
+        ops.ctc_decode_chunk_batched([st.tensor, alias.tensor], torch.cat([lp, lp]), None, 3, 0, 16, 0, 0)
