@@ -1,4 +1,5 @@
-"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16) for compute-sanitizer runs.
+"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs) for
+compute-sanitizer runs.
 
     BEAMDEC_COMPONENTS=wfst compute-sanitizer --tool memcheck python -m eval.bench.wfst_smoke
 """
@@ -24,7 +25,11 @@ def main() -> None:
         dec = WfstDecoder(g, WfstDecoderConfig(frontier_capacity=16, candidate_factor=1, max_rescues=1), "cuda")
         r = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         r16 = dec.decode(lp.half(), [9, 0, 1])
-        print("eps" if eps else "noeps", r.words, r.scores.tolist(), r.overflow, r16.overflow)
+        # -inf (log 0) entries and a frame that is -inf everywhere: valid input, no path through the dead frame
+        lp_inf = lp.masked_fill(torch.from_numpy(rng.random(tuple(lp.shape)) < 0.2).cuda(), float("-inf"))
+        lp_inf[2, 0] = float("-inf")
+        rinf = dec.decode(lp_inf, [9, 0, 1])
+        print("eps" if eps else "noeps", r.words, r.scores.tolist(), r.overflow, r16.overflow, rinf.has_path)
     torch.cuda.synchronize()
     print("smoke ok")
 
