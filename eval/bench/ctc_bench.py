@@ -46,7 +46,7 @@ OFFLINE_SHAPES = [  # (B, T, V, beam): OASR's benchmark shapes
 ]
 STREAMING = [(5000, 10, 1), (5000, 10, 8), (1000, 10, 8), (5000, 10, 64)]  # (V, beam, streams)
 CHUNK_FRAMES, CHUNKS = 16, 2
-STREAM_MAX_SEQ_LEN = 2048  # above every frame fed (warm-up + repeats): OASR decodes nothing past its cap
+STREAM_MAX_SEQ_LEN = 2048  # at least every frame fed (warm-up + repeats): OASR decodes nothing past its cap
 DATASET = "randn_log_softmax"
 OURS, THEIRS = "ctc_beam", "oasr_ctc"
 
@@ -162,23 +162,26 @@ def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: in
 def bench_streaming(run: BenchRun, oc, oasr_reason: str, warmup: int, repeats: int) -> None:
     from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder
 
+    # each state keeps growing over warm-up and repeats; a cap below that would time decoding of nothing
+    max_seq_len = max(STREAM_MAX_SEQ_LEN, (warmup + repeats) * CHUNKS * CHUNK_FRAMES)
+
     for V, beam, n in STREAMING:
         chunks = [inputs(1, CHUNK_FRAMES, V, seed=i)[0] for i in range(CHUNKS)]
         batched = [torch.cat([c] * n, 0) for c in chunks]
         ours = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0,
-                                                       max_seq_len=STREAM_MAX_SEQ_LEN))
+                                                       max_seq_len=max_seq_len))
         st = [ours.create_state(1, V, device="cuda") for _ in range(n)]
         st_b = [ours.create_state(1, V, device="cuda") for _ in range(n)]
         fns = {"ours_per_stream": lambda: [ours.decode_chunk(c, state=s) for s in st for c in chunks],
                "ours_batched": lambda: [ours.decode_chunk_batch(c, st_b) for c in batched]}
         if oc is not None:
             od = oc.GpuStreamingDecoder(oc.GpuDecoderConfig(beam_size=beam, blank_id=0, blank_threshold=1.0,
-                                                            max_seq_len=STREAM_MAX_SEQ_LEN))
+                                                            max_seq_len=max_seq_len))
             ost = [od.create_state(1, V) for _ in range(n)]
             fns["oasr_per_stream"] = lambda: [od.decode_chunk(c, state=s) for s in ost for c in chunks]
         watches = interleaved(fns, warmup, repeats)
         frames = n * CHUNKS * CHUNK_FRAMES
-        base = {"V": V, "beam": beam, "streams": n, "chunk_frames": CHUNK_FRAMES}
+        base = {"V": V, "beam": beam, "streams": n, "chunk_frames": CHUNK_FRAMES, "max_seq_len": max_seq_len}
         tag = f"V={V} beam={beam} streams={n}"
         add_pair(run, watches, {"ours": ("ours_per_stream", f"{OURS}@cuda[stream {tag}]"),
                                 "theirs": ("oasr_per_stream", f"{THEIRS}@cuda[stream {tag}]")},
