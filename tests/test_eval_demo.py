@@ -26,10 +26,13 @@ def test_demo_end_to_end_with_gate(tmp_path, capsys):
     assert gate_main([str(run_dir / "results.jsonl"), str(baseline), "--write-baseline"]) == 0
     assert main(common + [f"experiment.gate_baseline={baseline}"]) == 0
     assert "GATE PASSED" in capsys.readouterr().out
-    # plant a regression in the baseline (claims a much lower WER) -> the demo exits 1
+    # plant a regression in the baseline (claims no errors at all: a valid row) -> the demo exits 1
     data = json.loads(baseline.read_text())
+    assert any(row["wer"] > 0.01 for row in data["rows"])
     for row in data["rows"]:
-        row["wer"] = max(row["wer"] - 0.2, -1.0)
+        row.update({k: 0 for k in ("substitutions", "deletions", "insertions") if k in row}, wer=0.0)
+        if "hits" in row:
+            row["hits"] = row["ref_words"]
     baseline.write_text(json.dumps(data))
     assert main(common + [f"experiment.gate_baseline={baseline}"]) == 1
     assert "GATE FAILED" in capsys.readouterr().out

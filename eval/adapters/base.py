@@ -79,18 +79,24 @@ def available_decoders() -> list[str]:
 
 
 def build_decoder(name: str, cfg: Any, ctx: DecodingContext) -> Decoder:
-    """Build decoder `name` from `cfg` (a dict / DictConfig / schema instance of overrides) layered over its
-    adapter's schema and conf/decoder/<name>.yaml (`eval.config.decoder_config`): the adapter receives a
-    complete, typed config and reads its fields directly, so no adapter carries a default of its own."""
-    from eval.config import decoder_config
-
+    """Build decoder `name` from `cfg` (a dict / DictConfig / schema instance of overrides). Every adapter
+    layers `cfg` over its schema and conf/decoder/<name>.yaml first (`typed_config`), so it reads a complete,
+    typed config and carries no default of its own."""
     if name not in ADAPTER_MODULES:
         raise ValueError(f"unknown decoder {name!r}; valid choices: {available_decoders()}")
     if name not in _REGISTRY:
         importlib.import_module(ADAPTER_MODULES[name])
     if name not in _REGISTRY:
         raise RuntimeError(f"module {ADAPTER_MODULES[name]} did not register decoder {name!r}")
-    return _REGISTRY[name](decoder_config(name, cfg), ctx)
+    return _REGISTRY[name](cfg, ctx)
+
+
+def typed_config(name: str, cfg: Any):
+    """Decoder `name`'s complete config: schema <- conf/decoder/<name>.yaml <- `cfg` (`eval.config.decoder_config`).
+    Adapters call it first thing, whether built by `build_decoder` or constructed directly."""
+    from eval.config import decoder_config
+
+    return decoder_config(name, cfg)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import torch
 
 from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder
+from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder, typed_config
 
 
 # Every CtcBeamSearchConfig field but blank_id and nbest (filled by the harness, see CONTEXT_FIELDS); values in
@@ -24,6 +24,7 @@ class CtcBeamDecoder:
     name = "ctc_beam"
 
     def __init__(self, cfg, ctx: DecodingContext):
+        cfg = typed_config("ctc_beam", cfg)
         self.tokens = ctx.tokens
         self.device = ctx.device
         self.config = library_config(CtcBeamSearchConfig, cfg, blank_id=ctx.tokens.blank_id, nbest=1)

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from eval.adapters.base import DecodingContext, register_decoder, typed_config
 from recipes.tokens import TokenSet
 
 LN10 = math.log(10.0)
@@ -75,6 +75,7 @@ class FlashlightDecoder:
     name = "flashlight"
 
     def __init__(self, cfg, ctx: DecodingContext):
+        cfg = typed_config("flashlight", cfg)
         try:
             from flashlight.lib.text.decoder import (
                 LM,

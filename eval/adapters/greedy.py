@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from eval.adapters.base import DecodingContext, register_decoder, typed_config
 
 
 @dataclass
@@ -50,6 +50,7 @@ class GreedyDecoder:
     name = "greedy"
 
     def __init__(self, cfg, ctx: DecodingContext):
+        cfg = typed_config("greedy", cfg)
         self.ctx = ctx
         self.tokens = ctx.tokens
 

@@ -17,7 +17,7 @@ import torch
 
 from decoders.graph import WfstGraph
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from eval.adapters.base import DecodingContext, register_decoder, typed_config
 
 
 @dataclass
@@ -53,10 +53,11 @@ class K2Decoder:
     name = "k2"
 
     def __init__(self, cfg, ctx: DecodingContext):
+        cfg = typed_config("k2", cfg)
         import k2  # raises ImportError where k2 is not installed: the runner lists the decoder as unavailable
 
         self.k2 = k2
-        c = cfg  # a typed config (eval.config.decoder_config via build_decoder) or a schema instance
+        c = cfg
         if ctx.graph_dir is None:
             raise FileNotFoundError("k2 adapter needs DecodingContext.graph_dir (the HLG directory)")
         self.cfg = c

@@ -49,7 +49,7 @@ import torch
 
 from decoders.graph import WfstGraph
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, load_graph_cached, register_decoder
+from eval.adapters.base import DecodingContext, load_graph_cached, register_decoder, typed_config
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ class K2pyDecoder:
     name = "k2py"
 
     def __init__(self, cfg, ctx: DecodingContext):
-        c = cfg  # a typed config (eval.config.decoder_config via build_decoder) or a schema instance
+        cfg = typed_config("k2py", cfg)
+        c = cfg
         if c.search_beam <= 0 or c.output_beam <= 0:
             raise ValueError(f"k2py: search_beam and output_beam must be > 0 (got {c.search_beam}, {c.output_beam})")
         if not 0 <= c.min_active_states < c.max_active_states:

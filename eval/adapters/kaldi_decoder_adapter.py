@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, load_graph_cached, register_decoder
+from eval.adapters.base import DecodingContext, load_graph_cached, register_decoder, typed_config
 
 
 @dataclass
@@ -60,7 +60,8 @@ class KaldiDecoder:
     name = "kaldi"
 
     def __init__(self, cfg, ctx: DecodingContext):
-        c = cfg  # a typed config (eval.config.decoder_config via build_decoder) or a schema instance
+        cfg = typed_config("kaldi", cfg)
+        c = cfg
         if c.decoder not in ("faster", "lattice"):
             raise ValueError(f"kaldi: decoder must be 'faster' or 'lattice', got {c.decoder!r}")
         if c.beam <= 0:

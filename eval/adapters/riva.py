@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from eval.adapters.base import DecodingContext, register_decoder, typed_config
 
 
 @dataclass
@@ -37,6 +37,7 @@ class RivaAdapter:
     name = "riva"
 
     def __init__(self, cfg, ctx: DecodingContext):
+        cfg = typed_config("riva", cfg)
         if not torch.cuda.is_available():
             raise RuntimeError("riva: riva-asrlib-decoder needs a CUDA device")
         from riva.asrlib.decoder.python_decoder import BatchedMappedDecoderCuda, BatchedMappedDecoderCudaConfig

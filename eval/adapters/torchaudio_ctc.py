@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder
+from eval.adapters.base import DecodingContext, register_decoder, typed_config
 
 
 @dataclass
@@ -52,6 +52,7 @@ class TorchaudioCtcDecoder:
     name = "torchaudio_ctc"
 
     def __init__(self, cfg, ctx: DecodingContext):
+        cfg = typed_config("torchaudio_ctc", cfg)
         self.tokens = ctx.tokens
         self.decoder = build_torchaudio_decoder(ctx.tokens.vocab_size, int(cfg.beam_size),
                                                 float(cfg.blank_skip_threshold))

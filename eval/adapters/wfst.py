@@ -13,7 +13,7 @@ import torch
 from decoders.graph import WfstGraph
 from decoders.types import Hypothesis
 from decoders.wfst import WfstDecoder, WfstDecoderConfig
-from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder
+from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder, typed_config
 
 
 # Every WfstDecoderConfig field (search beams, capacities, ...) plus the graph choice; values in conf/decoder/wfst.yaml.
@@ -27,6 +27,7 @@ class WfstAdapter:
     name = "wfst"
 
     def __init__(self, cfg, ctx: DecodingContext):
+        cfg = typed_config("wfst", cfg)
         if cfg.graph not in ("TLG", "HLG"):
             raise ValueError(f"wfst: graph must be 'TLG' or 'HLG', got {cfg.graph!r}")
         if ctx.graph_dir is None:
