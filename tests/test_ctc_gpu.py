@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ctc_helpers import assert_results_match, random_log_probs  # noqa: E402
 
-from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder, ctc_beam_search, load_ops  # noqa: E402
+from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder, CtcStreamState, ctc_beam_search, load_ops  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -326,3 +326,63 @@ def test_gpu_batched_streams_equal_per_stream_and_interleaved(ops, paged):
         assert torch.equal(a.scores, b.scores)
         torch.testing.assert_close(a.scores[0], offline.scores[i])
     assert dec.state_bytes_per_stream <= 40 * 1024 or dec.config.beam_size != 10
+
+
+@pytest.mark.parametrize("beam", [10, 24, 40])  # block kernel at 128 / 256 / 512 threads
+def test_gpu_paged_block_kernel_under_contention_repeated(ops, beam, monkeypatch):
+    """Issue 19: a shared-memory WAR race in the block kernel's paged step 4 (thread 0 stored s.pfresh /
+    s.ptop while every thread still read the step's shared words) could corrupt the page pool under other
+    timings. Many rows, 1-token pages and a pool at ~80 % of the never-exhausting default keep the free stack
+    busy every frame; five runs must all equal the CPU reference."""
+    monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "block")
+    g = torch.Generator().manual_seed(beam)
+    lp = (torch.randn(96, 48, 20, generator=g) * 2).log_softmax(-1)
+    lengths = torch.full((96,), 48)
+    cfg = CtcBeamSearchConfig(beam_size=beam, nbest=2, paged=True, page_size=1, num_pages=beam * 40,
+                              blank_skip_threshold=1.0)
+    ref = ctc_beam_search(lp, lengths, cfg)
+    assert not bool(ref.page_pool_exhausted.any())  # contention, not exhaustion
+    lp_gpu = lp.cuda()
+    for _ in range(5):
+        got = ctc_beam_search(lp_gpu, lengths, cfg)
+        assert_results_match(got, ref)
+        assert not bool(got.page_pool_exhausted.any())
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_gpu_corrupted_state_row_is_skipped_and_reported_at_finalize(ops, paged):
+    """Issue 11 on CUDA: a tampered header word (active beams = 100000) must not be read by any kernel. The
+    check kernel refuses the row without a device->host sync: decode_chunk leaves it untouched, the other
+    rows decode normally, finalize raises a one-line ValueError naming row and field."""
+    V = 50
+    lp = random_log_probs(3, 32, V, seed=4).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64, paged=paged, page_size=4,
+                              blank_skip_threshold=1.0)
+    dec = CtcStreamingDecoder(cfg)
+    st = dec.create_state(3, V, device="cuda")
+    dec.decode_chunk(lp[:, :16], state=st)
+    st.tensor[1, 3] = 100000
+    before = st.tensor[1].clone()
+    dec.decode_chunk(lp[:, 16:], state=st)
+    assert torch.equal(st.tensor[1], before)
+    with pytest.raises(ValueError, match=r"row 1: header word 3 \(active beams\) is 100000") as info:
+        dec.finalize(st)
+    assert "\n" not in str(info.value)
+    good = CtcStreamState(tensor=st.tensor[[0, 2]].clone(), vocab_size=V)
+    ref = ctc_beam_search(lp[[0, 2]].cpu(), torch.tensor([32, 32]), cfg)
+    assert_results_match(dec.finalize(good), ref)
+
+
+def test_gpu_state_stamp_refuses_cpu_state_and_same_state_twice(ops):
+    """A CPU-made state (no prefix hashes) copied to the GPU is refused by name; decode_chunk_batch refuses
+    one CUDA state passed twice (issue 11)."""
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=4, max_seq_len=32))
+    cpu = dec.create_state(1, 7)
+    dec.decode_chunk(random_log_probs(1, 5, 7), state=cpu)
+    moved = CtcStreamState(tensor=cpu.tensor.cuda(), vocab_size=7)
+    with pytest.raises(ValueError, match="made by the CPU decoder"):
+        dec.finalize(moved)
+    st = dec.create_state(1, 7, device="cuda")
+    lp = random_log_probs(1, 4, 7).cuda()
+    with pytest.raises(ValueError, match="same state"):
+        dec.decode_chunk_batch([lp, lp], [st, st])

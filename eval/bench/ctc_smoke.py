@@ -1,48 +1,122 @@
-"""A small end-to-end run of every CTC CUDA entry point (offline: the one-warp and block kernels, flat and
-paged storage, float16; streaming, batched streams, finalize), sized for `compute-sanitizer` (memcheck /
-racecheck) on the GPU host.
+"""A small end-to-end run of every CTC CUDA kernel variant, sized for `compute-sanitizer` on the GPU host:
+the one-warp kernel and the block kernel at each width (128 / 256 / 512 threads: beam <= 16 / <= 32 / > 32),
+flat and paged token storage (paged also under contention: many rows, page size 1, a pool far below the
+default), float16 input, the opt-in shared-memory page metadata, streaming (single and batched streams) on
+both kernels, and the streaming state check/seal kernels including a refused (corrupted) row.
+Every GPU result is compared with the CPU reference; any mismatch raises.
 
-    compute-sanitizer --tool memcheck python -m eval.bench.ctc_smoke
+    compute-sanitizer --tool memcheck  python -m eval.bench.ctc_smoke
+    compute-sanitizer --tool racecheck python -m eval.bench.ctc_smoke
+    compute-sanitizer --tool synccheck python -m eval.bench.ctc_smoke
 """
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 
 from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder, ctc_beam_search
 
+KERNELS = (("warp", 10), ("block", 10), ("block", 24), ("block", 40))  # one-warp; block 128 / 256 / 512
+
+
+@contextmanager
+def _env(**kv):
+    old = {k: os.environ.get(k) for k in kv}
+    os.environ.update({k: v for k, v in kv.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _same(got, ref, what: str) -> None:
+    """Top-1 tokens equal and every finite score within float tolerance (random inputs: no exact ties)."""
+    top = [row[0] for row in got.tokens], [row[0] for row in ref.tokens]
+    if top[0] != top[1]:
+        raise AssertionError(f"{what}: top-1 tokens differ from the CPU reference: {top[0]} vs {top[1]}")
+    g, r = got.scores.cpu().double(), ref.scores.cpu().double()
+    fin = torch.isfinite(r)
+    if not torch.equal(torch.isfinite(g), fin) or not torch.allclose(g[fin], r[fin], atol=1e-3, rtol=1e-5):
+        raise AssertionError(f"{what}: scores differ from the CPU reference: {g} vs {r}")
+
 
 def main() -> None:
     g = torch.Generator().manual_seed(0)
-    lp = (torch.randn(3, 40, 50, generator=g) * 3).log_softmax(-1).cuda()  # (B, T, V)
+    lp_cpu = (torch.randn(3, 40, 50, generator=g) * 3).log_softmax(-1)  # (B, T, V)
+    lp = lp_cpu.cuda()
     lengths = torch.tensor([40, 13, 0])
-    for beam in (1, 10, 40):
-        r = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 3)))
-        print(beam, r.tokens[0][0][:10], r.scores[:, 0].tolist())
-        rp = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 3), paged=True,
-                                                              page_size=4))
-        assert rp.tokens == r.tokens, (beam, rp.tokens, r.tokens)
-    os.environ["BEAMDEC_CTC_KERNEL"] = "block"  # the block kernel at beam <= 32 too
-    ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3, paged=True, page_size=4))
-    ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3))
-    os.environ["BEAMDEC_CTC_KERNEL"] = "warp"  # the one-warp kernel, flat (lazy) storage with an odd slot stride
-    rb = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3, max_seq_len=lp.shape[1] + 1))
-    os.environ["BEAMDEC_CTC_PAGED_SMEM"] = "1"  # the opt-in shared-memory page metadata
-    rs = ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3, paged=True, page_size=4))
-    os.environ.pop("BEAMDEC_CTC_PAGED_SMEM")
-    assert rs.tokens == rb.tokens
-    assert rb.tokens == ctc_beam_search(lp, lengths, CtcBeamSearchConfig(beam_size=10, nbest=3)).tokens
-    os.environ.pop("BEAMDEC_CTC_KERNEL")
-    ctc_beam_search(lp.half(), lengths, CtcBeamSearchConfig(beam_size=10, blank_skip_threshold=1.0))
-    for paged in (False, True):
-        dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64, paged=paged, page_size=4))
-        st = dec.create_state(3, 50, device="cuda")
-        singles = [dec.create_state(1, 50, device="cuda") for _ in range(3)]
-        for t0 in range(0, 40, 16):
-            dec.decode_chunk(lp[:, t0:t0 + 16], state=st)
-            dec.decode_chunk_batch(lp[:, t0:t0 + 16], singles)
-        print(paged, dec.finalize(st).tokens[0], [dec.finalize(s).scores.tolist() for s in singles])
+
+    # offline: every kernel x storage
+    for kernel, beam in KERNELS:
+        with _env(BEAMDEC_CTC_KERNEL=kernel):
+            for paged in (False, True):
+                cfg = CtcBeamSearchConfig(beam_size=beam, nbest=3, paged=paged, page_size=4)
+                got = ctc_beam_search(lp, lengths, cfg)
+                _same(got, ctc_beam_search(lp_cpu, lengths, cfg), f"offline {kernel} beam {beam} paged={paged}")
+                print(f"offline {kernel:5s} beam {beam:2d} paged={paged!s:5s}", got.tokens[0][0][:8])
+
+    # paged under contention: many rows, 1-token pages, a pool well below the default (never exhausted here)
+    lp_many_cpu = (torch.randn(96, 48, 20, generator=g) * 2).log_softmax(-1)
+    lens_many = torch.full((96,), 48)
+    for kernel, beam in KERNELS:
+        cfg = CtcBeamSearchConfig(beam_size=beam, nbest=2, paged=True, page_size=1, num_pages=beam * 40,
+                                  blank_skip_threshold=1.0)
+        ref = ctc_beam_search(lp_many_cpu, lens_many, cfg)
+        if bool(ref.page_pool_exhausted.any()):
+            raise AssertionError("contention case sized wrong: the CPU reference ran out of pages")
+        with _env(BEAMDEC_CTC_KERNEL=kernel):
+            _same(ctc_beam_search(lp_many_cpu.cuda(), lens_many, cfg), ref, f"contention {kernel} beam {beam}")
+    print("paged contention ok")
+
+    with _env(BEAMDEC_CTC_KERNEL="warp", BEAMDEC_CTC_PAGED_SMEM="1"):  # opt-in shared-memory page metadata
+        cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=True, page_size=4)
+        _same(ctc_beam_search(lp, lengths, cfg), ctc_beam_search(lp_cpu, lengths, cfg), "paged smem")
+    cfg = CtcBeamSearchConfig(beam_size=10, blank_skip_threshold=1.0)
+    _same(ctc_beam_search(lp.half(), lengths, cfg), ctc_beam_search(lp_cpu.half(), lengths, cfg), "float16")
+
+    # streaming: single and batched streams on both kernels, flat and paged, against offline on the CPU
+    for kernel in ("warp", "block"):
+        for paged in (False, True):
+            cfg = CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64, paged=paged, page_size=4,
+                                      blank_skip_threshold=1.0)
+            ref = ctc_beam_search(lp_cpu, torch.tensor([40] * 3), cfg)
+            dec = CtcStreamingDecoder(cfg)
+            with _env(BEAMDEC_CTC_KERNEL=kernel):
+                st = dec.create_state(3, 50, device="cuda")
+                singles = [dec.create_state(1, 50, device="cuda") for _ in range(3)]
+                for t0 in range(0, 40, 16):
+                    dec.decode_chunk(lp[:, t0:t0 + 16], state=st)
+                    dec.decode_chunk_batch(lp[:, t0:t0 + 16], singles)
+                _same(dec.finalize(st), ref, f"streaming {kernel} paged={paged}")
+                for i, s in enumerate(singles):
+                    got = dec.finalize(s)
+                    if got.tokens[0] != ref.tokens[i]:
+                        raise AssertionError(f"batched streaming {kernel} paged={paged} row {i} differs")
+    print("streaming ok")
+
+    # the state check kernel refuses a corrupted row: the decode kernels skip it, finalize names it
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64))
+    st = dec.create_state(3, 50, device="cuda")
+    dec.decode_chunk(lp[:, :16], state=st)
+    st.tensor[1, 3] = 100000  # header word 3: active beams
+    before = st.tensor[1].clone()
+    dec.decode_chunk(lp[:, 16:32], state=st)
+    if not torch.equal(st.tensor[1], before):
+        raise AssertionError("a refused row was written")
+    try:
+        dec.finalize(st)
+    except ValueError as err:
+        if "row 1" not in str(err) or "active beams" not in str(err):
+            raise
+        print("refused:", err)
+    else:
+        raise AssertionError("finalize accepted a corrupted state")
     torch.cuda.synchronize()
     print("smoke ok")
 
