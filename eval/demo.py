@@ -1,7 +1,7 @@
 """`python -m eval.demo scale=tiny [overrides]`: the README's first command.
 
-Prepares the embedded synthetic workload (generated once, then cached), builds the decoding graphs when
-`recipes.build_graphs` is present, decodes the clean and other sets with every decoder this machine can
+Prepares the embedded synthetic workload (generated once, then cached), builds the decoding graphs (once, then
+cached) with `recipes.build_graphs`, decodes the clean and other sets with every decoder this machine can
 run (conf/experiment/demo.yaml lists them all; those that cannot run here are listed with the reason),
 prints the comparison table, writes runs/demo/<scale>/ (results, hypotheses, config, report.md, plot)
 and gates the WER against reports/baselines/demo_<scale>.json. Exit status 1 when the gate fails.

@@ -268,9 +268,9 @@ def test_harness_run_with_nemo_file_model(setup, tmp_path):
         "experiment.progress=false", "decoder=greedy",
     ])
     out = run_experiment(cfg)
-    rows = [r for r in out.rows if r["dataset"] == "test"]
-    assert rows and rows[0]["utterances"] == len(NUM_SAMPLES)
-    assert rows[0]["rtfx_end_to_end"] > 0 and 0 <= rows[0]["wer"]
+    rows = [r for r in out.rows if r.dataset == "test"]
+    assert rows and rows[0].utterances == len(NUM_SAMPLES)
+    assert rows[0].rtfx_end_to_end > 0 and 0 <= rows[0].wer
     assert (Path(tmp_path) / "default" / "r" / "hyps.jsonl").is_file()
 
 
@@ -293,7 +293,6 @@ def test_cuda_source_matches_cpu_and_reports_stage_memory(setup, bpe_source, pre
 
 def test_harness_run_with_wfst_on_the_model_tokenizer_graph(setup, tmp_path):
     """Graph built from the .nemo's own tokenizer, handed to the harness with the ARPA it was built from."""
-    pytest.importorskip("eval.adapters.wfst")
     from eval.config import compose_config
     from eval.runner import run_experiment
 
@@ -307,6 +306,6 @@ def test_harness_run_with_wfst_on_the_model_tokenizer_graph(setup, tmp_path):
         "experiment.progress=false",
     ])
     out = run_experiment(cfg)
-    rows = {r["decoder"]: r for r in out.rows if r["dataset"] == "test"}
-    assert set(rows) >= {"greedy", "wfst"}, getattr(out, "unavailable", None)
-    assert rows["wfst"]["utterances"] == len(NUM_SAMPLES) and rows["wfst"]["rtfx_decoder"] > 0
+    rows = {r.decoder: r for r in out.rows if r.dataset == "test"}
+    assert set(rows) >= {"greedy", "wfst"}, out.unavailable
+    assert rows["wfst"].utterances == len(NUM_SAMPLES) and rows["wfst"].rtfx_decoder > 0
