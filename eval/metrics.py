@@ -178,16 +178,33 @@ class MemoryStats:
     peak_rss_bytes: int = 0  # absolute host RSS peak observed during the region(s)
     rss_increase_bytes: int = 0  # peak RSS minus RSS at region entry (working memory of the region)
     cuda_peak_bytes: Optional[int] = None  # torch allocator peak during the region(s); None off CUDA
+    # device memory in use beyond a baseline taken before the decoder was built (cudaMemGetInfo: free at the
+    # baseline minus free at the region's end). Unlike cuda_peak_bytes it sees every allocator — Riva's,
+    # the extension's own cudaMalloc — so it is the figure that compares decoders with different allocators.
+    cuda_device_used_bytes: Optional[int] = None
 
     def merge(self, other: "MemoryStats") -> "MemoryStats":
-        cuda = None
-        if self.cuda_peak_bytes is not None or other.cuda_peak_bytes is not None:
-            cuda = max(self.cuda_peak_bytes or 0, other.cuda_peak_bytes or 0)
         return MemoryStats(
             peak_rss_bytes=max(self.peak_rss_bytes, other.peak_rss_bytes),
             rss_increase_bytes=max(self.rss_increase_bytes, other.rss_increase_bytes),
-            cuda_peak_bytes=cuda,
+            cuda_peak_bytes=_max_or_none(self.cuda_peak_bytes, other.cuda_peak_bytes),
+            cuda_device_used_bytes=_max_or_none(self.cuda_device_used_bytes, other.cuda_device_used_bytes),
         )
+
+
+def _max_or_none(a: Optional[int], b: Optional[int]) -> Optional[int]:
+    if a is None and b is None:
+        return None
+    return max(a or 0, b or 0)
+
+
+def cuda_free_bytes(device: str) -> int:
+    """Free device memory now (cudaMemGetInfo), after the device's queued work finished; the baseline of
+    MemoryProbe's `cuda_device_used_bytes` (take it before building the decoder, graph upload included)."""
+    import torch
+
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.mem_get_info(device)[0])
 
 
 class MemoryProbe:
@@ -198,9 +215,11 @@ class MemoryProbe:
     to one decoder when several run in one process.
     """
 
-    def __init__(self, device: str = "cpu", interval_s: float = 0.005):
+    def __init__(self, device: str = "cpu", interval_s: float = 0.005,
+                 device_free_baseline_bytes: Optional[int] = None):
         self.device = str(device)
         self.interval_s = interval_s
+        self.device_free_baseline_bytes = device_free_baseline_bytes if _is_cuda(self.device) else None
         self.stats = MemoryStats(cuda_peak_bytes=0 if _is_cuda(self.device) else None)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -233,11 +252,15 @@ class MemoryProbe:
 
             torch.cuda.synchronize(self.device)
             cuda_peak = int(torch.cuda.max_memory_allocated(self.device))
+        device_used = None
+        if self.device_free_baseline_bytes is not None:
+            device_used = max(0, self.device_free_baseline_bytes - cuda_free_bytes(self.device))
         self.stats = self.stats.merge(
             MemoryStats(
                 peak_rss_bytes=self._peak,
                 rss_increase_bytes=self._peak - self._start_rss,
                 cuda_peak_bytes=cuda_peak,
+                cuda_device_used_bytes=device_used,
             )
         )
 

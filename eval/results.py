@@ -164,7 +164,7 @@ def measured_row(
         rtfx_end_to_end=_finite_or_none(rtfx(audio_seconds, e2e)),
         boundary=boundary,
         peak_rss_bytes=memory.peak_rss_bytes, rss_increase_bytes=memory.rss_increase_bytes,
-        cuda_peak_bytes=memory.cuda_peak_bytes,
+        cuda_peak_bytes=memory.cuda_peak_bytes, cuda_device_used_bytes=memory.cuda_device_used_bytes,
         acoustic_stage_peak_bytes={k: int(v) for k, v in (acoustic_stage_peak_bytes or {}).items()},
         overflow_count=int(stats.get("overflow_count", 0)), rescued_count=int(stats.get("rescued_count", 0)),
         decoder_stats=stats,
@@ -205,7 +205,8 @@ def combined_row(parts: list[ResultRow], dataset: str = "all") -> ResultRow:
                         utterances=p.utterances, sentence_errors=p.sentence_errors) for p in parts), WerStats())
     memory = MemoryStats()
     for p in parts:
-        memory = memory.merge(MemoryStats(p.peak_rss_bytes or 0, p.rss_increase_bytes or 0, p.cuda_peak_bytes))
+        memory = memory.merge(MemoryStats(p.peak_rss_bytes or 0, p.rss_increase_bytes or 0, p.cuda_peak_bytes,
+                                           p.cuda_device_used_bytes))
     stats: dict = {}
     stage_peaks: dict = {}
     for p in parts:

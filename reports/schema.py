@@ -66,6 +66,7 @@ class ResultRow:
     peak_rss_bytes: Optional[int] = None
     rss_increase_bytes: Optional[int] = None
     cuda_peak_bytes: Optional[int] = None
+    cuda_device_used_bytes: Optional[int] = None  # cudaMemGetInfo delta from before the decoder was built: every allocator
     acoustic_stage_peak_bytes: dict = field(default_factory=dict)
     # decoder counters (overflow: utterances flagged; rescued: re-decoded with larger capacities)
     overflow_count: int = 0
@@ -133,7 +134,7 @@ class ResultRow:
             v = getattr(self, name)
             if v is not None:
                 _finite_number(name, v, lo=0.0)
-        for name in ("peak_rss_bytes", "rss_increase_bytes", "cuda_peak_bytes"):
+        for name in ("peak_rss_bytes", "rss_increase_bytes", "cuda_peak_bytes", "cuda_device_used_bytes"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or abs(v) > MAX_INT):
                 raise ValueError(f"{name} must be an integer below 2**63 or null, got {_short(v)}")

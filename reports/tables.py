@@ -59,7 +59,11 @@ def ok_rows(rows: Iterable[Any]) -> list[ResultRow]:
 
 
 def memory_mib(row: ResultRow) -> Optional[float]:
-    """The CUDA allocator peak for a decoder on a GPU, the host RSS rise during decoding otherwise."""
+    """For a decoder on a GPU: the device memory it holds (cudaMemGetInfo delta from before it was built, which
+    sees every allocator) when measured, else the torch allocator peak; the host RSS rise during decoding
+    otherwise."""
+    if row.device.startswith("cuda") and row.cuda_device_used_bytes is not None:
+        return row.cuda_device_used_bytes / MIB
     if row.device.startswith("cuda") and row.cuda_peak_bytes is not None:
         return row.cuda_peak_bytes / MIB
     return None if row.rss_increase_bytes is None else row.rss_increase_bytes / MIB

@@ -162,12 +162,14 @@ def pop_stats(decoder: Any) -> dict:
 
 
 def decode_pass(decoder: Any, log_probs: torch.Tensor, lengths: torch.Tensor, batch: int, device: str,
-                repeats: int = 1, warmup: bool = True) -> Pass:
+                repeats: int = 1, warmup: bool = True, device_free_baseline_bytes: Optional[int] = None) -> Pass:
     """Decode `log_probs` (already on the decoder's device) in batches of `batch` through `decoder.decode`.
 
     One untimed warm-up pass first (extension load, graph upload, arena allocation), memory-probed like the
     timed passes because first-call allocations are the decoder's footprint; then `repeats` timed passes, each
-    batch call inside eval.metrics.Stopwatch. Counters are those of the last timed pass."""
+    batch call inside eval.metrics.Stopwatch. Counters are those of the last timed pass.
+    `device_free_baseline_bytes` (eval.metrics.cuda_free_bytes taken before the decoder was built) makes the
+    probes report the device memory the decoder holds whatever its allocator (Riva's is not torch's)."""
     if batch <= 0:
         raise ValueError(f"batch size must be positive, got {batch}")
     n = int(log_probs.shape[0])
@@ -188,7 +190,7 @@ def decode_pass(decoder: Any, log_probs: torch.Tensor, lengths: torch.Tensor, ba
 
     memory = MemoryStats(cuda_peak_bytes=0 if str(device).startswith("cuda") else None)
     if warmup:
-        probe = MemoryProbe(device)
+        probe = MemoryProbe(device, device_free_baseline_bytes=device_free_baseline_bytes)
         with probe:
             one_pass(None)
         memory = memory.merge(probe.stats)
@@ -197,7 +199,7 @@ def decode_pass(decoder: Any, log_probs: torch.Tensor, lengths: torch.Tensor, ba
     stats: dict = {}
     for _ in range(max(repeats, 1)):
         pop_stats(decoder)
-        probe = MemoryProbe(device)
+        probe = MemoryProbe(device, device_free_baseline_bytes=device_free_baseline_bytes)
         with probe:
             hyps = one_pass(watch)
         memory = memory.merge(probe.stats)

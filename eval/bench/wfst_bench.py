@@ -34,6 +34,7 @@ import torch
 from eval.bench.common import (
     BenchRun, LogProbSet, decode_pass, describe_error, print_rows, release_device_memory, workload_set,
 )
+from eval.metrics import cuda_free_bytes
 
 # The paper's settings, shared by ours and Riva so both search the same beam (Riva: default_beam/lattice_beam)
 SEARCH_BEAM, OUTPUT_BEAM, MAX_ACTIVE = 17.0, 8.0, 10000
@@ -70,9 +71,13 @@ def run_one(run: BenchRun, name: str, device: str, data: LogProbSet, graph_dir: 
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("no CUDA device on this machine")
         ctx = DecodingContext(tokens=data.token_set(), device=device, graph_dir=graph_dir)
-        dec = build_decoder(name, cfg, ctx)
         lp = data.log_probs.to(device) if device.startswith("cuda") else data.log_probs
-        result = decode_pass(dec, lp, data.lengths, batch, device, repeats=repeats)
+        # VRAM like for like: what the decoder holds on the device from before it is built (graph upload
+        # included), whichever allocator it uses; the log-probs are already resident for both decoders
+        baseline = cuda_free_bytes(device) if device.startswith("cuda") else None
+        dec = build_decoder(name, cfg, ctx)
+        result = decode_pass(dec, lp, data.lengths, batch, device, repeats=repeats,
+                             device_free_baseline_bytes=baseline)
     except Exception as e:  # noqa: BLE001 - a decoder this machine lacks is a row, not a crash
         run.unavailable(decoder=lab, decoder_name=name, device=device, reason=describe_error(e), params=params)
         return False
@@ -82,6 +87,7 @@ def run_one(run: BenchRun, name: str, device: str, data: LogProbSet, graph_dir: 
     row = run.scored(decoder=lab, decoder_name=name, device=device, data=data, result=result, batch_size=batch,
                      decoder_config=cfg, run_mate=run_mate, params=params)
     print(f"{lab}: RTFx {row.rtfx_decoder}, WER {100 * row.wer:.2f} %, CUDA peak {row.cuda_peak_bytes}, "
+          f"device used {row.cuda_device_used_bytes}, "
           f"rescued {row.rescued_count}, overflow {row.overflow_count}", flush=True)
     return True
 
