@@ -365,7 +365,9 @@ def prepare_inputs(cfg: DictConfig, workload: Any = None, source_factory: Option
     return RunInputs(manifests, tokens, workload, make_source, first_source)
 
 
-def decoding_context(cfg: DictConfig, inputs: RunInputs, labels: Sequence[str]) -> tuple[DecodingContext, Optional[str]]:
+def decoding_context(
+    cfg: DictConfig, inputs: RunInputs, labels: Sequence[str]
+) -> tuple[DecodingContext, Optional[str]]:
     """The artefacts decoders read (graph dir, LM, lexicon, words) and, when the graphs cannot be used, why.
     Graphs take minutes to build: they are built only when a graph decoder is asked for."""
     workload = inputs.workload
