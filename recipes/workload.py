@@ -172,6 +172,20 @@ def _train_bpe(sentences: list[str], vocab_size: int, seed: int) -> bytes:
     return buf.getvalue()
 
 
+def sentence_source(scale: str, seed: int = 0) -> tuple[list[str], SentenceGenerator]:
+    """The workload's vocabulary (rank order) and sentence generator, as `_generate` builds them.
+
+    `gen.sample(n, seed, stream)` + `sentences_to_text(words, ...)` draws more sentences from the same language
+    model (streams 0-2 are the LM corpus and the two test sets); recipes.speech_corpus speaks such sentences,
+    so the workload's lexicon, ARPA and graphs apply to them.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"unknown workload scale {scale!r}; valid choices: {sorted(SCALES)}")
+    p = SCALES[scale]
+    words = make_vocabulary(p.num_words, seed)
+    return words, SentenceGenerator(p.num_words, GeneratorParams(num_classes=p.num_classes), seed)
+
+
 def _generate(scale: str, out: Path, seed: int, phash: str, params: dict) -> None:
     from tqdm import tqdm
 
@@ -181,8 +195,7 @@ def _generate(scale: str, out: Path, seed: int, phash: str, params: dict) -> Non
     steps = tqdm(total=6, desc=f"workload {scale}", leave=False)
 
     t0 = time.perf_counter()
-    words = make_vocabulary(p.num_words, seed)
-    gen = SentenceGenerator(p.num_words, GeneratorParams(num_classes=p.num_classes), seed)
+    words, gen = sentence_source(scale, seed)
     ids, offsets = gen.sample(p.corpus_sentences, seed, stream=0)
     times["corpus"] = time.perf_counter() - t0
     steps.update()
