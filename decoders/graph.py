@@ -45,7 +45,7 @@ IMAGE_MAGIC = b"WFSTIMG1"
 # Version 2: the header is covered by its own CRC (version 1 checked only the sections, so an edited
 # start_state / num_tokens / words_bytes was accepted) and no byte may follow the last section.
 IMAGE_VERSION = 2
-REBUILD_COMMAND = "python -m recipes.build_graphs force=true ..."
+REBUILD_COMMAND = "python -m recipes.build_graphs ..."  # the build rebuilds stale-version images by itself
 _HEADER_SIZE = 256
 _ALIGN = 64
 # magic, version, flags, num_states, num_arcs, start, final, num_tokens, num_words, aux_size,

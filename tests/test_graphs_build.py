@@ -98,6 +98,25 @@ def test_staged_rebuild_skips(toy_graphs, tmp_path):
     assert before == after
 
 
+def test_stale_image_version_is_rebuilt_not_skipped(toy_graphs, tmp_path):
+    """Issue 11 bumped the image version (header CRC): a staged re-run must rebuild an image of an older
+    version (the loader refuses it) instead of skipping the stage because the files exist."""
+    import struct
+
+    from decoders.graph import IMAGE_VERSION, image_version
+
+    out, tokens, _ = toy_graphs
+    path = out / "normal" / "TLG.bin"
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<I", raw, 8, IMAGE_VERSION - 1)
+    path.write_bytes(bytes(raw))
+    assert image_version(path) == IMAGE_VERSION - 1
+    build_token_set_graphs(out, tokens, TOY_WORDS + ["x9"], write_toy_arpa(tmp_path / "toy.arpa"),
+                           topologies=["normal"])
+    assert image_version(path) == IMAGE_VERSION
+    WfstGraph.load(path)
+
+
 def test_word_label_report(toy_graphs):
     _, _, infos = toy_graphs
     rep = infos["normal"]["word_label_position_LG"]
