@@ -33,6 +33,14 @@ Semantics (the CPU reference in decoders/csrc/ctc_cpu.cpp is the executable spec
 
 State tensors are plain int32 tensors (rows, words) the caller owns; their layout is
 decoders/include/ctc_common.cuh. They are device-specific (a CPU state is not a CUDA state).
+Each row carries a stamp (magic/version, backend, beam_size, max_seq_len, page_size, num_pages, vocabulary
+size, blank_id) written by `create_state` and a 64-bit checksum of the whole row re-sealed by every op that
+writes it. Every op checks the stamp, every header field, every live beam's length/last-token/slot words and
+the checksum before any kernel reads the row: a foreign state (another config, vocabulary or device) is refused
+naming the field and both values, a modified one by the field or as a checksum mismatch. The CPU ops raise at
+once (and then touch no row). The CUDA ops check on the GPU to avoid a device->host sync per chunk: a refused
+row is skipped (left as it was) by decode_chunk / decode_chunk_batch and the error is raised by `finalize`.
+The checksum is an integrity check against accidents and careless edits, not a defence against a forger.
 
 CUDA kernels (decoders/include/ctc_kernels.cuh): a frame-parallel pre-pass ranks each frame's vocabulary,
 then one launch per 128-frame tile decodes it, one warp per row (beam <= 32, up to 64 rows) or one block

@@ -168,6 +168,7 @@ __device__ __forceinline__ int block_ordered_gather(KeyAt key_at, int n, uint32_
 
 // ---------------------------------------------------------------------------------------------------
 constexpr int kPrepassThreads = 256;
+constexpr int kRefusedRow = -2;  // pre-pass count of every frame of a row refused by the state check
 constexpr int kPrepassCacheMaxV = 12288;  // vocabularies up to this cache their keys in shared memory
 constexpr int kPrepassFastMaxC = 65;     // threshold fast path for beam <= 32 (C <= 2 * 32 + 1)
 constexpr int kPrepassFastCap = 512;     // candidates at or above the threshold it ranks (else: radix select)
@@ -184,9 +185,12 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   __shared__ int s_bad;
 
   const int pos = blockIdx.x, row = blockIdx.y, tid = threadIdx.x;
-  if (a.refused(row)) return;  // block-uniform; the decode kernel skips the row too (reads no count)
   const int t = t0 + pos;
   int32_t* cnt_out = a.pre_cnt + (int64_t)pos * a.rows + row;
+  if (a.refused(row)) {  // block-uniform. kRefusedRow: no frame selected, and the decode kernels write nothing
+    if (tid == 0) *cnt_out = kRefusedRow;
+    return;
+  }
   const int len = a.lengths ? a.lengths[row] : a.n_frames;
   if (t >= len) {
     if (tid == 0) *cnt_out = -1;
@@ -331,6 +335,7 @@ struct DecodeShared {
   int sel[2];
   int nb, step, last_sel, status, frames_seen;
   int ptop, pfresh, ndef, def[kMaxBeam];  // paged: free-stack top, fresh-page counter, deferred frees
+  int ptop_next, pfresh_next;  // paged step 4's results, written and read by thread 0 only (issue 19)
   typename cub::BlockScan<int, NT>::TempStorage iscan;
   typename cub::BlockScan<unsigned long long, NT>::TempStorage scan;
 };
@@ -340,7 +345,6 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
   extern __shared__ uint32_t s_cand_key[];  // (beam * (C + 1)): stays [0, beam), extensions beam + k*C + i
   __shared__ DecodeShared<NT> s;
   const int row = blockIdx.x, tid = threadIdx.x;
-  if (a.refused(row)) return;  // block-uniform, before any barrier
   const int beam = a.beam, C = a.C, max_len = a.max_len;
   const int NS = beam * (C + 1);
   const bool paged = a.page_size > 0;
@@ -372,8 +376,10 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     return -1;
   };
   int cur = next_selected(-1);
-  if (cur < 0) {  // nothing decoded in this tile: only the frame counter moves
-    if (tid == 0) w[kHdrFramesSeen] = s.frames_seen + advance_frames;
+  if (cur < 0) {  // nothing decoded in this tile: only the frame counter moves (not in a refused row)
+    // The refusal is read here, from the pre-pass counts, rather than by an early return at the top: that
+    // return made the 512-thread instantiation spill registers.
+    if (tid == 0 && s.cnt[0] != kRefusedRow) w[kHdrFramesSeen] = s.frames_seen + advance_frames;
     return;
   }
   const T* lp_cur = lp_row + (int64_t)(t0 + cur) * a.t_stride;
@@ -417,7 +423,6 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
     const int cnt = s.cnt[cur];
     const int nxt = next_selected(cur);
     const T* lp_next = nxt >= 0 ? lp_row + (int64_t)(t0 + nxt) * a.t_stride : nullptr;
-    int paged_top = 0, paged_fresh = 0;  // paged step 4: new free-stack top / fresh counter (thread 0 commits)
     // prefetch the next decoded frame's candidate list and blank log-prob (state-independent); they land
     // in registers while this frame is decoded and are stored to shared memory at its end
     int pf_id = 0;
@@ -641,10 +646,11 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
       }
       if (tid < beam) s.n_slot[tid] = tid < nw ? ntail : kNoPage;
       __syncthreads();
-      // 4. pages freed by the copies go back last. Every thread reads s.ndef / s.def / s.pfresh here, so the
-      // new free-stack top and fresh counter are only computed (block-uniform registers) and thread 0 stores
-      // them after the next barrier, in the commit below (issue 19: storing them here raced with those reads,
-      // a WAR hazard racecheck reported at s.pfresh).
+      // 4. pages freed by the copies go back last. Every thread reads s.ndef / s.def / s.pfresh here, so
+      // thread 0 only parks the new free-stack top and fresh counter in fields no other thread touches and
+      // stores them after the next barrier, in the commit below (issue 19: storing s.ptop / s.pfresh here
+      // raced with those reads, a WAR hazard racecheck reported at s.pfresh). Shared fields rather than
+      // registers: registers live across the commit made the 512-thread kernel spill.
       const int top2 = top - min(nalloc, top);
       const int ndef = s.ndef;
       if (tid < ndef) {
@@ -652,8 +658,10 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
         stack[top2 + tid] = y;
         if (parent[y] >= 0) atomicSub(&rc[parent[y]], 1);
       }
-      paged_top = top2 + ndef;
-      paged_fresh = min(a.num_pages, s.pfresh + max(0, nalloc - top));
+      if (tid == 0) {
+        s.ptop_next = top2 + ndef;
+        s.pfresh_next = min(a.num_pages, s.pfresh + max(0, nalloc - top));
+      }
       __syncthreads();
     } else {
       // token slots: the first winner of a source keeps its slot, later ones take slots of unchosen sources
@@ -736,8 +744,8 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
       s.last_sel = (int)g;
       s.ndef = 0;
       if (paged) {  // step 4's results: no thread reads these between the barrier above and the one below
-        s.ptop = paged_top;
-        s.pfresh = paged_fresh;
+        s.ptop = s.ptop_next;
+        s.pfresh = s.pfresh_next;
       }
     }
     __syncthreads();
