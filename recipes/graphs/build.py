@@ -41,12 +41,17 @@ HLG_FILES = ("HLG.bin", "HLG.pt", "HLG.k2.txt")
 DEFAULT_MAX_HLG_ARCS = 20_000_000  # estimated epsilon-free LG arcs above which the HLG is not built
 
 
-def _sha256(path) -> str:
+def file_sha256(path) -> str:
+    """The short file digest graph_info.json's `sources` record (first 16 hex digits of its sha256)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:16]
+
+
+# Old private spelling, still imported by recipes/build_graphs.py (not owned here); use file_sha256.
+_sha256 = file_sha256
 
 
 def token_set_dir_name(tokens: TokenSet) -> str:
@@ -236,13 +241,13 @@ def build_token_set_graphs(
     """All stages for one token set; returns {topology: graph_info}."""
     out_dir = Path(out_dir)
     # content hashes decide whether a stage is up to date (paths may differ between machines/runs)
-    sources = {"arpa_sha256": _sha256(arpa_path),
+    sources = {"arpa_sha256": file_sha256(arpa_path),
                "tokens_sha256": hashlib.sha256("\n".join(tokens.tokens).encode()).hexdigest()[:16],
                "blank_id": tokens.blank_id,
                "words_sha256": hashlib.sha256("\n".join(word_list).encode()).hexdigest()[:16],
                "max_order": max_order, "max_hlg_arcs": max_hlg_arcs, "push_labels": push_labels}
     if tokens.sp_model_path:
-        sources["sp_model_sha256"] = _sha256(tokens.sp_model_path)
+        sources["sp_model_sha256"] = file_sha256(tokens.sp_model_path)
     from filelock import FileLock
 
     out_dir.mkdir(parents=True, exist_ok=True)
