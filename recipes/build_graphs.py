@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from recipes.graphs.build import DEFAULT_MAX_HLG_ARCS, build_token_set_graphs, token_set_dir_name
-from recipes.graphs.build import _sha256 as file_sha256  # the file digest graph_info.json's sources record
+from recipes.graphs.build import file_sha256  # noqa: F401 - the file digest graph_info.json's sources record
 from recipes.graphs.info import size_table
 from recipes.graphs.topologies import TOPOLOGIES
 from recipes.tokens import TokenSet
