@@ -82,8 +82,8 @@ _ESPEAK_RATE, _ESPEAK_PITCH, _ESPEAK_RANGE, _ESPEAK_WORDGAP = 1, 3, 4, 7
 # ---------------------------------------------------------------------------------------------- config
 @dataclass
 class CorpusWorkloadRef:
+    # only the scale (and the corpus seed) matter: sentences come from the workload's generator, in memory
     scale: str = "tiny"
-    root: str = "data/workload"
 
 
 @dataclass
@@ -777,17 +777,38 @@ def one_line(e: BaseException) -> str:
     return " ".join(msg.split()) or type(e).__name__
 
 
+def exit_on_bad_input(task):
+    """Wrap a Hydra task: bad input -> `error: <one line>` on stderr, exit status 2. Inside the task, because
+    Hydra reports a task's exception with its own extra lines before re-raising it."""
+    import functools
+
+    @functools.wraps(task)
+    def wrapped(*args, **kwargs):
+        try:
+            return task(*args, **kwargs)
+        except CLI_ERRORS as e:
+            if os.environ.get("RECIPE_TRACEBACK") == "1":
+                raise
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    return wrapped
+
+
 def run_recipe_app(app, argv: Sequence[str]) -> None:
     """Run a recipe's Hydra app; bad input or a missing dependency -> `error: <one line>` and exit status 2.
 
     Hydra prints a traceback and exits 1 on any exception unless HYDRA_FULL_ERROR=1, which makes it re-raise;
-    set here so that the error reaches this handler (a user's own HYDRA_FULL_ERROR=1 keeps the traceback)."""
+    set here so that composition errors reach this handler (a user's own HYDRA_FULL_ERROR=1 keeps the
+    traceback); errors inside the task are handled by `exit_on_bad_input`."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from recipes.cli import run_hydra_app
 
     user_full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    if user_full:
+        os.environ["RECIPE_TRACEBACK"] = "1"
     old = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
@@ -814,6 +835,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     @hydra.main(version_base=None, config_name="speech_corpus_cli")
+    @exit_on_bad_input
     def _app(cfg: SpeechCorpusConfig) -> None:
         prepare_speech_corpus(OmegaConf.to_object(cfg))
 

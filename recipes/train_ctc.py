@@ -540,13 +540,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
-    from recipes.speech_corpus import run_recipe_app
+    from recipes.speech_corpus import exit_on_bad_input, run_recipe_app
 
     ConfigStore.instance().store(name="train_ctc_cli", node=TrainCtcConfig)
     argv = list(sys.argv[1:] if argv is None else argv)
     command = " ".join(["python", "-m", "recipes.train_ctc", *argv])
 
     @hydra.main(version_base=None, config_name="train_ctc_cli")
+    @exit_on_bad_input
     def _app(cfg: TrainCtcConfig) -> None:
         train_ctc(OmegaConf.to_object(cfg), command=command)
 

@@ -1,0 +1,152 @@
+"""recipes.speech_corpus: determinism, cache verification, manifests, test-other degradation, errors."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("soxr")
+
+from recipes import speech_corpus as sc  # noqa: E402
+
+if sc._wheel_engine() is None and sc._cli_engine() is None:
+    pytest.skip("espeak-ng not installed (pip install espeakng-loader)", allow_module_level=True)
+
+
+def _cfg(out_root: Path, **kw) -> sc.SpeechCorpusConfig:
+    base = dict(out_root=str(out_root), train_hours=0.001, dev_sentences=3, test_sentences=4, chunk_size=4,
+                num_workers=2, progress=False)
+    base.update(kw)
+    return sc.SpeechCorpusConfig(**base)
+
+
+def _audio_and_manifest_bytes(root: Path) -> dict:
+    files = sorted(root.glob("audio/*/*.wav")) + sorted(root.glob("*.jsonl"))
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return sc.prepare_speech_corpus(_cfg(tmp_path_factory.mktemp("speech")))
+
+
+def test_same_seed_gives_the_same_bytes_whatever_the_worker_count(corpus, tmp_path):
+    """Regression: espeak-ng seeds its breathy-voice noise from the clock and carries synthesis state from one
+    utterance to the next inside a process, so the same config once gave different WAV bytes. Every voice
+    variant is used here (breathy f2/f3 included), on 1 worker instead of 2."""
+    again = sc.prepare_speech_corpus(_cfg(tmp_path, num_workers=1))
+    a, b = _audio_and_manifest_bytes(corpus.root), _audio_and_manifest_bytes(again.root)
+    assert sorted(a) == sorted(b) and len(a) >= 4 + 4 + 3 + 4 + 4
+    assert [k for k in a if a[k] != b[k]] == []
+    breathy = sc.prepare_speech_corpus(_cfg(tmp_path / "f2a", languages=["en-us"], train_variants=["f2", "f3"],
+                                            train_hours=0.0, test_sentences=2, dev_sentences=0))
+    breathy2 = sc.prepare_speech_corpus(_cfg(tmp_path / "f2b", languages=["en-us"], train_variants=["f2", "f3"],
+                                             train_hours=0.0, test_sentences=2, dev_sentences=0))
+    assert _audio_and_manifest_bytes(breathy.root) == _audio_and_manifest_bytes(breathy2.root)
+
+
+def test_another_seed_gives_other_sentences(corpus, tmp_path):
+    other = sc.prepare_speech_corpus(_cfg(tmp_path, seed=1, train_hours=0.0))
+    texts = lambda c, s: [json.loads(l)["text"] for l in c.manifests[s].read_text().splitlines()]  # noqa: E731
+    assert texts(other, "test-clean") != texts(corpus, "test-clean")
+    assert other.root.name == "tiny-seed1"
+
+
+def test_manifest_round_trip_and_splits(corpus):
+    from recipes.workload import sentence_source
+
+    words = set(sentence_source("tiny", 0)[0])  # the vocabulary of words.txt
+    cfg = _cfg(corpus.root.parent)
+    seen_voices, other_voices = set(sc.voices(cfg, "train")), set(sc.voices(cfg, "test-other"))
+    assert not seen_voices & other_voices
+    texts = {}
+    for split in sc.SPLITS:
+        entries = sc.read_corpus_manifest(corpus.manifests[split])
+        assert len(entries) == corpus.stats["splits"][split]["utterances"] > 0
+        texts[split] = {e["text"] for e in entries}
+        for e in entries:
+            samples = sc.read_wav(Path(e["audio_filepath"]))  # relative path resolved against the manifest
+            assert e["duration"] == pytest.approx(len(samples) / 16000, abs=1e-4)
+            assert 0 < np.abs(samples).max() < 32767  # audible, not clipped
+            assert set(e["text"].split()) <= words  # the workload's lexicon and graphs apply
+            assert e["voice"] in (other_voices if split == "test-other" else seen_voices)
+            assert ("snr_db" in e) == (split == "test-other")
+        raw = [json.loads(l) for l in corpus.manifests[split].read_text().splitlines()]
+        assert all(not Path(r["audio_filepath"]).is_absolute() for r in raw)  # relocatable corpus
+    for a in sc.SPLITS:
+        for b in sc.SPLITS:
+            if a < b:
+                assert not texts[a] & texts[b], (a, b)
+    assert corpus.stats["splits"]["train"]["hours"] >= 0.001
+    hashes = json.loads((corpus.root / "hashes.json").read_text())
+    for rel, digest in hashes["files"].items():
+        assert sc._sha256_file(corpus.root / rel) == digest
+
+
+def test_rerun_is_cached_and_a_damaged_file_is_remade(corpus):
+    cfg = _cfg(corpus.root.parent)
+    again = sc.prepare_speech_corpus(cfg)
+    assert again.stats["synthesis"]["audio_hours"] == 0  # nothing synthesized: every chunk verified
+    victim = sorted(corpus.root.glob("audio/dev/*.wav"))[1]
+    good = victim.read_bytes()
+    victim.write_bytes(good[: len(good) // 2])  # truncated
+    third = sc.prepare_speech_corpus(cfg)
+    assert 0 < third.stats["synthesis"]["audio_hours"] < 0.01  # one chunk remade
+    assert victim.read_bytes() == good
+
+
+def test_test_other_is_noisy_at_the_recorded_snr(corpus):
+    clean = sc.read_corpus_manifest(corpus.manifests["test-clean"])
+    other = sc.read_corpus_manifest(corpus.manifests["test-other"])
+    for e in clean:  # digital silence before the speech starts
+        assert np.abs(sc.read_wav(Path(e["audio_filepath"]))[:1000]).max() == 0
+    for e in other:
+        assert 5.0 <= e["snr_db"] <= 15.0 and 0.15 <= e["rt60_s"] <= 0.5
+        x = sc.read_wav(Path(e["audio_filepath"])).astype(np.float64)
+        lead = x[:1600]  # the first 0.1 s: noise only (leading silence is >= 0.1 s)
+        assert np.sqrt(np.mean(lead**2)) > 10  # a noise floor well above int16 rounding
+        # whole-file power = speech + noise; the lead is noise alone: a rough SNR, coloured noise varies
+        est = 10 * math.log10(max(np.mean(x**2) / np.mean(lead**2) - 1.0, 1e-3))
+        assert -5.0 < est < 25.0
+
+
+def test_add_noise_hits_the_requested_snr_and_reverb_keeps_length():
+    rng = np.random.default_rng(3)
+    x = (np.sin(np.arange(32000) * 0.05) * np.hanning(32000)).astype(np.float32)
+    for snr, exponent in ((5.0, 0.0), (10.0, 1.0), (15.0, 2.0)):
+        y = sc.add_noise(x, snr, rng, exponent)
+        measured = 10 * math.log10(np.mean(x.astype(np.float64) ** 2) / np.mean((y - x).astype(np.float64) ** 2))
+        assert measured == pytest.approx(snr, abs=0.01)
+    r1 = sc.reverberate(x, 0.3, np.random.default_rng(1))
+    r2 = sc.reverberate(x, 0.3, np.random.default_rng(1))
+    assert r1.shape == x.shape and np.array_equal(r1, r2) and not np.allclose(r1, x)
+
+
+def test_missing_espeak_is_a_one_line_error_naming_the_install(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(sc, "_wheel_engine", lambda: None)
+    monkeypatch.setattr(sc, "_cli_engine", lambda: None)
+    with pytest.raises(RuntimeError) as err:
+        sc.find_engine("auto")
+    msg = str(err.value)
+    assert "\n" not in msg and "pip install espeakng-loader" in msg and "apt install espeak-ng" in msg
+    with pytest.raises(SystemExit) as ex:
+        sc.main([f"out_root={tmp_path}", "train_hours=0"])
+    assert ex.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "pip install espeakng-loader" in lines[0]
+
+
+@pytest.mark.parametrize("override, needle", [
+    ({"other_variants": ["m1"]}, "other_variants"),
+    ({"train_variants": ["zz9"]}, "zz9"),
+    ({"snr_db": [15, 5]}, "snr_db"),
+    ({"engine": "festival"}, "engine"),
+    ({"chunk_size": 0}, "chunk_size"),
+])
+def test_bad_config_is_a_one_line_error(tmp_path, override, needle):
+    with pytest.raises(ValueError) as err:
+        sc.prepare_speech_corpus(_cfg(tmp_path, **override))
+    assert needle in str(err.value) and "\n" not in str(err.value)
