@@ -169,7 +169,7 @@ def write_nemo_tokenizer_dir(sp_model: str | Path, out_dir: str | Path) -> Path:
     return out_dir
 
 
-def model_config(cfg: TrainCtcConfig, tokenizer_dir: Path, train_manifest: Path) -> dict:
+def model_config(cfg: TrainCtcConfig, tokenizer_dir: Path, train_manifest: Path, pin_memory: bool = False) -> dict:
     """NeMo model config of a Conformer-CTC (the modules of stt_en_conformer_ctc_*, at cfg.model's size)."""
     m, sa = cfg.model, cfg.spec_augment
     return {
@@ -200,7 +200,7 @@ def model_config(cfg: TrainCtcConfig, tokenizer_dir: Path, train_manifest: Path)
                     "num_classes": -1, "vocabulary": []},
         "train_ds": {
             "manifest_filepath": str(train_manifest), "sample_rate": 16000, "batch_size": cfg.batch_size,
-            "shuffle": True, "num_workers": cfg.num_workers, "pin_memory": True, "trim_silence": False,
+            "shuffle": True, "num_workers": cfg.num_workers, "pin_memory": pin_memory, "trim_silence": False,
             "max_duration": cfg.max_duration_s, "min_duration": 0.1, "use_start_end_token": False,
         },
         "optim": optim_config(cfg),
@@ -367,7 +367,8 @@ def check_nemo_file(path: str | Path) -> Path:
                     while f is not None and f.read(1 << 20):
                         pass  # reading every member's data catches a file cut inside the weights
     except (tarfile.TarError, EOFError, OSError, ValueError) as e:
-        raise ValueError(f"model: {str(path)!r} is not a readable .nemo archive (truncated or corrupt: {e})") from None
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise ValueError(f"model: {str(path)!r} is not a readable .nemo archive (truncated or corrupt: {reason})") from None
     missing = [n for n in ("model_config.yaml", "model_weights.ckpt") if n not in names]
     if missing:
         raise ValueError(f"model: {str(path)!r} is not a NeMo model file (lacks {', '.join(missing)})")
@@ -470,7 +471,7 @@ def train_ctc(cfg: Optional[TrainCtcConfig] = None, command: Optional[str] = Non
         enable_progress_bar=cfg.progress_bar, enable_model_summary=False, log_every_n_steps=cfg.log_every_n_steps,
         limit_val_batches=0, num_sanity_val_steps=0, callbacks=callbacks,
     )
-    model_cfg = OmegaConf.create(model_config(cfg, tok_dir, train_manifest))
+    model_cfg = OmegaConf.create(model_config(cfg, tok_dir, train_manifest, pin_memory=device.type == "cuda"))
     model = EncDecCTCModelBPE(cfg=model_cfg, trainer=trainer)
     n_params = int(sum(p.numel() for p in model.parameters()))
     print(f"[train_ctc] {n_params / 1e6:.2f} M parameters, vocabulary {model.decoder.num_classes_with_blank} "
