@@ -411,28 +411,6 @@ def test_search_stats_match_the_decode_and_bound_each_other():
         on_cuda.search_stats(lp, lengths)
 
 
-def test_beam_sweep_script_reports_wer_and_frontier(tmp_path):
-    """eval/bench/wfst_beam_sweep.py: one row per (beam, max_active) with WER and the frontier the search kept."""
-    from eval.bench.wfst_beam_sweep import main
-
-    rng = np.random.default_rng(41)
-    g = random_graph(rng, epsilon=True, num_states=120, num_tokens=6)
-    g.save(tmp_path / "TLG.bin")
-    lp = random_log_probs(rng, 5, 12, 6)
-    words = [w for w in (g.words or [str(i) for i in range(8)]) if w not in ("<eps>",)]
-    refs = [" ".join(words[1:3]), "", words[1] if len(words) > 1 else "", "x", "y"]
-    torch.save(dict(lp=lp, len=torch.tensor([12, 7, 0, 1, 12]), refs=refs, dur=[1.0] * 5), tmp_path / "lp.pt")
-    out = tmp_path / "sweep.json"
-    main(["--lp-file", str(tmp_path / "lp.pt"), "--graph", str(tmp_path / "TLG.bin"), "--beams", "1", "20",
-          "--max-active", "10000", "--chunk", "2", "--out", str(out)])
-    import json
-
-    rows = json.loads(out.read_text())
-    assert [(r["search_beam"], r["max_active"]) for r in rows] == [(1.0, 10000), (20.0, 10000)]
-    assert all(r["utterances"] == 5 and 0.0 <= r["wer"] for r in rows)
-    assert rows[1]["mean_frontier"] > rows[0]["mean_frontier"]  # a wider beam keeps more states
-
-
 # ---- issue 11 regressions: bad input gives one-line errors, -inf is a valid log-prob, no caches in the graph ----
 def test_single_neg_inf_log_prob_is_valid():
     """Regression (issue 11): one -inf log-prob (log 0) was rejected as non-finite. It is valid: arcs reading it
