@@ -178,10 +178,6 @@ def gpu_capacities(cfg: WfstDecoderConfig, batch: int, frames: int, total_steps:
     }
 
 
-# Old private spelling, still imported by eval/bench/wfst_capacity_stats.py (not owned here).
-_capacities = gpu_capacities
-
-
 @dataclass
 class WfstResult:
     """Batch result. `overflow` holds the bits the rescue could NOT absorb (0 = clean)."""
