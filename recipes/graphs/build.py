@@ -50,9 +50,6 @@ def file_sha256(path) -> str:
     return h.hexdigest()[:16]
 
 
-# Old private spelling, still imported by recipes/build_graphs.py (not owned here); use file_sha256.
-_sha256 = file_sha256
-
 
 def token_set_dir_name(tokens: TokenSet) -> str:
     pos = "first" if tokens.blank_id == 0 else "last" if tokens.blank_id == tokens.vocab_size - 1 else f"{tokens.blank_id}"

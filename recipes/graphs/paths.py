@@ -136,6 +136,3 @@ def sample_label_sequence(graph: WfstGraph, rng: np.random.Generator, max_frames
         s = int(idx.dest[a])
     return None
 
-
-# Old private spelling, still imported by eval/adapters/k2py_adapter.py (not owned here); use ArcIndex.
-_Index = ArcIndex
