@@ -577,14 +577,19 @@ class _Synthesizer:
         records: list[dict] = []
         pending: list = []  # (chunk index, AsyncResult or cached record)
         total_s = 0.0
-        done = False
         chunk_iter = enumerate(chunks)
         kept_chunks = 0
         t_split = time.perf_counter()
         synthesized_s = 0.0
         any_synth = False
+        done = stop_after_s is not None and stop_after_s <= 0
+        kept_seconds: list[float] = []
         while True:
             while not done and len(pending) < 2 * self.num_workers:
+                if stop_after_s is not None and kept_seconds:
+                    # chunks in flight are expected to bring the mean chunk's audio: submit no more than needed
+                    if total_s + len(pending) * float(np.mean(kept_seconds)) >= stop_after_s:
+                        break
                 nxt = next(chunk_iter, None)
                 if nxt is None:
                     done = True
@@ -609,6 +614,7 @@ class _Synthesizer:
             records.extend(record["records"])
             seconds = sum(r["duration"] for r in record["records"])
             total_s += seconds
+            kept_seconds.append(seconds)
             if fresh:
                 synthesized_s += seconds
             bar.update(len(record["records"]))
