@@ -145,8 +145,51 @@ def test_missing_espeak_is_a_one_line_error_naming_the_install(monkeypatch, caps
     ({"snr_db": [15, 5]}, "snr_db"),
     ({"engine": "festival"}, "engine"),
     ({"chunk_size": 0}, "chunk_size"),
+    ({"languages": ["xx-nowhere"], "test_sentences": 1, "dev_sentences": 0, "train_hours": 0.0}, "xx-nowhere"),
 ])
 def test_bad_config_is_a_one_line_error(tmp_path, override, needle):
     with pytest.raises(ValueError) as err:
         sc.prepare_speech_corpus(_cfg(tmp_path, **override))
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+FAKE_ESPEAK = r'''#!{python}
+"""Stand-in for Debian's espeak-ng CLI: a 22,050 Hz WAV on stdout whose length and tone follow -s/-p."""
+import io, math, struct, sys, wave
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("eSpeak NG text-to-speech: 1.51-fake")
+    sys.exit(0)
+opts = dict(zip(args[:-2:2], args[1:-2:2]))
+assert args[-2] == "--stdout" and opts["-v"], args
+text = args[-1]
+n = int(22050 * 0.06 * len(text) * 175 / int(opts["-s"]))
+f0 = 80 + 2 * int(opts["-p"])
+buf = io.BytesIO()
+with wave.open(buf, "wb") as w:
+    w.setnchannels(1); w.setsampwidth(2); w.setframerate(22050)
+    w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * f0 * i / 22050))) for i in range(n)))
+sys.stdout.buffer.write(buf.getvalue())
+'''
+
+
+def test_cli_fallback_when_the_wheel_is_missing(tmp_path, monkeypatch):
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "espeak-ng"
+    exe.write_text(FAKE_ESPEAK.replace("{python}", sys.executable))
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setattr(sc, "_wheel_engine", lambda: None)
+    engine = sc.find_engine("auto")
+    assert engine.kind == "cli" and engine.version.endswith("1.51-fake")
+    c = sc.prepare_speech_corpus(_cfg(tmp_path / "out", train_hours=0.0, dev_sentences=0, test_sentences=2))
+    assert c.stats["engine"]["kind"] == "cli"
+    for split in ("test-clean", "test-other"):
+        entries = sc.read_corpus_manifest(c.manifests[split])
+        assert len(entries) == 2
+        for e in entries:  # the fake's length: 0.06 s per character at 175 wpm, plus the added silences
+            speech_s = 0.06 * len(e["text"]) * 175 / e["rate_wpm"]
+            assert speech_s + 0.2 - 0.01 <= e["duration"] <= speech_s + 0.8 + 0.01

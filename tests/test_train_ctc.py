@@ -148,3 +148,21 @@ def test_missing_corpus_names_the_recipe(tmp_path, capsys):
     assert ex.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "recipes.speech_corpus" in err[0]
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_training_smoke(trained, tmp_path):
+    """The H200 path: bf16-mixed on CUDA (precision=auto), pinned memory, a worker process; saves, restores."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    cfg = trained["cfg"]
+    gpu_cfg = tc.TrainCtcConfig(corpus=cfg.corpus, workload=cfg.workload, out_dir=str(tmp_path), name="gpu_ctc",
+                                model=TINY, batch_size=8, num_workers=1, max_minutes=0.5, max_steps=6,
+                                warmup_steps=2, dev_batch_size=4)
+    s = tc.train_ctc(gpu_cfg, command="pytest gpu smoke")
+    assert s["precision"] == "bf16-mixed" and s["steps"] == 6 and s["device"] == torch.cuda.get_device_name()
+    assert all(0.0 <= r["dev_wer"] for r in s["dev_wer_per_epoch"])
+    model = tc.restore_ctc_model(tmp_path / "gpu_ctc.nemo", map_location="cuda")
+    assert next(model.parameters()).is_cuda and model.decoder.num_classes_with_blank == 129
