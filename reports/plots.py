@@ -19,7 +19,7 @@ def _pyplot():
 def _save(fig, out_path: str | Path) -> Path:
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=120)
+    fig.savefig(out_path, dpi=120, bbox_inches="tight")  # legends placed outside the axes stay in the image
     fig.clf()
     return out_path
 
@@ -35,12 +35,21 @@ def plot_wer_vs_rtfx(rows: Sequence[Any], out_path: str | Path, datasets: Option
     labels = row_labels(rows)
     if datasets is None:
         datasets = [d for d in dict.fromkeys(str(r.dataset) for r in rows) if d != "all"] or ["all"]
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
+    # few points: labels beside them; many (a benchmark's graph x batch grid): a legend under the panel
+    most = max(sum(1 for r in rows if r.dataset == d) for d in datasets)
+    inline = most <= 8
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.5 if inline else max(4.5, 0.25 * most)),
+                             squeeze=False)
+    markers = "osD^v<>pPX*h"
     for ax, d in zip(axes[0], datasets):
-        for r in (r for r in rows if r.dataset == d):
-            ax.scatter(r.rtfx_decoder, 100 * r.wer)
-            ax.annotate(labels[_group_key(r)], (r.rtfx_decoder, 100 * r.wer), fontsize=8, xytext=(3, 3),
-                        textcoords="offset points")
+        for i, r in enumerate(r for r in rows if r.dataset == d):
+            ax.scatter(r.rtfx_decoder, 100 * r.wer, marker=markers[i % len(markers)], s=40,
+                       label=None if inline else labels[_group_key(r)])
+            if inline:
+                ax.annotate(labels[_group_key(r)], (r.rtfx_decoder, 100 * r.wer), fontsize=8, xytext=(3, 3),
+                            textcoords="offset points")
+        if not inline:
+            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
         n = sorted({r.utterances for r in rows if r.dataset == d})
         ax.set_xscale("log")
         ax.set_xlabel("RTFx (decoder only, log)")

@@ -188,7 +188,9 @@ class ResultRow:
     @property
     def label(self) -> str:
         """Human-readable key: "ctc_beam@cuda [B=16,T=200]" (the dataset is shown separately)."""
-        return f"{self.decoder} [{self.params_label}]" if self.params else self.decoder
+        # coordinates the decoder label already names ("wfst@cuda[compact TLG, b=32]") are not repeated
+        rest = ",".join(f"{k}={self.params[k]}" for k in sorted(self.params) if str(self.params[k]) not in self.decoder)
+        return f"{self.decoder} [{rest}]" if rest else self.decoder
 
     @property
     def ok(self) -> bool:

@@ -408,7 +408,8 @@ def markdown_report(rows: Sequence[Any], title: str = "Decoder comparison") -> s
         "WER: corpus WER after text normalisation (jiwer); n/a: no references (synthetic inputs). "
         "S/D/I: substitutions/deletions/insertions. RTFx: audio seconds / decoder wall seconds (warm-up excluded); "
         "boundary api: the public decode call, host tensors in and hypotheses out; kernel: device work only. "
-        "mem: CUDA allocator peak on GPU, host RSS rise during decoding on CPU.",
+        "mem: on GPU the device memory the decoder holds (cudaMemGetInfo delta from before it was built, every "
+        "allocator) where measured, else the torch allocator peak; host RSS rise during decoding on CPU.",
         "",
     ]
     return "\n".join(parts)
