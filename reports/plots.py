@@ -87,6 +87,26 @@ def plot_boost_sweep(rows: Sequence[Any], out_path: str | Path) -> Path:
         plt.close(fig)
 
 
+def _varying_names(by: Sequence[str], pairs: Sequence[Any]) -> list[str]:
+    """Per pair: the grouping coordinates whose value differs between pairs (k=v, comma-separated), then the
+    boundary and dataset when several occur."""
+    groups = [dict(zip(by, p.group)) for p in pairs]
+    varying = [k for k in by if len({str(g.get(k)) for g in groups}) > 1]
+    several_b = len({p.ours.boundary for p in pairs}) > 1
+    several_ds = len({p.dataset for p in pairs}) > 1
+    out = []
+    for g, p in zip(groups, pairs):
+        # a coordinate this pair lacks (None) is not named; long free-text values (notes) stay in the table
+        parts = [f"{k}={g.get(k)}" for k in varying if k not in ("boundary", "dataset")
+                 and g.get(k) not in (None, "None", "–") and len(str(g.get(k))) <= 24]
+        if several_b and "boundary" not in varying:
+            parts.append(p.ours.boundary)
+        if several_ds and "dataset" not in varying:
+            parts.append(str(p.dataset))
+        out.append(", ".join(parts) or "all")
+    return out
+
+
 def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str | Path,
                       by: Optional[Sequence[str]] = None) -> Path:
     """Two panels per group of grouping coordinates: both decoders' decoder-only RTFx (log bars) and the ratio
@@ -97,33 +117,35 @@ def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str
     unpaired = len(all_pairs) - len(pairs)
     if not pairs:
         raise ValueError(f"plot_side_by_side: no {ours}/{theirs} pair with both RTFx measured")
-    several_ds = len({p.dataset for p in pairs}) > 1
-    names = [_group_text(by, p.group) + (f"\n{p.dataset}" if several_ds else "") for p in pairs]
-    x = list(range(len(pairs)))
-    width = max(6.0, 1.1 * len(pairs) + 2)
-    fig, (ax_r, ax_q) = plt.subplots(1, 2, figsize=(2 * width, 4.5))
-    for shift, side, color, name in ((-0.2, "ours", "tab:blue", ours), (0.2, "theirs", "tab:gray", theirs)):
+    # horizontal bars, one line per group: readable for a benchmark's dozens of shapes. A group is named by the
+    # coordinates that vary between the plotted pairs (constant ones go to the title), plus the boundary and
+    # dataset when those vary.
+    names = _varying_names(by, pairs)
+    y = list(range(len(pairs)))[::-1]  # first group on top
+    height = max(3.0, 0.32 * len(pairs) + 1.2)
+    fig, (ax_r, ax_q) = plt.subplots(1, 2, figsize=(13, height), sharey=True)
+    for shift, side, color, name in ((0.2, "ours", "tab:blue", ours), (-0.2, "theirs", "tab:gray", theirs)):
         values = [getattr(p, side).rtfx_decoder for p in pairs]
-        bars = ax_r.bar([i + shift for i in x], values, 0.4, label=name, color=color)
+        bars = ax_r.barh([i + shift for i in y], values, 0.4, label=name, color=color)
         for b, v in zip(bars, values):  # log bars hide magnitudes: print them
-            ax_r.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7,
-                          xytext=(0, 2), textcoords="offset points")
-    ax_r.set_yscale("log")
-    ax_r.set_ylabel("RTFx (decoder only, log)")
-    ax_r.legend(fontsize=8)
+            ax_r.annotate(f"{v:,.0f}", (v, b.get_y() + b.get_height() / 2), va="center", fontsize=6,
+                          xytext=(2, 0), textcoords="offset points")
+    ax_r.set_xscale("log")
+    ax_r.set_xlabel("RTFx (decoder only, log)")
+    ax_r.legend(fontsize=8, loc="lower right")
     ratios = [p.ratio for p in pairs]
-    bars = ax_q.bar(x, ratios, 0.6, color=["tab:green" if q >= 1 else "tab:red" for q in ratios])
-    ax_q.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    bars = ax_q.barh(y, ratios, 0.6, color=["tab:green" if q >= 1 else "tab:red" for q in ratios])
+    ax_q.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
     for b, q in zip(bars, ratios):
-        ax_q.annotate(f"{q:.2f}x", (b.get_x() + b.get_width() / 2, q), ha="center", va="bottom", fontsize=8,
-                      xytext=(0, 2), textcoords="offset points")
-    ax_q.set_ylabel(f"{ours} RTFx / {theirs} RTFx")
-    ax_q.set_ylim(0, max(ratios + [1.0]) * 1.15)
-    boundaries = sorted({p.ours.boundary for p in pairs})
+        ax_q.annotate(f"{q:.2f}x", (q, b.get_y() + b.get_height() / 2), va="center", fontsize=7,
+                      xytext=(2, 0), textcoords="offset points")
+    ax_q.set_xlabel(f"{ours} RTFx / {theirs} RTFx")
+    ax_q.set_xlim(0, max(ratios + [1.0]) * 1.18)
+    ax_r.set_yticks(y)
+    ax_r.set_yticklabels(names, fontsize=7)
     for ax in (ax_r, ax_q):
-        ax.set_xticks(x)
-        ax.set_xticklabels(names, fontsize=8, rotation=20 if len(pairs) > 4 else 0, ha="right" if len(pairs) > 4 else "center")
-        ax.grid(True, axis="y", alpha=0.3)
+        ax.grid(True, axis="x", alpha=0.3)
+    boundaries = sorted({p.ours.boundary for p in pairs})
     title = f"{ours} vs {theirs}, same run ({'/'.join(boundaries)} boundary)"
     if unpaired:
         title += f"; {unpaired} group(s) without a {theirs} RTFx not shown"
