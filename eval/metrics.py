@@ -284,7 +284,12 @@ def _cpu_model() -> str:
 
 
 def _git_commit(cwd: Optional[str] = None) -> Optional[str]:
+    """HEAD (+ "-dirty"); `EVAL_GIT_COMMIT` wins: a copy of the tree on a remote host (the GPU device call) can
+    carry a stale .git, so the caller states the commit it sent."""
     import subprocess
+
+    if os.environ.get("EVAL_GIT_COMMIT"):
+        return os.environ["EVAL_GIT_COMMIT"]
 
     try:
         out = subprocess.run(
