@@ -7,7 +7,7 @@ REPORT_DIR ?= $(RUN_DIR)/demo/$(SCALE)
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-nemo demo test test-fast test-gpu bench graphs eval report gate workload clean
+.PHONY: setup setup-nemo demo test test-fast test-gpu gpu-check bench graphs eval report report-evidence gate workload clean
 
 setup: .setup.stamp
 .setup.stamp: pyproject.toml
@@ -35,6 +35,16 @@ eval: setup
 report: setup
 	@test -d $(REPORT_DIR) || { echo "report: $(REPORT_DIR) does not exist; run 'make demo' first or pass REPORT_DIR=runs/<experiment>/<run>"; exit 2; }
 	$(PYTHON) -m reports.cli $(REPORT_DIR)
+
+# Every committed GPU evidence run directory (reports/evidence/<machine>_<date>/<experiment>/<run>) -> tables + plots.
+report-evidence: setup
+	@for d in $$(find reports/evidence -name results.jsonl -exec dirname {} \; | sort); do \
+	  echo "== $$d"; $(PYTHON) -m reports.cli $$d || exit 1; done
+
+# The GPU test routine, on a CUDA host, every time kernel code changes: gpu tests + compute-sanitizer
+# memcheck / racecheck / synccheck over both smokes (summary and logs under $$OUT, default /tmp/gpu_check_out).
+gpu-check:
+	bash .ci/gpu-host/gpu_check.sh
 
 # Regression gate of a run against a committed baseline (WER and, on matching hardware, RTFx). Default: the demo
 # run; any run directory, e.g. a GPU benchmark: make gate GATE_RUN=runs/wfst_bench/h200 GATE_BASELINE=reports/baselines/x.json
