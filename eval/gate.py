@@ -74,22 +74,10 @@ class GateReport:
         return not self.failures
 
     def render(self) -> str:
-        def num(metric: str, v: Optional[float]) -> str:
-            if v is None:
-                return "–"
-            return f"{100 * v:.2f}%" if metric == "wer" else f"{v:.1f}"
+        """The diff table and verdict line, rendered by reports/ (the one place tables are drawn)."""
+        from reports.tables import gate_table
 
-        lines = ["| decoder | dataset | metric | baseline | current | status | note |", "|---|---|---|---:|---:|---|---|"]
-        order = {"FAIL": 0, "pass": 1, "n/a": 2, "new": 3, "skip": 4}
-        for c in sorted(self.checks, key=lambda c: order.get(c.status, 9)):
-            lines.append(
-                f"| {c.decoder} | {c.dataset} | {c.metric} | {num(c.metric, c.baseline)} | "
-                f"{num(c.metric, c.current)} | {c.status} | {c.note} |"
-            )
-        n_fail = len(self.failures)
-        verdict = "GATE PASSED" if n_fail == 0 else f"GATE FAILED: {n_fail} regression(s)"
-        counts = {s: sum(1 for c in self.checks if c.status == s) for s in ("pass", "FAIL", "skip", "new", "n/a")}
-        return "\n".join(lines) + f"\n\n{verdict} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
+        return gate_table(self.checks)
 
 
 @dataclass

@@ -413,3 +413,25 @@ def markdown_report(rows: Sequence[Any], title: str = "Decoder comparison") -> s
         "",
     ]
     return "\n".join(parts)
+
+
+def gate_table(checks: Sequence[Any]) -> str:
+    """eval.gate's report: one line per check (objects with decoder, dataset, metric, status, baseline, current,
+    note), failures first, then the verdict with the count of each status."""
+
+    def num(metric: str, v: Optional[float]) -> str:
+        if v is None:
+            return "–"
+        return f"{100 * v:.2f}%" if metric == "wer" else f"{v:.1f}"
+
+    lines = ["| decoder | dataset | metric | baseline | current | status | note |", "|---|---|---|---:|---:|---|---|"]
+    order = {"FAIL": 0, "pass": 1, "n/a": 2, "new": 3, "skip": 4}
+    for c in sorted(checks, key=lambda c: order.get(c.status, 9)):
+        lines.append(
+            f"| {c.decoder} | {c.dataset} | {c.metric} | {num(c.metric, c.baseline)} | "
+            f"{num(c.metric, c.current)} | {c.status} | {c.note} |"
+        )
+    n_fail = sum(1 for c in checks if c.status == "FAIL")
+    verdict = "GATE PASSED" if n_fail == 0 else f"GATE FAILED: {n_fail} regression(s)"
+    counts = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "FAIL", "skip", "new", "n/a")}
+    return "\n".join(lines) + f"\n\n{verdict} ({', '.join(f'{k} {v}' for k, v in counts.items())})"

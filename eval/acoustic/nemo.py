@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from eval.acoustic.base import AcousticBatch, Utterance
+from eval.metrics import Stopwatch
 from recipes.tokens import TokenSet
 
 Precision = Literal["fp32", "fp16", "bf16"]
@@ -117,11 +117,6 @@ def subsampling_factor(model) -> int:
     raise ValueError(f"cannot determine the subsampling factor of encoder {type(enc).__name__}")
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class NemoSource:
     """AcousticSource over a loaded NeMo CTC model."""
 
@@ -184,15 +179,13 @@ class NemoSource:
     @contextlib.contextmanager
     def _stage(self, name: str, memory: dict):
         cuda = self.device.type == "cuda"
-        if self.cfg.sync_stages:
-            _sync(self.device)
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
-        t0 = time.perf_counter()
-        yield
-        if self.cfg.sync_stages:
-            _sync(self.device)
-        self.stage_seconds[name] = self.stage_seconds.get(name, 0.0) + time.perf_counter() - t0
+        # sync_stages: the Stopwatch of the device syncs at both ends, so each stage is billed its own kernels
+        watch = Stopwatch(str(self.device) if self.cfg.sync_stages else "cpu")
+        with watch:
+            yield
+        self.stage_seconds[name] = self.stage_seconds.get(name, 0.0) + watch.wall_seconds
         if cuda:
             peak = int(torch.cuda.max_memory_allocated(self.device))
             memory[name] = peak
@@ -265,21 +258,23 @@ class NemoSource:
         if self.cfg.preload_audio:
             from tqdm import tqdm
 
-            t0 = time.perf_counter()
-            for u in tqdm(utts, desc="loading audio", disable=not self.cfg.progress, unit="utt"):
-                self._load(u)
-            self.stage_seconds["load_audio"] += time.perf_counter() - t0
+            watch = Stopwatch("cpu")
+            with watch:
+                for u in tqdm(utts, desc="loading audio", disable=not self.cfg.progress, unit="utt"):
+                    self._load(u)
+            self.stage_seconds["load_audio"] += watch.wall_seconds
         for start in range(0, len(utts), batch_size):
             chunk = utts[start : start + batch_size]
-            t0 = time.perf_counter()
-            waves = [self._load(u) for u in chunk]
+            load = Stopwatch("cpu")
+            with load:
+                waves = [self._load(u) for u in chunk]
             if not self.cfg.preload_audio:
-                self.stage_seconds["load_audio"] += time.perf_counter() - t0
+                self.stage_seconds["load_audio"] += load.wall_seconds
             memory: dict = {}
-            t1 = time.perf_counter()
-            log_probs, lengths = self.forward_waveforms(waves, memory)
-            _sync(self.device)
-            acoustic_s = time.perf_counter() - t1
+            forward = Stopwatch(str(self.device))  # syncs on CUDA: the batch's kernels are billed here
+            with forward:
+                log_probs, lengths = self.forward_waveforms(waves, memory)
+            acoustic_s = forward.wall_seconds
             self.audio_seconds_done += sum(len(w) for w in waves) / self.sample_rate
             yield AcousticBatch(
                 utterances=list(chunk),

@@ -7,14 +7,13 @@ pass would be, so "end-to-end" RTFx on this source is a plumbing check, not a mo
 """
 from __future__ import annotations
 
-import time
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
 from eval.acoustic.base import AcousticBatch, Utterance
-from eval.metrics import iter_chunks
+from eval.metrics import Stopwatch, iter_chunks
 from recipes.tokens import TokenSet
 
 # padded frames: certain blank (finite, so no kernel ever sees -inf - -inf)
@@ -50,20 +49,21 @@ class SimulatorSource:
         from recipes.simulator import simulate_utterance
 
         for chunk in iter_chunks(list(utterances), batch_size):
-            t0 = time.perf_counter()
-            arrays = [
-                simulate_utterance(u.text, u.duration, self.tokens, self.simulator_config, key=u.id)
-                for u in chunk
-            ]
-            log_probs, lengths = pad_log_probs(arrays, self.tokens.blank_id)
-            if self.device != "cpu":
-                log_probs = log_probs.to(self.device, non_blocking=True)
-                lengths = lengths.to(self.device)
+            watch = Stopwatch(self.device)  # the one timer (eval.metrics); syncs on CUDA
+            with watch:
+                arrays = [
+                    simulate_utterance(u.text, u.duration, self.tokens, self.simulator_config, key=u.id)
+                    for u in chunk
+                ]
+                log_probs, lengths = pad_log_probs(arrays, self.tokens.blank_id)
+                if self.device != "cpu":
+                    log_probs = log_probs.to(self.device, non_blocking=True)
+                    lengths = lengths.to(self.device)
             yield AcousticBatch(
                 utterances=list(chunk),
                 log_probs=log_probs,
                 lengths=lengths,
-                acoustic_seconds=time.perf_counter() - t0,
+                acoustic_seconds=watch.wall_seconds,
             )
 
 
