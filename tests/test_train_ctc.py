@@ -166,3 +166,16 @@ def test_gpu_bf16_training_smoke(trained, tmp_path):
     assert all(0.0 <= r["dev_wer"] for r in s["dev_wer_per_epoch"])
     model = tc.restore_ctc_model(tmp_path / "gpu_ctc.nemo", map_location="cuda")
     assert next(model.parameters()).is_cuda and model.decoder.num_classes_with_blank == 129
+
+
+def test_greedy_texts_collapses_repeats_drops_blank_and_respects_lengths():
+    import torch
+    from types import SimpleNamespace
+
+    seen = []
+    model = SimpleNamespace(decoder=SimpleNamespace(num_classes_with_blank=129),
+                            tokenizer=SimpleNamespace(ids_to_text=lambda ids: seen.append(ids) or " ".join(map(str, ids))))
+    argmax = torch.tensor([[5, 5, 128, 5, 7, 7, 128], [3, 128, 3, 3, 9, 9, 9], [128, 128, 128, 1, 1, 1, 1]])
+    texts = tc.greedy_texts(model, argmax, torch.tensor([7, 4, 3]))
+    assert texts == ["5 5 7", "3 3", ""]  # a blank separates real repeats; frames past the length are ignored
+    assert seen == [[5, 5, 7], [3, 3]]
