@@ -335,3 +335,17 @@ def describe(tokens: TokenSet) -> dict:
         "tokens_sha256": _tokens_sha256(list(tokens.tokens)),
     }
 
+
+def write_nemo_vocab_txt(sp_model: Union[str, Path], out_path: Union[str, Path]) -> Path:
+    """vocab.txt beside a sentencepiece model, as NeMo's process_asr_text_tokenizer.py writes it (word-initial pieces
+    without the leading "\u2581", the others "##"-prefixed): what a NeMo `tokenizer: {dir, type: bpe}` folder holds."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(sp_model))
+    out_path = Path(out_path)
+    with open(out_path, "w", encoding="utf-8") as f:
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            f.write((piece[1:] if piece.startswith("\u2581") else "##" + piece) + "\n")
+    return out_path
+

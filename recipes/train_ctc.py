@@ -161,17 +161,13 @@ def sha256_file(path: str | Path) -> str:
 def write_nemo_tokenizer_dir(sp_model: str | Path, out_dir: str | Path) -> Path:
     """The folder NeMo's `tokenizer: {dir, type: bpe}` reads: tokenizer.model (the workload's BPE, unchanged)
     and vocab.txt (as NeMo's process_asr_text_tokenizer.py writes it)."""
-    import sentencepiece as spm
+    from recipes.nemo_tokenizer import write_nemo_vocab_txt
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = Path(sp_model).read_bytes()
     (out_dir / "tokenizer.model").write_bytes(data)
-    sp = spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model"))
-    with open(out_dir / "vocab.txt", "w", encoding="utf-8") as f:
-        for i in range(sp.get_piece_size()):
-            piece = sp.id_to_piece(i)
-            f.write((piece[1:] if piece.startswith("\u2581") else "##" + piece) + "\n")
+    write_nemo_vocab_txt(out_dir / "tokenizer.model", out_dir / "vocab.txt")
     return out_dir
 
 

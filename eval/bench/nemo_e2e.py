@@ -58,12 +58,9 @@ def _train_sentencepiece(out_dir: Path, vocab_size: int, text: Sequence[str]) ->
         input=str(corpus), model_prefix=str(out_dir / "tokenizer"), vocab_size=vocab_size, model_type="unigram",
         character_coverage=1.0, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2,
     )
-    sp = spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model"))
-    # NeMo's process_asr_text_tokenizer.py writes vocab.txt: word-initial pieces without "▁", others "##"-prefixed
-    with open(out_dir / "vocab.txt", "w", encoding="utf-8") as f:
-        for i in range(sp.get_piece_size()):
-            piece = sp.id_to_piece(i)
-            f.write((piece[1:] if piece.startswith("\u2581") else "##" + piece) + "\n")
+    from recipes.nemo_tokenizer import write_nemo_vocab_txt
+
+    write_nemo_vocab_txt(out_dir / "tokenizer.model", out_dir / "vocab.txt")
     return out_dir
 
 
