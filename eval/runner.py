@@ -44,7 +44,11 @@ log = logging.getLogger(__name__)
 
 
 def load_manifest(path: str | Path, max_utterances: Optional[int] = None) -> list[Utterance]:
-    """NeMo manifest JSONL ({"audio_filepath", "duration", "text"[, "id"]}) -> utterances."""
+    """NeMo manifest JSONL ({"audio_filepath", "duration", "text"[, "id"]}) -> utterances.
+
+    A relative `audio_filepath` is resolved against the manifest's folder (NeMo's convention, and what
+    recipes.speech_corpus writes), not against the working directory, so a corpus folder can be moved or
+    read from anywhere."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"manifest not found: {path}")
@@ -56,12 +60,17 @@ def load_manifest(path: str | Path, max_utterances: Optional[int] = None) -> lis
             try:
                 row = json.loads(line)
                 utt_id = str(row.get("id") or Path(row.get("audio_filepath") or f"utt{lineno}").stem)
+                audio = row.get("audio_filepath")
+                if audio is not None:
+                    audio = str(audio)
+                    if not Path(audio).is_absolute():
+                        audio = str(path.parent / audio)
                 utts.append(
                     Utterance(
                         id=utt_id,
                         text=str(row["text"]),
                         duration=float(row["duration"]),
-                        audio_filepath=row.get("audio_filepath"),
+                        audio_filepath=audio,
                     )
                 )
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
@@ -336,9 +345,15 @@ class RunInputs:
 
 
 def prepare_inputs(cfg: DictConfig, workload: Any = None, source_factory: Optional[SourceFactory] = None) -> RunInputs:
-    """Datasets (the workload's sets, or data.manifests), the token set and the acoustic source factory."""
+    """Datasets (the workload's sets, or data.manifests), the token set and the acoustic source factory.
+
+    With data.manifests, the synthetic workload is still loaded when `data.workload_root` is set: the
+    manifests then speak the workload's language (e.g. the synthesized speech of recipes.speech_corpus), so its
+    token set, ARPA, lexicon and graphs apply, and an acoustic model must match its token set. Without
+    workload_root (e.g. LibriSpeech + a NeMo model), the acoustic model defines the tokens."""
     uses_workload = not cfg.data.manifests
-    if workload is None and (uses_workload or _value(cfg.model.source) == "simulator"):
+    wants_workload = uses_workload or _value(cfg.model.source) == "simulator" or bool(cfg.data.workload_root)
+    if workload is None and wants_workload:
         from recipes.workload import prepare_workload
 
         workload = prepare_workload(scale=str(cfg.data.scale), root=cfg.data.workload_root or "data/workload")

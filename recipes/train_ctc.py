@@ -255,6 +255,8 @@ def dev_wer(model, dev: Sequence[dict], batch_size: int, device, autocast_dtype=
     """Greedy WER of `model` on `dev` (eval mode, no gradients; restores train mode after)."""
     import torch
 
+    # The one exception to "recipes never import eval": the project has exactly one WER (eval.metrics), and a
+    # training curve scored any other way would not be comparable with the harness's tables.
     from eval.metrics import word_error_stats
 
     was_training = model.training
