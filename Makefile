@@ -3,7 +3,6 @@
 PYTHON ?= python3
 SCALE ?= tiny
 RUN_DIR ?= runs
-REPORT_DIR ?= $(RUN_DIR)/demo/$(SCALE)
 ARGS ?=
 PYTEST_ARGS ?=
 
@@ -23,15 +22,25 @@ workload: setup
 graphs: setup
 	$(PYTHON) -m recipes.build_graphs workload.scale=$(SCALE)
 
-# Main job on the embedded workload: data + graphs + every decoder available here + comparison table + WER gate.
-demo: setup
-	$(PYTHON) -m eval.demo scale=$(SCALE)
+# Main job (`python -m eval.demo --help`): DEMO_DATA=speech (default) synthesizes the speech test sets (cached under
+# data/speech), runs NeMo features + the project's Conformer-CTC (models/conformer_ctc_speech; CUDA when present)
+# and decodes with every decoder available here on the workload's graphs (built once, cached under data/graphs),
+# prints the comparison table and gates WER against reports/baselines/demo_$(SCALE).json; it installs the nemo and
+# speech extras first (setup-nemo). DEMO_DATA=simulator: the posterior simulator instead (no audio, no NeMo),
+# runs/demo/$(SCALE)_simulator gated against reports/baselines/demo_$(SCALE)_simulator.json. DEMO_ARGS: more
+# demo options / Hydra overrides, e.g. DEMO_ARGS="sentences=100".
+DEMO_DATA ?= speech
+DEMO_ARGS ?=
+DEMO_RUN = $(if $(filter simulator,$(DEMO_DATA)),$(SCALE)_simulator,$(SCALE))
+demo: setup $(if $(filter speech,$(DEMO_DATA)),setup-nemo)
+	$(PYTHON) -m eval.demo scale=$(SCALE) data=$(DEMO_DATA) $(DEMO_ARGS)
 
 # Any evaluation: make eval ARGS="decoder=flashlight decoder.beam_size=64"  (Hydra overrides, see conf/)
 eval: setup
 	$(PYTHON) -m eval.run $(ARGS)
 
 # Markdown table + plots from a run directory (default: the demo's).
+REPORT_DIR ?= $(RUN_DIR)/demo/$(DEMO_RUN)
 report: setup
 	@test -d $(REPORT_DIR) || { echo "report: $(REPORT_DIR) does not exist; run 'make demo' first or pass REPORT_DIR=runs/<experiment>/<run>"; exit 2; }
 	$(PYTHON) -m reports.cli $(REPORT_DIR)
@@ -48,18 +57,19 @@ gpu-check:
 
 # Regression gate of a run against a committed baseline (WER and, on matching hardware, RTFx). Default: the demo
 # run; any run directory, e.g. a GPU benchmark: make gate GATE_RUN=runs/wfst_bench/h200 GATE_BASELINE=reports/baselines/x.json
-GATE_RUN ?= $(RUN_DIR)/demo/$(SCALE)
-GATE_BASELINE ?= reports/baselines/demo_$(SCALE).json
+GATE_RUN ?= $(RUN_DIR)/demo/$(DEMO_RUN)
+GATE_BASELINE ?= reports/baselines/demo_$(DEMO_RUN).json
 gate: setup
 	@test -f $(GATE_RUN)/results.jsonl || { echo "gate: no $(GATE_RUN)/results.jsonl; run 'make demo' first or pass GATE_RUN=runs/<experiment>/<run>"; exit 2; }
 	$(PYTHON) -m eval.gate $(GATE_RUN) $(GATE_BASELINE)
 
-# The tests also install the `nemo` extra (NeMo 3.0 on the CPU torch; ~70 s in a fresh venv) so the tiny
-# Conformer-CTC end-to-end tests run instead of skipping; NEMO=0 leaves it out (those tests then skip).
+# The `nemo` extra (NeMo 3.0 on the CPU torch; ~70 s in a fresh venv) and the `speech` extra (espeak-ng wheel,
+# soxr): what the speech demo needs, and what the tests install so the Conformer-CTC end-to-end and speech corpus
+# tests run instead of skipping; NEMO=0 leaves them out of `make test` (those tests then skip).
 NEMO ?= 1
 setup-nemo: .setup-nemo.stamp
 .setup-nemo.stamp: .setup.stamp
-	$(PYTHON) -m pip install -q -e '.[baselines,dev,nemo]'
+	$(PYTHON) -m pip install -q -e '.[baselines,dev,nemo,speech]'
 	@touch $@
 
 # Everything that runs without a GPU, `slow` included (the WFST-vs-k2py/Kaldi agreement on the embedded

@@ -1,11 +1,24 @@
-"""`python -m eval.demo scale=tiny [overrides]`: the README's first command.
+"""`python -m eval.demo [scale=tiny] [data=speech|simulator] [sentences=N] [speech_root=DIR] [overrides]`: the
+README's first command (`make demo`).
 
-Prepares the embedded synthetic workload (generated once, then cached), builds the decoding graphs (once, then
-cached) with `recipes.build_graphs`, decodes the clean and other sets with every decoder this machine can
-run (conf/experiment/demo.yaml lists them all; those that cannot run here are listed with the reason),
-prints the comparison table, writes runs/demo/<scale>/ (results, hypotheses, config, report.md, plot)
-and gates the WER against reports/baselines/demo_<scale>.json. Exit status 1 when the gate fails.
-Extra arguments are Hydra overrides, e.g. `python -m eval.demo scale=tiny data.max_utterances=20`.
+Default, `data=speech` (the embedded default): real audio through a real model. Synthesizes the speech test sets
+test-clean and test-other (`sentences` per set, default 200; recipes.speech_corpus: sentences of the
+workload's LM spoken by espeak-ng, cached and verified by sha256 under `speech_root`, default data/speech),
+runs NeMo features + the project's own Conformer-CTC (models/conformer_ctc_speech, conf/model/
+conformer_ctc_speech.yaml; CUDA when present, else CPU) through the harness's NeMo acoustic source, and decodes
+its log-probs with every decoder this machine can run on the workload's BPE graphs (built once, then cached).
+Writes runs/demo/<scale>/ and gates the WER against reports/baselines/demo_<scale>.json. Decoder scales:
+conf/experiment/demo_speech.yaml (chosen on the speech dev set, never on the test sets).
+
+`data=simulator`: the CTC posterior simulator over the embedded synthetic workload's own test sets (no audio,
+no NeMo; seconds), written to runs/demo/<scale>_simulator/ and gated against
+reports/baselines/demo_<scale>_simulator.json. The simulator's confusions are invented by the project; it
+stays for decoder work that needs no acoustic model and for scales the speech model was not trained for.
+
+Both: conf/experiment/demo*.yaml list every decoder (those that cannot run here are listed with the
+reason), the comparison table is printed, and a report.md + plot are written beside the results. Exit status
+1 when the gate fails, 2 on bad input. Other arguments are Hydra overrides of the evaluation config, e.g.
+`python -m eval.demo data.max_utterances=20` or `python -m eval.demo data=simulator scale=small`.
 """
 from __future__ import annotations
 
@@ -15,49 +28,121 @@ from pathlib import Path
 
 from eval.config import CONF_DIR, REPO_ROOT, compose_config
 
+DEMO_DATA = ("speech", "simulator")
+# 200 sentences per test set: ~0.3 h of audio each; synthesis ~15 s and the Conformer on 2 CPU cores ~70 s,
+# so `make demo` stays within its 5-minute budget on a 2-core machine with the NeMo install included
+DEFAULT_SENTENCES = 200
+DEFAULT_SPEECH_ROOT = "data/speech"
+USAGE = ("usage: python -m eval.demo [scale=<scale>] [data=speech|simulator] [sentences=N] [speech_root=DIR] "
+         "[hydra overrides]")
 
-def demo_overrides(argv: list[str]) -> tuple[str, list[str]]:
-    scale, rest = "tiny", []
-    for a in argv:
-        if a.startswith("scale="):
-            scale = a.split("=", 1)[1]
-        elif a.startswith("--"):
-            raise ValueError(f"unknown option {a!r}; usage: python -m eval.demo scale=<scale> [hydra overrides]")
-        else:
-            rest.append(a)
-    overrides = ["experiment=demo", f"experiment.run={scale}"]
-    overrides.append(f"data={scale}" if (CONF_DIR / "data" / f"{scale}.yaml").is_file() else f"data.scale={scale}")
-    baseline = REPO_ROOT / "reports" / "baselines" / f"demo_{scale}.json"
-    if baseline.is_file():
-        overrides.append(f"experiment.gate_baseline={baseline}")
-    return scale, overrides + rest
+
+class DemoOptions:
+    """The demo's own options (everything else is a Hydra override of the evaluation config)."""
+
+    def __init__(self, argv: list[str]):
+        self.scale, self.data, self.sentences, self.speech_root = "tiny", "speech", DEFAULT_SENTENCES, DEFAULT_SPEECH_ROOT
+        self.rest: list[str] = []
+        for a in argv:
+            key, eq, value = a.partition("=")
+            if a in ("-h", "--help"):
+                raise SystemExit(print(__doc__) or 0)
+            if a.startswith("--"):
+                raise ValueError(f"unknown option {a!r}; {USAGE}")
+            if key == "scale" and eq:
+                self.scale = value
+            elif key == "data" and eq:
+                if value not in DEMO_DATA:
+                    raise ValueError(f"data must be one of {list(DEMO_DATA)} (the demo's data), got {value!r}; {USAGE}")
+                self.data = value
+            elif key == "sentences" and eq:
+                try:
+                    self.sentences = int(value)
+                except ValueError:
+                    self.sentences = -1
+                if self.sentences < 1:
+                    raise ValueError(f"sentences must be an integer >= 1 (test sentences per set), got {value!r}")
+            elif key == "speech_root" and eq:
+                if not value:
+                    raise ValueError("speech_root must be a folder path, got ''")
+                self.speech_root = value
+            else:
+                self.rest.append(a)
+        if self.data == "speech" and not (CONF_DIR / "data" / f"speech_{self.scale}.yaml").is_file():
+            have = sorted(p.stem[len("speech_"):] for p in (CONF_DIR / "data").glob("speech_*.yaml"))
+            raise ValueError(f"scale={self.scale}: no speech model/corpus for this scale (speech scales: {have}); "
+                             f"use data=simulator for the simulator at scale {self.scale}")
+
+    @property
+    def run(self) -> str:
+        return self.scale if self.data == "speech" else f"{self.scale}_simulator"
+
+    @property
+    def baseline(self) -> Path:
+        return REPO_ROOT / "reports" / "baselines" / f"demo_{self.run}.json"
+
+
+def demo_overrides(opts: DemoOptions, manifests: dict | None = None) -> list[str]:
+    """The evaluation-config overrides of the demo (`manifests`: the speech test sets' manifest paths)."""
+    if opts.data == "speech":
+        overrides = ["experiment=demo_speech", f"data=speech_{opts.scale}", "model=conformer_ctc_speech"]
+        for name, path in (manifests or {}).items():
+            overrides.append(f"data.manifests.{name}={path}")
+    else:
+        overrides = ["experiment=demo", "model=simulator_bpe"]
+        overrides.append(f"data={opts.scale}" if (CONF_DIR / "data" / f"{opts.scale}.yaml").is_file()
+                         else f"data.scale={opts.scale}")
+    overrides.append(f"experiment.run={opts.run}")
+    if opts.baseline.is_file():
+        overrides.append(f"experiment.gate_baseline={opts.baseline}")
+    return overrides + opts.rest
+
+
+def synthesize_test_sets(opts: DemoOptions) -> dict:
+    """test-clean and test-other (`opts.sentences` each) -> {"clean": manifest, "other": manifest}. Cached: a
+    second call verifies every WAV's sha256 and synthesizes nothing. No dev or train audio is made here."""
+    from recipes.speech_corpus import prepare_speech_corpus
+
+    corpus = prepare_speech_corpus(out_root=opts.speech_root, train_hours=0, dev_sentences=0,
+                                   test_sentences=opts.sentences, progress=False,
+                                   workload=_corpus_workload(opts.scale))
+    return {"clean": corpus.manifests["test-clean"], "other": corpus.manifests["test-other"]}
+
+
+def _corpus_workload(scale: str):
+    from recipes.speech_corpus import CorpusWorkloadRef
+
+    return CorpusWorkloadRef(scale=scale)
 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     try:
-        scale, overrides = demo_overrides(argv)
-        cfg = compose_config(overrides)
+        opts = DemoOptions(list(argv))
+        manifests = synthesize_test_sets(opts) if opts.data == "speech" else None
+        cfg = compose_config(demo_overrides(opts, manifests))
         from eval.run import run_and_report
 
         status = run_and_report(cfg)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
-    run_dir = Path(cfg.experiment.output_dir) / "demo" / scale
+    run_dir = Path(cfg.experiment.output_dir) / cfg.experiment.name / opts.run
     try:
         from reports.plots import plot_wer_vs_rtfx
         from reports.tables import load_results, markdown_report
 
         rows = load_results([run_dir / "results.jsonl"])
-        (run_dir / "report.md").write_text(markdown_report(rows, f"Demo ({scale})"), encoding="utf-8")
+        title = f"Demo ({opts.scale}, {'Conformer-CTC on synthesized speech' if opts.data == 'speech' else 'simulator'})"
+        (run_dir / "report.md").write_text(markdown_report(rows, title), encoding="utf-8")
         plot_wer_vs_rtfx(rows, run_dir / "wer_vs_rtfx.png")
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"(report/plot not written: {e})", file=sys.stderr)
     if cfg.experiment.get("gate_baseline") is None:
-        print(f"\nno baseline reports/baselines/demo_{scale}.json: gate skipped "
-              f"(create one with: python -m eval.gate {run_dir}/results.jsonl reports/baselines/demo_{scale}.json --write-baseline)")
+        print(f"\nno baseline {opts.baseline.relative_to(REPO_ROOT)}: gate skipped "
+              f"(create one with: python -m eval.gate {run_dir}/results.jsonl {opts.baseline.relative_to(REPO_ROOT)} "
+              "--write-baseline)")
     return status
 
 

@@ -1,6 +1,6 @@
-"""`python -m eval.demo` end to end on a cut-down real tiny workload: prints the table with greedy and
-Flashlight on clean and other, writes the run dir + report, and gates (pass on its own baseline, fail on
-a planted regression)."""
+"""`python -m eval.demo data=simulator` end to end on a cut-down real tiny workload: prints the table with greedy
+and Flashlight on clean and other, writes the run dir (runs/demo/tiny_simulator) + report, and gates (pass on its
+own baseline, fail on a planted regression). The speech default is tests/test_demo_speech.py."""
 import json
 
 from eval.demo import main
@@ -11,7 +11,7 @@ def test_demo_end_to_end_with_gate(tmp_path, capsys):
     common = [
         "scale=tiny", f"data.workload_root={tmp_path / 'wl'}", f"experiment.output_dir={tmp_path / 'runs'}",
         f"graph.root={tmp_path / 'graphs'}", "data.max_utterances=6", "experiment.decoders=[greedy,flashlight,ghost_free_name]",
-        "experiment.progress=false",
+        "experiment.progress=false", "data=simulator",
     ]
     # an unknown decoder name is a config error listing the valid choices (exit 2), not a silent drop
     assert main(common) == 2
@@ -20,7 +20,7 @@ def test_demo_end_to_end_with_gate(tmp_path, capsys):
     assert main(common + ["experiment.gate_baseline=null"]) == 0
     out = capsys.readouterr().out
     assert "| greedy |" in out and "| flashlight |" in out and "clean WER %" in out and "other WER %" in out
-    run_dir = tmp_path / "runs" / "demo" / "tiny"
+    run_dir = tmp_path / "runs" / "demo" / "tiny_simulator"
     assert (run_dir / "report.md").is_file() and (run_dir / "wer_vs_rtfx.png").is_file()
     baseline = tmp_path / "base.json"
     assert gate_main([str(run_dir / "results.jsonl"), str(baseline), "--write-baseline"]) == 0

@@ -76,9 +76,11 @@ def load_nemo_model(model: str, map_location: str | torch.device = "cpu"):
         ) from e
     path = Path(model).expanduser()
     if model.endswith(".nemo") or path.exists():
-        if not path.is_file():
-            raise FileNotFoundError(f"model: no such .nemo file {str(path)!r}")
-        return ASRModel.restore_from(str(path), map_location=map_location)
+        # the archive is checked first (every member read), and restore failures are one-line errors naming
+        # the file: a truncated or corrupt .nemo otherwise surfaces as a tarfile/torch traceback from NeMo
+        from recipes.train_ctc import restore_ctc_model
+
+        return restore_ctc_model(path, map_location=map_location)
     try:
         return ASRModel.from_pretrained(model, map_location=map_location)
     except Exception as e:  # noqa: BLE001 - NeMo raises bare ValueError/Exception for network failures

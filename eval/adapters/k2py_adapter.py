@@ -74,12 +74,12 @@ def _load(graph_dir: Path, graph_file: str):
     def parse(text_path: Path):
         import k2py
 
-        from recipes.graphs.paths import _Index
+        from recipes.graphs.paths import ArcIndex
 
         graph = WfstGraph.load(graph_dir / "HLG.bin") if (graph_dir / "HLG.bin").is_file() else \
             WfstGraph.from_k2_text(text_path, words=graph_dir / "words.txt")
         k2g = k2py.CreateFsaVecFromStr(text_path.read_text(encoding="utf-8"), -1, False)
-        return k2g, graph, _Index(graph)
+        return k2g, graph, ArcIndex(graph)
 
     return load_graph_cached("k2py", graph_dir, graph_file, parse)
 
