@@ -58,7 +58,7 @@ def speech(tmp_path_factory):
     from recipes.speech_corpus import prepare_speech_corpus
 
     root = tmp_path_factory.mktemp("speech")
-    corpus = prepare_speech_corpus(out_root=root, train_hours=0, dev_sentences=0, test_sentences=N_UTTS,
+    corpus = prepare_speech_corpus(out_root=str(root), train_hours=0, dev_sentences=0, test_sentences=N_UTTS,
                                    progress=False)
     overrides = ["data=speech_tiny", "model=conformer_ctc_speech", f"model.nemo_model={MODEL}",
                  "model.params.device=cpu", f"data.workload_root={REPO / 'data' / 'workload'}",
@@ -102,7 +102,8 @@ def test_committed_model_restores_through_the_harness_with_the_graph_vocabulary(
     assert info["frame_shift_s"] == pytest.approx(0.04)
     # the model's columns are the workload's token set and the decoding graph's token table, column by column
     check_vocab_matches(inputs.tokens, src.tokens)
-    check_vocab_matches(ctx.graph_dir / "tokens.txt", src.tokens)
+    check_vocab_matches(ctx.graph_dir, src.tokens)  # tokens_k2.txt: the graph's column order
+    check_vocab_matches(json.loads((ctx.graph_dir / "graph_info.json").read_text()), src.tokens)  # size + sha256
     assert ctx.graph_dir.parts[-3:] == ("tiny", "bpe_blanklast", "compact")
 
 
@@ -172,7 +173,7 @@ def test_demo_on_speech_end_to_end(speech, tmp_path, capsys):
     from omegaconf import OmegaConf
 
     config = OmegaConf.load(run_dir / "config.yaml")
-    assert config.config.model.source == "nemo" and config.config.model.nemo_model == str(MODEL)
+    assert config.config.model.source == "nemo" and Path(config.config.model.nemo_model).resolve() == MODEL
     assert "CUDA" in config.unavailable["wfst@cuda"] or "cuda" in config.unavailable["wfst@cuda"]
     assert (run_dir / "report.md").is_file()
 
