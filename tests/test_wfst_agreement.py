@@ -56,7 +56,7 @@ def _decode_set(setup, set_name: str) -> dict:
     from eval.adapters.base import DecodingContext
     from eval.adapters.k2py_adapter import K2pyConfig, K2pyDecoder
     from eval.adapters.kaldi_decoder_adapter import KaldiDecoder, KaldiDecoderConfig
-    from recipes.graphs.paths import _Index, forced_best_path
+    from recipes.graphs.paths import ArcIndex, forced_best_path
 
     wl, gdir = setup
     tokens = wl.token_set(KIND, "last")
@@ -71,7 +71,7 @@ def _decode_set(setup, set_name: str) -> dict:
 
     if "k2g" not in _cache:
         _cache["k2g"] = k2py.CreateFsaVecFromStr((gdir / "HLG.k2.txt").read_text(encoding="utf-8"), -1, False)
-        _cache["index"] = _Index(hlg)
+        _cache["index"] = ArcIndex(hlg)
     offline = []  # (word ids, score) of k2's offline intersect_dense_pruned best path
     for b in range(len(utts)):
         L = int(lengths[b])
@@ -80,7 +80,7 @@ def _decode_set(setup, set_name: str) -> dict:
         if len(labels) != L:
             offline.append(([], float("-inf")))
             continue
-        p = forced_best_path(hlg, labels, x, _index=_cache["index"])
+        p = forced_best_path(hlg, labels, x, index=_cache["index"])
         offline.append((list(p.words), float(p.score)))
     ctx = DecodingContext(tokens=tokens, graph_dir=gdir)
     online = K2pyDecoder(K2pyConfig(search_beam=BEAM), ctx).decode(lp, lengths)
@@ -142,7 +142,7 @@ def test_hlg_tight_beam_differences_are_k2pys_final_column(setup):
     from decoders.wfst import WfstDecoder, WfstDecoderConfig
     from eval.acoustic.base import Utterance
     from eval.acoustic.simulator import SimulatorSource
-    from recipes.graphs.paths import _Index, forced_best_path
+    from recipes.graphs.paths import ArcIndex, forced_best_path
     from wfst_testlib import k2py_final_column_emulation
 
     wl, gdir = setup
@@ -153,7 +153,7 @@ def test_hlg_tight_beam_differences_are_k2pys_final_column(setup):
     hlg = _cache.setdefault("hlg", WfstGraph.load(gdir / "HLG.bin"))
     if "k2g" not in _cache:
         _cache["k2g"] = k2py.CreateFsaVecFromStr((gdir / "HLG.k2.txt").read_text(encoding="utf-8"), -1, False)
-        _cache["index"] = _Index(hlg)
+        _cache["index"] = ArcIndex(hlg)
     cfg = WfstDecoderConfig(search_beam=4.0, min_active=30, max_active=50)
     plain = WfstDecoder(hlg, cfg).decode(lp, lengths)
     padded = torch.cat([lp, torch.zeros(lp.shape[0], lp.shape[1], 1)], dim=2).contiguous()
@@ -163,7 +163,7 @@ def test_hlg_tight_beam_differences_are_k2pys_final_column(setup):
         L = int(lengths[b])
         x = np.ascontiguousarray(lp[b, :L].numpy())
         labels = [int(v) for v in k2py._k2.AlignSegments(_cache["k2g"], x, 4.0, 8.0, 30, 50, True, True)["labels"]]
-        words = forced_best_path(hlg, labels, x, _index=_cache["index"]).words if len(labels) == L else None
+        words = forced_best_path(hlg, labels, x, index=_cache["index"]).words if len(labels) == L else None
         same_plain += words == plain.words[b]
         same_emul += words == emulated.words[b]
     assert same_emul >= 0.99 * len(utts)
