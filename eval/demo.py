@@ -2,7 +2,7 @@
 README's first command (`make demo`).
 
 Default, `data=speech` (the embedded default): real audio through a real model. Synthesizes the speech test sets
-test-clean and test-other (`sentences` per set, default 200; recipes.speech_corpus: sentences of the
+test-clean and test-other (`sentences` per set, default 100; recipes.speech_corpus: sentences of the
 workload's LM spoken by espeak-ng, cached and verified by sha256 under `speech_root`, default data/speech),
 runs NeMo features + the project's own Conformer-CTC (models/conformer_ctc_speech, conf/model/
 conformer_ctc_speech.yaml; CUDA when present, else CPU) through the harness's NeMo acoustic source, and decodes
@@ -29,9 +29,10 @@ from pathlib import Path
 from eval.config import CONF_DIR, REPO_ROOT, compose_config
 
 DEMO_DATA = ("speech", "simulator")
-# 200 sentences per test set: ~0.3 h of audio each; synthesis ~15 s and the Conformer on 2 CPU cores ~70 s,
-# so `make demo` stays within its 5-minute budget on a 2-core machine with the NeMo install included
-DEFAULT_SENTENCES = 200
+# 100 sentences per test set (~0.15 h of audio, ~1,800 words each): on 2 CPU cores synthesis takes ~7 s, the
+# Conformer ~40 s and the decoders ~50 s (k2py and Kaldi search wide on test-other's noisy posteriors), so `make demo`
+# stays within its 5-minute budget with the NeMo install and the graph build included; 200 took 3.3 min cached
+DEFAULT_SENTENCES = 100
 DEFAULT_SPEECH_ROOT = "data/speech"
 USAGE = ("usage: python -m eval.demo [scale=<scale>] [data=speech|simulator] [sentences=N] [speech_root=DIR] "
          "[hydra overrides]")
@@ -115,12 +116,26 @@ def _corpus_workload(scale: str):
     return CorpusWorkloadRef(scale=scale)
 
 
+def _quiet_nemo() -> None:
+    """NeMo logs every restore at INFO/WARNING (the training config it would need, telemetry): pages of text around
+    the demo's table. Its errors still show."""
+    try:
+        from nemo.utils import logging as nemo_logging
+    except ImportError:
+        return  # the nemo source reports the missing install itself, as one line
+    nemo_logging.setLevel(logging.ERROR)
+    logging.getLogger("nv_one_logger").setLevel(logging.ERROR)
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else argv
     try:
         opts = DemoOptions(list(argv))
-        manifests = synthesize_test_sets(opts) if opts.data == "speech" else None
+        manifests = None
+        if opts.data == "speech":
+            manifests = synthesize_test_sets(opts)
+            _quiet_nemo()
         cfg = compose_config(demo_overrides(opts, manifests))
         from eval.run import run_and_report
 
