@@ -191,3 +191,13 @@ def test_demo_options_are_checked(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+def test_demo_help_names_the_default_and_the_simulator(capsys):
+    from eval.demo import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "data=speech" in out and "data=simulator" in out and "conformer_ctc_speech" in out

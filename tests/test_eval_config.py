@@ -88,16 +88,23 @@ def test_every_source_takes_the_one_build_source_signature():
 
 
 def test_demo_overrides_select_scale_experiment_and_baseline():
-    from eval.demo import demo_overrides
+    from eval.demo import DemoOptions, demo_overrides
 
-    scale, ov = demo_overrides(["scale=tiny", "data.max_utterances=3"])
-    assert scale == "tiny"
-    assert "experiment=demo" in ov and "data=tiny" in ov and "experiment.run=tiny" in ov
-    assert ov[-1] == "data.max_utterances=3"
+    ov = demo_overrides(DemoOptions(["scale=tiny", "data=simulator", "data.max_utterances=3"]))
+    assert "experiment=demo" in ov and "data=tiny" in ov and "model=simulator_bpe" in ov
+    assert "experiment.run=tiny_simulator" in ov and ov[-1] == "data.max_utterances=3"
+    assert any(o.startswith("experiment.gate_baseline=") and o.endswith("demo_tiny_simulator.json") for o in ov)
     cfg = validate_config(compose_config(ov))
     assert cfg.experiment.skip_unavailable and "flashlight" in cfg.experiment.decoders
+    # the default: the project's Conformer-CTC on the synthesized speech test sets, gated against demo_tiny.json
+    ov = demo_overrides(DemoOptions(["scale=tiny"]), {"clean": "c.jsonl", "other": "o.jsonl"})
+    assert {"experiment=demo_speech", "data=speech_tiny", "model=conformer_ctc_speech", "experiment.run=tiny"} <= set(ov)
+    assert any(o.startswith("experiment.gate_baseline=") and o.endswith("demo_tiny.json") for o in ov)
+    cfg = validate_config(compose_config(ov))
+    assert dict(cfg.data.manifests) == {"clean": "c.jsonl", "other": "o.jsonl"} and cfg.model.source.value == "nemo"
+    assert cfg.experiment.name == "demo" and "wfst" in cfg.experiment.decoders
     with pytest.raises(ValueError, match="usage"):
-        demo_overrides(["--fast"])
+        DemoOptions(["--fast"])
 
 
 def test_unknown_scale_lists_valid_scales():
