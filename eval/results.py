@@ -143,14 +143,16 @@ def measured_row(
     run_mate: Optional[str] = None,
     params: Optional[dict] = None,
     acoustic_stage_peak_bytes: Optional[dict] = None,
+    end_to_end_seconds: Optional[float] = None,
 ) -> ResultRow:
     """A successful (decoder, dataset) measurement. RTFx from eval.metrics.rtfx: decoder-only over
-    `decoder_seconds`, end-to-end over acoustic + host->device transfer + decoder seconds."""
+    `decoder_seconds`, end-to-end over acoustic + host->device transfer + decoder seconds, or over
+    `end_to_end_seconds` when given (a sharded run's wall time is its slowest rank's, not a sum of stage maxima)."""
     from eval.metrics import MemoryStats, hardware_key, rtfx
 
     memory = memory or MemoryStats()
     stats = dict(stats or {})
-    e2e = acoustic_seconds + transfer_seconds + decoder_seconds
+    e2e = acoustic_seconds + transfer_seconds + decoder_seconds if end_to_end_seconds is None else end_to_end_seconds
     return ResultRow(
         experiment=experiment, run=run, decoder=decoder, decoder_name=decoder_name, device=device,
         dataset=dataset, boost_value=boost_value,
@@ -228,6 +230,75 @@ def combined_row(parts: list[ResultRow], dataset: str = "all") -> ResultRow:
         decoder_config=first.decoder_config, boost_value=first.boost_value, boundary=first.boundary,
         run_mate=first.run_mate, params=first.params, acoustic_stage_peak_bytes=stage_peaks,
     )
+
+
+def sharded_hardware_key(key: Optional[str], world_size: int) -> str:
+    """The hardware a sharded run's timing depends on: the device kind and how many ranks shared the work (an
+    8-rank RTFx is not comparable with a 1-rank baseline, so the gate skips timing checks across world sizes)."""
+    return f"{key} x{int(world_size)} ranks"
+
+
+def rank_row(row: ResultRow, rank: int, world_size: int) -> ResultRow:
+    """One rank's row of a sharded run: `params["rank"]` tells it apart from the merged row (the gate and the
+    tables key rows on (decoder, dataset, params), so the merged row keeps the single-process key)."""
+    import dataclasses
+
+    if "rank" in row.params:
+        raise ValueError(f"rank_row: {row.label} ({row.dataset}) is already a rank's row")
+    return dataclasses.replace(row, params={**row.params, "rank": int(rank)},
+                               hardware_key=sharded_hardware_key(row.hardware_key, world_size))
+
+
+def sharded_row(parts: list[ResultRow], environment: Optional[dict] = None) -> ResultRow:
+    """One (decoder, dataset) measurement of a sharded run from its ranks' rows (one per rank, in rank order):
+    WER parts, audio, frames and counters summed, so the WER is the corpus WER of every hypothesis; times are the
+    slowest rank's, since the run ends when its slowest rank does (aggregate RTFx = total audio / that wall
+    time, through eval.metrics.rtfx in `measured_row`); memory peaks maxed (per process). `environment`: the
+    merged row's (rank 0's, with the world size) instead of the first part's."""
+    from eval.metrics import MemoryStats, WerStats
+
+    if not parts:
+        raise ValueError("sharded_row: no rows to merge")
+    first = parts[0]
+    for p in parts:
+        if not p.ok or (p.decoder, p.dataset, p.run) != (first.decoder, first.dataset, first.run):
+            raise ValueError(f"sharded_row: rows of one decoder's successful measurements of one dataset and run "
+                             f"only, got ({p.decoder}, {p.dataset}, {p.status}) beside ({first.decoder}, "
+                             f"{first.dataset}, {first.run})")
+    wer = sum((WerStats(substitutions=p.substitutions, deletions=p.deletions, insertions=p.insertions, hits=p.hits,
+                        utterances=p.utterances, sentence_errors=p.sentence_errors) for p in parts), WerStats())
+    memory = MemoryStats()
+    stats: dict = {}
+    stage_peaks: dict = {}
+    for p in parts:
+        memory = memory.merge(MemoryStats(p.peak_rss_bytes or 0, p.rss_increase_bytes or 0, p.cuda_peak_bytes,
+                                           p.cuda_device_used_bytes))
+        for k, v in p.decoder_stats.items():
+            stats[k] = stats.get(k, 0) + v
+        for k, v in p.acoustic_stage_peak_bytes.items():
+            stage_peaks[k] = max(int(v), stage_peaks.get(k, 0))
+    cuda_seconds = [p.decoder_cuda_seconds for p in parts]
+    devices = {p.device for p in parts}
+    # ranks on cuda:0, cuda:1, ... are one "cuda" run
+    device = first.device if len(devices) == 1 else ("cuda" if all(d.startswith("cuda") for d in devices)
+                                                     else ",".join(sorted(devices)))
+    params = {k: v for k, v in first.params.items() if k != "rank"}
+    env = dict(environment if environment is not None else first.environment)
+    row = measured_row(
+        experiment=first.experiment, run=first.run, decoder=first.decoder, decoder_name=first.decoder_name,
+        device=device, dataset=str(first.dataset), wer=wer, audio_seconds=sum(p.audio_seconds for p in parts),
+        decoder_seconds=max(p.decoder_seconds or 0.0 for p in parts), env=env,
+        frames=sum(p.frames for p in parts),
+        decoder_cuda_seconds=None if any(c is None for c in cuda_seconds) else max(cuda_seconds),
+        acoustic_seconds=max(p.acoustic_seconds or 0.0 for p in parts),
+        end_to_end_seconds=max(p.end_to_end_seconds or 0.0 for p in parts),
+        memory=memory, stats=stats, batch_size=first.batch_size, warmup_batches=first.warmup_batches,
+        decoder_config=first.decoder_config, boost_value=first.boost_value, boundary=first.boundary,
+        run_mate=first.run_mate, params=params, acoustic_stage_peak_bytes=stage_peaks,
+    )
+    import dataclasses
+
+    return dataclasses.replace(row, hardware_key=sharded_hardware_key(row.hardware_key, len(parts)))
 
 
 def hypothesis_record(*, decoder: str, dataset: str, utterance_id: str, ref: str, hyp: str, score: float,

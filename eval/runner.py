@@ -29,9 +29,11 @@ from eval.acoustic import build_acoustic_source
 from eval.acoustic.base import AcousticSource, Utterance
 from eval.adapters.base import DecodingContext, build_decoder
 from eval.config import BoostMode, decoder_labels, resolve_decoder_config, split_decoder_label, validate_config
+from eval.distributed import DistContext
 from eval.graphs import GRAPH_DECODERS, graph_dir_for, graph_mismatch, prepare_graphs
 from eval.metrics import MemoryProbe, MemoryStats, Stopwatch, environment_info, word_error_stats
-from eval.results import RunDirectory, combined_row, hypothesis_record, measured_row, unavailable_row
+from eval.results import (RunDirectory, combined_row, hypothesis_record, measured_row, rank_row, sharded_row,
+                          unavailable_row)
 from recipes.tokens import TokenSet
 from reports.schema import ResultRow
 
@@ -168,15 +170,19 @@ class DecoderRun:
 
 
 def build_decoder_runs(
-    cfg: DictConfig, base_ctx: DecodingContext, skip_unavailable: bool, graph_reason: Optional[str] = None
+    cfg: DictConfig, base_ctx: DecodingContext, skip_unavailable: bool, graph_reason: Optional[str] = None,
+    dist: Optional[DistContext] = None,
 ) -> list[DecoderRun]:
     """One DecoderRun per decoder label (and per boost value of a sweep). With `skip_unavailable`, a decoder
-    that cannot be built here (missing package, no GPU, no graph) is kept with the reason instead of raising."""
+    that cannot be built here (missing package, no GPU, no graph) is kept with the reason instead of raising.
+    `dist`: a rank of a sharded run puts a bare `cuda` decoder on its own GPU (cuda:LOCAL_RANK)."""
     runs: list[DecoderRun] = []
     default_device = resolve_device(cfg.experiment.device)
     for label in decoder_labels(cfg):
         name, device = split_decoder_label(label)
         device = device or default_device
+        if dist is not None:
+            device = dist.device(device)
         dcfg = resolve_decoder_config(name, cfg)
         run = DecoderRun(label=label, name=name, device=device,
                          config=OmegaConf.to_container(dcfg, resolve=True, enum_to_str=True))
@@ -323,6 +329,7 @@ class RunOutput:
     run_dir: Path
     rows: list[ResultRow]
     unavailable: dict[str, str]  # label -> reason
+    rank: int = 0  # a sharded run's rank; only rank 0 wrote run_dir (on its own host)
 
 
 SourceFactory = Callable[..., AcousticSource]
@@ -406,14 +413,33 @@ def decoding_context(
     return ctx, graph_reason
 
 
-def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Optional[SourceFactory] = None) -> RunOutput:
+def boost_tables(cfg: DictConfig, active: Sequence[DecoderRun], utterances: Sequence[Utterance]) -> dict:
+    """Per boost value: utterance id -> {word: boost} (by id: sources may reorder, e.g. sort by length). Built
+    from the whole dataset, also on a rank that decodes a shard of it (test_set_words reads every reference)."""
+    boosts_by_value: dict = {}
+    for r in active:
+        if r.boost_value is not None and r.boost_value not in boosts_by_value:
+            table = make_boosts(cfg, utterances, r.boost_value)
+            boosts_by_value[r.boost_value] = {u.id: b for u, b in zip(utterances, table)} if table else None
+    return boosts_by_value
+
+
+def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Optional[SourceFactory] = None,
+                   dist: Optional[DistContext] = None, extra_config: Optional[dict] = None) -> RunOutput:
     """Run the configured decoders over the configured datasets; write and return the results.
 
     `workload`: an already prepared `recipes.workload.Workload` (tests pass a small fake); by default it
     is prepared (generated or loaded from its cache) from `data.scale`.
     `source_factory(cfg, dataset=, workload=, tokens=)`: replaces the `model.source` registry lookup
     (tests, notebooks).
+    `dist`: this process's rank; by default from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK). With
+    more than one rank the datasets are sharded over the ranks and rank 0 writes the one run directory
+    (`run_sharded`); one process (the default) runs everything itself.
+    `extra_config`: more provenance for config.yaml (e.g. a sweep job's overrides).
     """
+    dist = dist if dist is not None else DistContext.from_env()
+    if dist.enabled:
+        return run_sharded(cfg, dist, workload, source_factory, extra_config)
     cfg = validate_config(cfg)
     exp = cfg.experiment
     run_dir = RunDirectory(exp.output_dir, exp.name, exp.run)  # refuses escaping names before any work
@@ -432,14 +458,8 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
                 utterances = load_manifest(manifest, cfg.data.max_utterances)
                 if not utterances:
                     raise ValueError(f"dataset {dataset!r} ({manifest}) has no utterances")
-                # per boost value: utterance id -> {word: boost} (by id: sources may reorder, e.g. sort by length)
-                boosts_by_value: dict = {}
-                for r in active:
-                    if r.boost_value is not None and r.boost_value not in boosts_by_value:
-                        table = make_boosts(cfg, utterances, r.boost_value)
-                        boosts_by_value[r.boost_value] = {u.id: b for u, b in zip(utterances, table)} if table else None
-                rows += decode_dataset(info, dataset, utterances, inputs.source(dataset), active, boosts_by_value,
-                                       inputs.tokens, hyps_file)
+                rows += decode_dataset(info, dataset, utterances, inputs.source(dataset), active,
+                                       boost_tables(cfg, active, utterances), inputs.tokens, hyps_file)
         # an "all" row for each decoder that finished every dataset
         if len(inputs.manifests) > 1:
             for r in active:
@@ -457,6 +477,208 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
             "unavailable": unavailable,
             "environment": info.env,
             "command": " ".join(sys.argv),
+            **(extra_config or {}),
         })
     log.info("wrote %s", run_dir.final_path)
+    return RunOutput(run_dir=run_dir.final_path, rows=rows, unavailable=unavailable)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sharded runs (torchrun; the plumbing is eval/distributed.py)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ShardResult:
+    """What one rank sends to rank 0: its shard's rows and hypotheses, and what it could not run."""
+
+    rank: int
+    host: str
+    env: dict
+    rows: list[ResultRow]  # per dataset (+ "all" when the run has several datasets), this rank's utterances only
+    hyps: dict[str, list[str]]  # dataset -> hyps.jsonl lines of this rank's utterances
+    shard_ids: dict[str, list[str]]  # dataset -> the utterance ids this rank decoded
+    manifest_ids: dict[str, list[str]]  # dataset -> every id in manifest order (rank 0 only; {} elsewhere)
+    runs: list[tuple]  # (label, name, device, boost_value) of every DecoderRun, in run order
+    decoders: dict[str, dict]  # label -> resolved decoder config
+    unavailable: dict[str, str]  # label -> reason
+
+
+def _wants_cuda(cfg: DictConfig) -> bool:
+    """Whether this rank's decoders run on CUDA (then the default process group is NCCL on cuda:LOCAL_RANK)."""
+    try:
+        devices = [split_decoder_label(lb)[1] or str(cfg.experiment.device) for lb in decoder_labels(cfg)]
+    except Exception:  # noqa: BLE001 - a broken config is reported by validate_config on every rank, not here
+        return False
+    return torch.cuda.is_available() and any(d == "auto" or d.startswith("cuda") for d in devices)
+
+
+def resolved_config(cfg: DictConfig) -> dict:
+    """What every rank must agree on: the typed config and every decoder's config after its YAML and overrides."""
+    return {
+        "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+        "decoders": {lb: OmegaConf.to_container(resolve_decoder_config(split_decoder_label(lb)[0], cfg), resolve=True,
+                                                enum_to_str=True) for lb in decoder_labels(cfg)},
+    }
+
+
+def run_sharded(cfg: DictConfig, dist: DistContext, workload: Any = None,
+                source_factory: Optional[SourceFactory] = None, extra_config: Optional[dict] = None) -> RunOutput:
+    """`run_experiment` on one rank of a sharded run: every rank decodes its share of each dataset
+    (`shard_by_duration`), rank 0 merges and writes the one run directory, every rank returns the same
+    RunOutput or raises the same RankFailed (the first failing rank's error; nothing is written then)."""
+    import dataclasses
+
+    from eval.distributed import (ProcessGroup, RankFailed, RankFailure, capture, check_same_config, first_failure,
+                                  raise_first_failure, staged)
+
+    with ProcessGroup(dist, use_cuda=_wants_cuda(cfg)) as pg:
+        def check():
+            typed = validate_config(cfg)
+            exp = typed.experiment
+            # rank 0 names the run (a timestamp unless experiment.run is set): every rank's rows carry that name
+            run = RunDirectory(exp.output_dir, exp.name, exp.run).run if dist.is_main else None
+            return typed, resolved_config(typed), run
+
+        mine = capture(dist.rank, check)
+        gathered = pg.all_gather(mine if isinstance(mine, RankFailure) else mine[1:])
+        raise_first_failure(gathered)
+        check_same_config([g[0] for g in gathered])
+        typed, run_name = mine[0], gathered[0][1]
+
+        inputs, runs = staged(pg, lambda: _prepare_rank(typed, workload, source_factory, dist))
+        result = capture(dist.rank, lambda: _decode_shard(typed, dist, run_name, inputs, runs))
+        results = pg.gather(result)
+        outcome = None
+        if dist.is_main:
+            outcome = first_failure(results) or capture(
+                0, lambda: _write_sharded(typed, dist, pg.backend, run_name, results, extra_config))
+        outcome = pg.broadcast(outcome)
+    if isinstance(outcome, RankFailure):
+        raise RankFailed(outcome.message())
+    return dataclasses.replace(outcome, rank=dist.rank)
+
+
+def _prepare_rank(cfg: DictConfig, workload: Any, source_factory: Optional[SourceFactory],
+                  dist: DistContext) -> tuple[RunInputs, list[DecoderRun]]:
+    inputs = prepare_inputs(cfg, workload, source_factory)
+    base_ctx, graph_reason = decoding_context(cfg, inputs, decoder_labels(cfg))
+    runs = build_decoder_runs(cfg, base_ctx, cfg.experiment.skip_unavailable, graph_reason, dist=dist)
+    return inputs, runs
+
+
+def _decode_shard(cfg: DictConfig, dist: DistContext, run_name: str, inputs: RunInputs,
+                  runs: list[DecoderRun]) -> ShardResult:
+    import io
+
+    from eval.distributed import check_unique_ids, host_name, shard_by_duration
+
+    exp = cfg.experiment
+    info = RunInfo(experiment=exp.name, run=run_name, env=environment_info(), batch_size=exp.batch_size,
+                   warmup_batches=exp.warmup_batches, skip_unavailable=exp.skip_unavailable,
+                   progress=exp.progress and dist.is_main)
+    active = [r for r in runs if r.decoder is not None]
+    rows: list[ResultRow] = []
+    hyps: dict[str, list[str]] = {}
+    shard_ids: dict[str, list[str]] = {}
+    manifest_ids: dict[str, list[str]] = {}
+    for dataset, manifest in inputs.manifests.items():
+        utterances = load_manifest(manifest, cfg.data.max_utterances)
+        if not utterances:
+            raise ValueError(f"dataset {dataset!r} ({manifest}) has no utterances")
+        ids = [u.id for u in utterances]
+        check_unique_ids(dataset, ids)
+        shard = [utterances[i] for i in shard_by_duration([u.duration for u in utterances], dist.world_size)[dist.rank]]
+        buf = io.StringIO()
+        rows += decode_dataset(info, dataset, shard, inputs.source(dataset), active,
+                               boost_tables(cfg, active, utterances), inputs.tokens, buf)
+        hyps[dataset] = buf.getvalue().splitlines(keepends=True)
+        shard_ids[dataset] = [u.id for u in shard]
+        if dist.is_main:
+            manifest_ids[dataset] = ids
+    if len(inputs.manifests) > 1:  # this rank's "all" rows, as one process builds them
+        for r in active:
+            parts = [row for row in rows if row.decoder == r.label]
+            if r.decoder is not None and len(parts) == len(inputs.manifests):
+                rows.append(combined_row(parts))
+    return ShardResult(
+        rank=dist.rank, host=host_name(), env=info.env, rows=rows, hyps=hyps, shard_ids=shard_ids,
+        manifest_ids=manifest_ids, runs=[(r.label, r.name, r.device, r.boost_value) for r in runs],
+        decoders={r.label: r.config for r in runs},
+        unavailable={r.label: r.unavailable_reason for r in runs if r.unavailable_reason},
+    )
+
+
+def _merged_reason(label: str, results: Sequence[ShardResult]) -> Optional[str]:
+    """Why `label` is missing from the merged results: the reason when every rank gave the same one (e.g. no
+    GPU anywhere), else the first rank's, named."""
+    reasons = [(res.rank, res.unavailable[label]) for res in results if label in res.unavailable]
+    if not reasons:
+        return None
+    if len(reasons) == len(results) and len({r for _, r in reasons}) == 1:
+        return reasons[0][1]
+    rank, reason = reasons[0]
+    more = f" (and {len(reasons) - 1} other rank(s))" if len(reasons) > 1 else ""
+    return f"rank {rank}: {reason}{more}"
+
+
+def _write_sharded(cfg: DictConfig, dist: DistContext, backend: str, run_name: str,
+                   results: Sequence[ShardResult], extra_config: Optional[dict]) -> RunOutput:
+    """Rank 0: the merged rows (one per (decoder, dataset), from every rank's part: `sharded_row`), every rank's
+    own rows (`rank_row`: params rank=r), unavailable rows, and hyps.jsonl in manifest order, into one run
+    directory written atomically."""
+    from eval.distributed import ordered_hypothesis_lines
+
+    exp = cfg.experiment
+    main = results[0]
+    world = dist.world_size
+    env = {**main.env, "world_size": world, "hosts": [res.host for res in results]}
+    for dataset, ids in main.manifest_ids.items():
+        decoded = sorted(i for res in results for i in res.shard_ids.get(dataset, []))
+        if decoded != sorted(ids):
+            raise RuntimeError(f"the ranks decoded {len(decoded)} utterances of {dataset!r}, rank 0's manifest has "
+                               f"{len(ids)} (or other ids): every rank must read the same manifest")
+    merged: list[ResultRow] = []
+    for row in main.rows:  # rank 0's order: datasets, then "all"
+        key = (row.decoder, row.dataset)
+        parts = [next((x for x in res.rows if (x.decoder, x.dataset) == key), None) for res in results]
+        if all(p is not None for p in parts):
+            merged.append(sharded_row(parts, environment=env))
+    per_rank = [rank_row(x, res.rank, world) for res in results for x in res.rows]
+    unavailable: dict[str, str] = {}
+    unavailable_rows = []
+    for label, name, device, boost_value in main.runs:
+        reason = _merged_reason(label, results)
+        if reason is None:
+            continue
+        unavailable[label] = reason
+        unavailable_rows.append(unavailable_row(experiment=exp.name, run=run_name, decoder=label, decoder_name=name,
+                                                device=device, reason=reason, env=env, boost_value=boost_value))
+    rows = merged + per_rank + unavailable_rows
+    labels = [label for label, *_ in main.runs]
+    shards = {
+        dataset: [{"rank": res.rank, "host": res.host, "utterances": len(res.shard_ids.get(dataset, [])),
+                   "audio_seconds": next((x.audio_seconds for x in res.rows if x.dataset == dataset), 0.0)}
+                  for res in results]
+        for dataset in main.manifest_ids
+    }
+    run_dir = RunDirectory(exp.output_dir, exp.name, run_name)
+    with run_dir:
+        with run_dir.open_hyps() as f:
+            for dataset, ids in main.manifest_ids.items():
+                lines = [line for res in results for line in res.hyps.get(dataset, [])]
+                f.writelines(ordered_hypothesis_lines(ids, exp.batch_size, labels, lines))
+        run_dir.write_results(rows)
+        run_dir.write_config({
+            "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+            "decoders": main.decoders,
+            "unavailable": unavailable,
+            "environment": env,
+            "command": " ".join(sys.argv),
+            "distributed": {"world_size": world, "backend": backend, "hosts": env["hosts"],
+                            "sharding": "by audio duration, longest first onto the least-loaded rank",
+                            "shards": shards},
+            **(extra_config or {}),
+        })
+    log.info("wrote %s (%d ranks)", run_dir.final_path, world)
     return RunOutput(run_dir=run_dir.final_path, rows=rows, unavailable=unavailable)
