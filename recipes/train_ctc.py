@@ -25,18 +25,18 @@ Usage, here (CPU, a smoke run):
     python -m recipes.train_ctc max_minutes=3 batch_size=8 out_dir=runs/train_ctc_cpu
 
 On the GPU host (offline Python 3.12 + torch 2.11 image), ONE device call (a call may last 600 s, so the
-training budget is 7.5 min there: ~30 s of wheel installation, ~5 s workload, ~30 s synthesis of 10 h on 16
-cores, ~30 s NeMo start-up and final save). Carry `.whl` (requirements.txt + requirements-speech.txt, fetched
-with ../shared/gpu-host/fetch-wheels.sh) and `.whl-nemo` (requirements-nemo.txt):
+training budget is 6.5 min there: ~30 s of wheel installation, ~5 s workload, ~25 s synthesis of 12 h train +
+2 h tests on 16 cores, NeMo start-up and final save). Carry `.whl` (requirements.txt +
+requirements-speech.txt, fetched with ../shared/gpu-host/fetch-wheels.sh) and `.whl-nemo` (requirements-nemo.txt):
     set -o pipefail; for d in .whl-nemo .whl; do python3 -m pip install -q --no-index --no-deps --no-compile \
       --no-cache-dir --upgrade --target /tmp/site $d/*.whl || exit 1; done
     export PYTHONPATH=.:/tmp/site PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore; mkdir -p $OUT/train_ctc
     python3 -m recipes.workload scale=tiny >/dev/null && \
-    python3 -m recipes.speech_corpus out_root=/tmp/speech train_hours=10 dev_sentences=300 test_sentences=500 \
+    python3 -m recipes.speech_corpus out_root=/tmp/speech train_hours=12 dev_sentences=300 test_sentences=500 \
       num_workers=16 progress=false | tee $OUT/speech_corpus.log && \
     cp /tmp/speech/tiny/stats.json $OUT/train_ctc/corpus_stats.json && \
     cp /tmp/speech/tiny/hashes.json $OUT/train_ctc/corpus_hashes.json && \
-    python3 -m recipes.train_ctc corpus=/tmp/speech/tiny out_dir=$OUT/train_ctc max_minutes=7.5 batch_size=64 \
+    python3 -m recipes.train_ctc corpus=/tmp/speech/tiny out_dir=$OUT/train_ctc max_minutes=6.5 batch_size=64 \
       num_workers=12 2>&1 | grep -v "NeMo [IW]" | tee $OUT/train_ctc.log | tail -30
 What comes back under $OUT: train_ctc/conformer_ctc_speech.nemo (~14.3 MiB), conformer_ctc_speech.json (the
 sidecar), dev_wer.jsonl (the curve), corpus_stats.json + corpus_hashes.json (the data it saw), the two logs.
