@@ -109,7 +109,8 @@ def sweep_job_config(cfg: DictConfig) -> Optional[dict]:
     overrides = [str(o) for o in hc.overrides.task]
     cfg.experiment.run = sweep_job_name(overrides, int(hc.job.num), prefix=cfg.experiment.run)
     cfg.experiment.output_dir = str(hc.sweep.dir)
-    return {"sweep": {"dir": str(hc.sweep.dir), "job": int(hc.job.num), "overrides": overrides}}
+    launcher = str(hc.launcher.get("_target_", "")).rsplit(".", 1)[-1] or None  # e.g. JoblibLauncher
+    return {"sweep": {"dir": str(hc.sweep.dir), "job": int(hc.job.num), "launcher": launcher, "overrides": overrides}}
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
