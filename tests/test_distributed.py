@@ -261,6 +261,15 @@ def test_two_cpu_ranks_give_the_hypotheses_and_wer_of_one_process(tmp_path):
         word_error_stats([h["ref"] for h in other], [h["hyp"] for h in other]).wer)
     config = (two / "config.yaml").read_text()
     assert "world_size: 2" in config and "backend: gloo" in config
+    # the gate compares the merged rows with a one-process baseline: WER checked, RTFx skipped (other world size),
+    # per-rank rows listed as new
+    from eval.gate import compare, make_baseline, parse_baseline
+
+    report = compare(rows, parse_baseline(make_baseline(single.rows)), metrics=["wer", "rtfx"])
+    status = {(c.decoder, c.dataset, c.metric): c.status for c in report.checks}
+    assert report.passed and status[("flashlight", "other", "wer")] == "pass"
+    assert status[("flashlight", "other", "rtfx_decoder")] == "skip"
+    assert {c.status for c in report.checks if "rank=" in c.decoder} == {"new"}
 
 
 def _rank_main(rank: int, port: int, out: str, scenario: str) -> None:
@@ -337,3 +346,40 @@ def test_two_ranks_in_process_agree_with_one_process(tmp_path):
     rows = load_rows(Path(records[0]["run_dir"]))
     assert sorted((r.dataset, r.params.get("rank", -1)) for r in rows) == sorted(
         (d, k) for d in ("clean", "other", "all") for k in (-1, 0, 1))
+
+
+@pytest.mark.gpu
+def test_two_gpu_ranks_give_the_hypotheses_and_wer_of_one_gpu(tmp_path):
+    """torchrun over 2 GPUs (NCCL default group, gloo for the results), each rank on cuda:LOCAL_RANK, against one
+    process on one GPU: same hypotheses and WER parts; the per-rank rows name their own GPU."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    from eval.config import compose_config
+    from eval.runner import run_experiment
+
+    gpu = ["experiment.decoders=[ctc_beam@cuda,wfst@cuda]", "data.max_utterances=40"]
+    single = run_experiment(compose_config(_sharded_overrides(tmp_path / "one", *gpu)), dist=DistContext())
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(k, None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port()),
+         "-m", "eval.run", *_sharded_overrides(tmp_path / "two", *gpu)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = tmp_path / "two" / "default" / "r"
+    got = [json.loads(line) for line in open(two / "hyps.jsonl")]
+    want = [json.loads(line) for line in open(single.run_dir / "hyps.jsonl")]
+    assert [(h["decoder"], h["id"], h["hyp"]) for h in got] == [(h["decoder"], h["id"], h["hyp"]) for h in want]
+    rows = load_rows(two)
+    one = {(r.decoder, r.dataset): r for r in single.rows if r.ok}
+    merged = {(r.decoder, r.dataset): r for r in rows if r.ok and not r.params}
+    assert set(merged) == set(one)
+    for key, r in merged.items():
+        assert (r.wer, r.substitutions, r.deletions, r.insertions) == \
+               (one[key].wer, one[key].substitutions, one[key].deletions, one[key].insertions)
+        assert r.device == "cuda"
+    assert {r.device for r in rows if r.ok and r.params} == {"cuda:0", "cuda:1"}
+    assert "backend: nccl" in (two / "config.yaml").read_text()
