@@ -10,6 +10,11 @@ run directory and the result rows (`reports.schema.ResultRow`) in `eval.results`
     runs/<experiment>/<run>/config.yaml    resolved config + per-decoder configs + environment
     runs/<experiment>/<run>/hyps.jsonl     one line per (decoder, utterance): id, ref, hyp, score, tokens
     runs/<experiment>/<run>/results.jsonl  one ResultRow per (decoder, dataset) + an "all" row per decoder
+
+Under torchrun (WORLD_SIZE > 1) `run_sharded` runs instead: each rank decodes a duration-balanced share of every
+dataset on its own device and rank 0 writes the same layout, one run directory: the merged rows (one WER over every
+hypothesis, RTFx over the slowest rank's time), each rank's own rows (params rank=r) and hyps.jsonl in the order
+one process writes it. The torch.distributed plumbing is eval/distributed.py.
 """
 from __future__ import annotations
 
