@@ -165,3 +165,28 @@ def test_slurm_launcher_config_composes():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "hydra_submitit_launcher.submitit_launcher.SlurmLauncher" in proc.stdout
     assert "gpus_per_node: 1" in proc.stdout and "submitit_folder: ${hydra.sweep.dir}/.submitit/%j" in proc.stdout
+
+
+def test_a_sweep_job_that_fails_its_gate_fails_the_sweep_with_status_1(tmp_path):
+    """In a sweep, a job's failed gate is raised (launchers in other processes return only exceptions): the basic
+    launcher runs every job, then the sweep exits 1 with one line naming the job."""
+    import json
+
+    from eval.config import compose_config
+    from eval.gate import make_baseline
+    from eval.runner import run_experiment
+
+    out = run_experiment(compose_config([f"experiment.output_dir={tmp_path / 'base'}", "decoder=greedy",
+                                         "data.max_utterances=5", "experiment.progress=false"]))
+    baseline = make_baseline(out.rows)
+    for row in baseline["rows"]:
+        if row.get("wer") is not None and row["dataset"] == "other":
+            # an unreachable baseline on one set (no errors at all): the gate must fail there
+            row.update(wer=0.0, hits=row["ref_words"], substitutions=0, deletions=0, insertions=0)
+    (tmp_path / "baseline.json").write_text(json.dumps(baseline))
+    proc = _sweep(tmp_path, "basic", f"experiment.gate_baseline={tmp_path / 'baseline.json'}",
+                  "experiment.batch_size=2,4")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: sweep job 0 (")
+    assert "failed its gate" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(load_sweep([tmp_path / "sweep"])) == 2  # both jobs ran and wrote their run directories
