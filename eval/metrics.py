@@ -110,6 +110,117 @@ def word_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> flo
     return word_error_stats(references, hypotheses).wer
 
 
+
+def utterance_error_counts(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[list[int], list[int]]:
+    """Per-utterance (S + D + I, reference words) after the one normaliser: the units a bootstrap resamples.
+    Their sums are exactly `word_error_stats`' errors and ref_words (same alignment, one jiwer call)."""
+    if len(references) != len(hypotheses):
+        raise ValueError(
+            f"references and hypotheses must have the same length, got {len(references)} and {len(hypotheses)}"
+        )
+    if len(references) == 0:
+        return [], []
+    out = jiwer.process_words(
+        list(references), list(hypotheses), reference_transform=_TO_WORDS, hypothesis_transform=_TO_WORDS
+    )
+    errors, words = [], []
+    for ref, chunks in zip(out.references, out.alignments):
+        errors.append(sum(
+            (c.ref_end_idx - c.ref_start_idx) if c.type in ("substitute", "delete") else
+            (c.hyp_end_idx - c.hyp_start_idx) if c.type == "insert" else 0
+            for c in chunks))
+        words.append(len(ref))
+    return errors, words
+
+
+@dataclass
+class BootstrapInterval:
+    """A percentile bootstrap interval of a corpus WER (fractions) or of a WER difference."""
+
+    estimate: float  # the statistic on the full sample
+    low: float
+    high: float
+    confidence: float
+    n_resamples: int
+    seed: int
+    # paired only: share of resamples where the difference (a - b) is < 0, i.e. `a` has the lower WER
+    prob_a_better: Optional[float] = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _bootstrap_args(n: int, n_resamples: int, confidence: float) -> None:
+    if n == 0:
+        raise ValueError("bootstrap: no utterances to resample")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
+        raise ValueError(f"bootstrap: n_resamples must be a positive integer, got {n_resamples!r}")
+    if not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"bootstrap: confidence must be in (0, 1), got {confidence!r}")
+
+
+def _counts(name: str, values: Sequence[int]):
+    import numpy as np
+
+    a = np.asarray(values, dtype=np.int64)
+    if a.ndim != 1 or (a < 0).any():
+        raise ValueError(f"bootstrap: {name} must be a 1-D sequence of non-negative counts")
+    return a
+
+
+def _resample_indices(n: int, n_resamples: int, seed: int):
+    """(n_resamples, n) utterance indices drawn with replacement: the same seed gives the same draws, so a
+    paired comparison of two decoders resamples the same utterances for both."""
+    import numpy as np
+
+    return np.random.default_rng(int(seed)).integers(0, n, size=(n_resamples, n))
+
+
+def _interval(samples, estimate: float, confidence: float, n_resamples: int, seed: int, **extra) -> BootstrapInterval:
+    import numpy as np
+
+    tail = (1.0 - float(confidence)) / 2.0
+    low, high = np.quantile(samples, [tail, 1.0 - tail])
+    return BootstrapInterval(estimate=float(estimate), low=float(low), high=float(high), confidence=float(confidence),
+                             n_resamples=int(n_resamples), seed=int(seed), **extra)
+
+
+def bootstrap_wer_ci(errors: Sequence[int], ref_words: Sequence[int], n_resamples: int = 1000,
+                     confidence: float = 0.95, seed: int = 0) -> BootstrapInterval:
+    """Percentile bootstrap CI of the corpus WER: utterances are resampled with replacement (the utterance is the
+    independent unit; words of one sentence are not), each resample's WER is sum(errors) / sum(ref_words) as in
+    `WerStats.wer` (denominator clamped to 1)."""
+    e, w = _counts("errors", errors), _counts("ref_words", ref_words)
+    if len(e) != len(w):
+        raise ValueError(f"bootstrap: errors and ref_words differ in length ({len(e)} vs {len(w)})")
+    _bootstrap_args(len(e), n_resamples, confidence)
+    import numpy as np
+
+    idx = _resample_indices(len(e), n_resamples, seed)
+    samples = e[idx].sum(axis=1) / np.maximum(w[idx].sum(axis=1), 1)
+    return _interval(samples, e.sum() / max(int(w.sum()), 1), confidence, n_resamples, seed)
+
+
+def paired_bootstrap(errors_a: Sequence[int], errors_b: Sequence[int], ref_words: Sequence[int],
+                     n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> BootstrapInterval:
+    """Paired bootstrap of WER(a) - WER(b) on the same utterances (Koehn 2004; Bisani & Ney 2004): each resample
+    draws one set of utterances and scores both systems on it, so the utterance difficulty shared by both
+    cancels and the interval is far narrower than two independent CIs would suggest. `prob_a_better` is the
+    share of resamples where a has the lower WER; an interval that excludes 0 is a difference at `confidence`."""
+    a, b, w = _counts("errors_a", errors_a), _counts("errors_b", errors_b), _counts("ref_words", ref_words)
+    if not len(a) == len(b) == len(w):
+        raise ValueError(f"paired bootstrap: errors_a, errors_b and ref_words differ in length "
+                         f"({len(a)}, {len(b)}, {len(w)})")
+    _bootstrap_args(len(a), n_resamples, confidence)
+    import numpy as np
+
+    idx = _resample_indices(len(a), n_resamples, seed)
+    denom = np.maximum(w[idx].sum(axis=1), 1)
+    diff = (a[idx].sum(axis=1) - b[idx].sum(axis=1)) / denom
+    estimate = (int(a.sum()) - int(b.sum())) / max(int(w.sum()), 1)
+    return _interval(diff, estimate, confidence, n_resamples, seed, prob_a_better=float((diff < 0).mean()))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Timing (RTFx)
 # ---------------------------------------------------------------------------------------------------------
