@@ -171,9 +171,9 @@ def raise_first_failure(values: Iterable[Any]) -> None:
 
 class ProcessGroup:
     """`with ProcessGroup(ctx, use_cuda) as pg:` joins torchrun's rendezvous (env://) unless a group exists
-    already, and leaves it at exit when it joined. The default group is NCCL when the decoders run on CUDA
-    (`torch.cuda.set_device(LOCAL_RANK)` first, so every bare `cuda` of this process is its own GPU), gloo
-    otherwise; object collectives always go over gloo (see the module docstring)."""
+    already, and leaves it at exit when it joined. On a node with GPUs it first makes GPU LOCAL_RANK this
+    process's current device, so every bare `cuda` of the process is its own GPU. The default group is NCCL when
+    the decoders run on CUDA, gloo otherwise; object collectives always go over gloo (see the module docstring)."""
 
     def __init__(self, ctx: DistContext, use_cuda: bool = False):
         self.ctx = ctx
@@ -189,10 +189,13 @@ class ProcessGroup:
         if not dist.is_available():
             raise RuntimeError("torch.distributed is not available in this torch build; run one process instead")
         cuda = self.use_cuda and torch.cuda.is_available()
-        if cuda:
-            if self.ctx.local_rank >= torch.cuda.device_count():
-                raise RuntimeError(f"LOCAL_RANK={self.ctx.local_rank} but this node has {torch.cuda.device_count()} "
-                                   f"GPU(s); start at most that many processes per node (--nproc_per_node)")
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if cuda and self.ctx.local_rank >= gpus:
+            raise RuntimeError(f"LOCAL_RANK={self.ctx.local_rank} but this node has {gpus} GPU(s); start at most "
+                               f"that many processes per node (--nproc_per_node)")
+        if self.ctx.local_rank < gpus:
+            # also when only the acoustic model uses CUDA (model device "auto"): every bare `cuda` of this process,
+            # NeMo's included, is then this rank's GPU rather than GPU 0 for all ranks
             torch.cuda.set_device(self.ctx.local_rank)
         if not dist.is_initialized():
             kwargs = {}
