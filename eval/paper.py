@@ -211,7 +211,9 @@ def plan_fig6(opts: PaperOptions, manifests: dict, words_dir: Path) -> list[Plan
                     name = f"{decoder}_beam{beam:g}_{scenario}_{dataset}"
                     sweep = ",".join(f"{v:g}" for v in boost_values(beam, points))
                     runs.append(PlannedRun(name, [
-                        f"data.manifests={{{dataset}:{manifests[dataset]}}}", f"data.max_utterances={sentences}",
+                        # one set per run (its own word lists): the other set is deleted, not merged over
+                        *[f"~data.manifests.{d}" for d in DATASETS if d != dataset],
+                        f"data.max_utterances={sentences}",
                         f"experiment.decoders=[{decoder}]", f"+experiment.decoder_overrides.{decoder}.{beam_key}={beam}",
                         *([f"+experiment.decoder_overrides.flashlight.num_processes={opts.num_processes}"]
                           if decoder == "flashlight" else []),
@@ -269,7 +271,7 @@ def bootstrap_experiment(exp_dir: Path, resamples: int, seed: int, pairs: Sequen
         for (decoder, dataset), utts in sorted(read_hyps(run_dir).items()):
             ids = sorted(utts)
             errors, words = utterance_error_counts([utts[i][0] for i in ids], [utts[i][1] for i in ids])
-            counts[(run_dir.name, decoder, dataset)] = dict(zip(ids, zip(errors, words)))
+            counts[(run_dir.name, decoder, dataset)] = dict(zip(ids, zip(errors, words, (utts[i][1] for i in ids))))
             by_system.setdefault(decoder, []).append((dataset, ids, errors, words))
         for decoder, parts in by_system.items():
             sets = [(ds, e, w) for ds, _, e, w in parts]
@@ -300,7 +302,8 @@ def bootstrap_experiment(exp_dir: Path, resamples: int, seed: int, pairs: Sequen
             res = paired_bootstrap([ca[i][0] for i in ids], [cb[i][0] for i in ids], [ca[i][1] for i in ids],
                                    n_resamples=resamples, seed=seed)
             paired.append({"a": {"run": run_a, "decoder": dec_a}, "b": {"run": run_b, "decoder": dec_b},
-                           "dataset": dataset, "utterances": len(ids), **res.as_dict()})
+                           "dataset": dataset, "utterances": len(ids),
+                           "identical_hypotheses": sum(ca[i][2] == cb[i][2] for i in ids), **res.as_dict()})
     out = {"method": "percentile bootstrap over utterances (eval.metrics.bootstrap_wer_ci / paired_bootstrap)",
            "resamples": resamples, "seed": seed, "confidence": 0.95, "intervals": intervals, "paired": paired}
     (exp_dir / BOOTSTRAP_FILE).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
