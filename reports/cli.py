@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from reports.schema import one_line
+from reports.sweeps import is_sweep, load_sweep, sweep_table
 from reports.tables import load_results, markdown_report, run_mate_pairs
 
 
@@ -25,6 +26,8 @@ def main(argv=None) -> int:
         if not rows:
             raise ValueError(f"no result rows in {', '.join(args.paths)}")
         report = markdown_report(rows, title=args.title)
+        if is_sweep(args.paths):  # a Hydra sweep: one table with the swept values as columns
+            report += "\n## Sweep\n\n" + sweep_table(load_sweep(args.paths)) + "\n"
         pairs = run_mate_pairs(rows)
     except (OSError, ValueError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
