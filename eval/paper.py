@@ -127,12 +127,35 @@ def synthesize_test_sets(opts: PaperOptions) -> dict:
     return {"clean": str(corpus.manifests["test-clean"]), "other": str(corpus.manifests["test-other"])}
 
 
+# The decoder scales come from the demo's experiment YAML, where they are chosen on the speech dev set for the
+# committed model (and re-chosen whenever it is retrained): one place, so a retrained model needs no edit here.
+SCALES_FROM = "demo_speech"
+SCALED_DECODERS = ("wfst", "flashlight")
+
+
+def dev_chosen_scales() -> dict:
+    """{decoder: {param: value}} of conf/experiment/demo_speech.yaml's decoder_overrides, for wfst and flashlight."""
+    from omegaconf import OmegaConf
+
+    from eval.config import CONF_DIR
+
+    path = CONF_DIR / "experiment" / f"{SCALES_FROM}.yaml"
+    overrides = OmegaConf.to_container(OmegaConf.load(path)).get("decoder_overrides") or {}
+    missing = [d for d in SCALED_DECODERS if d not in overrides]
+    if missing:
+        raise ValueError(f"{path}: decoder_overrides has no dev-chosen scales for {missing}")
+    return {d: dict(overrides[d]) for d in SCALED_DECODERS}
+
+
 def common_overrides(opts: PaperOptions, experiment: str, manifests: dict, datasets: Sequence[str] = DATASETS) -> list:
-    """The Hydra overrides every run of `experiment` shares: its experiment YAML, the speech test sets, the cached
-    log-probs of the model, the output folder."""
+    """The Hydra overrides every run of `experiment` shares: its experiment YAML, the dev-chosen decoder scales, the
+    speech test sets, the cached log-probs of the model, the output folder."""
     sets = ",".join(f"{d}:{manifests[d]}" for d in datasets)
+    scales = [f"+experiment.decoder_overrides.{d}={{{','.join(f'{k}:{v}' for k, v in p.items())}}}"
+              for d, p in dev_chosen_scales().items()]
     return [
-        f"experiment={CONFIGS[experiment]}", f"data=speech_{opts.scale}", f"data.manifests={{{sets}}}",
+        f"experiment={CONFIGS[experiment]}", *scales,
+        f"data=speech_{opts.scale}", f"data.manifests={{{sets}}}",
         "model=cache", f"model.nemo_model={opts.model}", f"model.cache_dir={opts.cache_dir}",
         f"experiment.output_dir={opts.out_root}", f"experiment.name={DIRS[experiment]}",
     ]

@@ -219,6 +219,8 @@ def test_every_planned_run_composes_and_validates(tmp_path, monkeypatch):
             for label in decoder_labels(cfg):
                 name = label.split("@")[0]
                 dcfg = resolve_decoder_config(name, cfg)
+                for k, v in paper.dev_chosen_scales().get(name, {}).items():  # the demo's dev-chosen scales
+                    assert dcfg[k] == v
                 if name == "wfst" and exp == "table1":
                     assert dcfg.graph == r.name.split("_")[1].upper() and cfg.graph.topology.value == r.name.split("_")[0]
                 if name == "flashlight" and exp == "table3":
