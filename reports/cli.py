@@ -8,10 +8,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional
 
 from reports.schema import one_line
 from reports.sweeps import is_sweep, load_sweep, sweep_table
 from reports.tables import load_results, markdown_report, run_mate_pairs
+
+
+def write_report(text: str, paths, out: Optional[str], name: str) -> Path:
+    """Write `text` as `name` into `out`, or beside the first input (the run/sweep directory, or a results file's
+    folder); returns the file written."""
+    first = Path(paths[0])
+    folder = Path(out) if out else (first if first.is_dir() else first.parent)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text, encoding="utf-8")
+    return folder / name
 
 
 def main(argv=None) -> int:
@@ -33,10 +44,7 @@ def main(argv=None) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     print(report)
-    first = Path(args.paths[0])
-    out = Path(args.out) if args.out else (first if first.is_dir() else first.parent)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(report, encoding="utf-8")
+    out = write_report(report, args.paths, args.out, "report.md").parent
     if not args.no_plots:
         from reports.plots import plot_boost_sweep, plot_side_by_side, plot_wer_vs_rtfx
 

@@ -177,11 +177,9 @@ def main(argv=None) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     print(report)
-    first = Path(args.paths[0])
-    out = Path(args.out) if args.out else (first if first.is_dir() else first.parent)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.md").write_text(report, encoding="utf-8")
-    print(f"wrote {out / 'sweep.md'}")
+    from reports.cli import write_report
+
+    print(f"wrote {write_report(report, args.paths, args.out, 'sweep.md')}")
     return 0
 
 
