@@ -31,12 +31,12 @@ import logging
 import os
 import random
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 from eval.config import REPO_ROOT
+from eval.metrics import Stopwatch
 
 log = logging.getLogger(__name__)
 
@@ -364,10 +364,11 @@ def execute(opts: PaperOptions, experiment: str, runs: Sequence[PlannedRun], com
     for r in runs:
         if opts.runs and r.name not in opts.runs:
             continue
-        t0 = time.perf_counter()
-        cfg = compose_config([*common, *r.overrides, *opts.overrides])
-        out = run_experiment(cfg)
-        seconds = time.perf_counter() - t0
+        watch = Stopwatch("cpu")  # wall time of the whole run (progress log), the one timer of eval.metrics
+        with watch:
+            cfg = compose_config([*common, *r.overrides, *opts.overrides])
+            out = run_experiment(cfg)
+        seconds = watch.wall_seconds
         log.info("%s/%s: %.1f s -> %s", experiment, r.name, seconds, out.run_dir)
         print(f"{experiment}/{r.name}: {seconds:.1f} s", flush=True)
         done.append({"run": r.name, "seconds": round(seconds, 1), "run_dir": str(out.run_dir)})
@@ -380,7 +381,8 @@ def run(opts: PaperOptions) -> dict:
     manifests = synthesize_test_sets(opts)
     summary = {}
     for exp in (EXPERIMENTS if opts.experiment == "all" else (opts.experiment,)):
-        t0 = time.perf_counter()
+        watch = Stopwatch("cpu")
+        watch.__enter__()  # closed below, once the experiment's runs and bootstrap are done
         exp_dir = Path(opts.out_root) / DIRS[exp]
         if exp == "table1":
             runs = plan_table1(opts)
@@ -391,7 +393,8 @@ def run(opts: PaperOptions) -> dict:
         done = execute(opts, exp, runs, common_overrides(opts, exp, manifests))
         pairs = table1_pairs(opts) if exp == "table1" else ()
         bootstrap_experiment(exp_dir, opts.resamples, opts.seed, pairs)
-        summary[exp] = {"runs": done, "seconds": round(time.perf_counter() - t0, 1)}
+        watch.__exit__(None, None, None)
+        summary[exp] = {"runs": done, "seconds": round(watch.wall_seconds, 1)}
         # the command and the wall time of each run, beside the evidence (the runs' config.yaml hold the rest)
         (exp_dir / "commands.json").write_text(json.dumps({
             "command": "python -m eval.paper " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("paper.py") else None,
