@@ -99,21 +99,16 @@ def demo_overrides(opts: DemoOptions, manifests: dict | None = None) -> list[str
     return overrides + opts.rest
 
 
-def synthesize_test_sets(opts: DemoOptions) -> dict:
-    """test-clean and test-other (`opts.sentences` each) -> {"clean": manifest, "other": manifest}. Cached: a
-    second call verifies every WAV's sha256 and synthesizes nothing. No dev or train audio is made here."""
-    from recipes.speech_corpus import prepare_speech_corpus
+def synthesize_test_sets(opts) -> dict:
+    """test-clean and test-other (`opts.sentences` each, under `opts.speech_root`, in `opts.scale`'s language) ->
+    {"clean": manifest, "other": manifest}. Cached: a second call verifies every WAV's sha256 and synthesizes
+    nothing. No dev or train audio is made here. The demo and eval.paper both call this."""
+    from recipes.speech_corpus import CorpusWorkloadRef, prepare_speech_corpus
 
     corpus = prepare_speech_corpus(out_root=opts.speech_root, train_hours=0, dev_sentences=0,
                                    test_sentences=opts.sentences, progress=False,
-                                   workload=_corpus_workload(opts.scale))
+                                   workload=CorpusWorkloadRef(scale=opts.scale))
     return {"clean": corpus.manifests["test-clean"], "other": corpus.manifests["test-other"]}
-
-
-def _corpus_workload(scale: str):
-    from recipes.speech_corpus import CorpusWorkloadRef
-
-    return CorpusWorkloadRef(scale=scale)
 
 
 def _quiet_nemo() -> None:

@@ -118,13 +118,10 @@ class PlannedRun:
 
 
 def synthesize_test_sets(opts: PaperOptions) -> dict:
-    """{"clean": manifest, "other": manifest} of `opts.sentences` sentences each (cached by the recipe)."""
-    from recipes.speech_corpus import CorpusWorkloadRef, prepare_speech_corpus
+    """{"clean": manifest, "other": manifest} of `opts.sentences` sentences each (eval.demo's, cached by the recipe)."""
+    from eval.demo import synthesize_test_sets as demo_test_sets
 
-    corpus = prepare_speech_corpus(out_root=opts.speech_root, train_hours=0, dev_sentences=0,
-                                   test_sentences=opts.sentences, progress=False,
-                                   workload=CorpusWorkloadRef(scale=opts.scale))
-    return {"clean": str(corpus.manifests["test-clean"]), "other": str(corpus.manifests["test-other"])}
+    return {k: str(v) for k, v in demo_test_sets(opts).items()}
 
 
 # The decoder scales come from the demo's experiment YAML, where they are chosen on the speech dev set for the

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from decoders.types import Hypothesis
 from eval.acoustic import build_acoustic_source
 from eval.acoustic.base import AcousticSource, Utterance
-from eval.adapters.base import DecodingContext, build_decoder
+from eval.adapters.base import DecodingContext, build_decoder, pop_stats
 from eval.config import BoostMode, decoder_labels, resolve_decoder_config, split_decoder_label, validate_config
 from eval.distributed import DistContext
 from eval.graphs import GRAPH_DECODERS, graph_dir_for, graph_mismatch, prepare_graphs
@@ -213,15 +213,6 @@ def build_decoder_runs(
     ]
 
 
-def _pop_stats(decoder: Any) -> dict:
-    """Counters since the last call from `decoder.pop_stats()` when the decoder has it (e.g.
-    {"overflow_count": n, "partial_count": m}); numeric values only."""
-    pop = getattr(decoder, "pop_stats", None)
-    if not callable(pop):
-        return {}
-    return {k: v for k, v in (pop() or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
 def hypothesis_text(h: Hypothesis, tokens) -> str:
     if h.words:
         return " ".join(h.words)
@@ -287,12 +278,12 @@ def decode_dataset(
                     with warm_probe:
                         r.decoder.decode(lp, lens, boosts=batch_boosts)
                     r.memory = r.memory.merge(warm_probe.stats)
-                    _pop_stats(r.decoder)  # warm-up counts are not the run's
+                    pop_stats(r.decoder)  # warm-up counts are not the run's
                 probe = MemoryProbe(r.device)
                 with probe, r.decode_watch:
                     hyps = r.decoder.decode(lp, lens, boosts=batch_boosts)
                 r.memory = r.memory.merge(probe.stats)
-                for k, v in _pop_stats(r.decoder).items():
+                for k, v in pop_stats(r.decoder).items():
                     r.stats[k] = r.stats.get(k, 0) + v
             except Exception as e:  # noqa: BLE001
                 if not info.skip_unavailable:

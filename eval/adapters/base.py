@@ -66,6 +66,15 @@ class Decoder(Protocol):
     ) -> list[Hypothesis]: ...
 
 
+def pop_stats(decoder: Any) -> dict:
+    """Counters since the last call from `decoder.pop_stats()` when the decoder has one (e.g. {"overflow_count": n,
+    "partial_count": m, "rescued_count": r}); numeric values only. The runner and the benchmarks read them here."""
+    pop = getattr(decoder, "pop_stats", None)
+    if not callable(pop):
+        return {}
+    return {k: v for k, v in (pop() or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def register_decoder(name: str):
     def wrap(factory):
         _REGISTRY[name] = factory

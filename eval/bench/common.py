@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from eval.adapters.base import pop_stats
 from eval.metrics import MemoryProbe, MemoryStats, Stopwatch, WerStats, environment_info, word_error_stats
 from eval.results import RunDirectory, measured_row, unavailable_row
 from reports.schema import ResultRow
@@ -151,14 +152,6 @@ class Pass:
     def cuda_seconds(self) -> Optional[float]:
         c = self.watch.cuda_seconds
         return None if c is None else c / max(self.timed_passes, 1)
-
-
-def pop_stats(decoder: Any) -> dict:
-    """Numeric counters since the last call from the adapter's `pop_stats()` (overflow, rescued, ...)."""
-    pop = getattr(decoder, "pop_stats", None)
-    if not callable(pop):
-        return {}
-    return {k: v for k, v in (pop() or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def decode_pass(decoder: Any, log_probs: torch.Tensor, lengths: torch.Tensor, batch: int, device: str,

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from eval.bench.common import BenchRun, LogProbSet, Pass, pop_stats, release_device_memory
+from eval.adapters.base import pop_stats
+from eval.bench.common import BenchRun, LogProbSet, Pass, release_device_memory
 from eval.metrics import MemoryProbe, Stopwatch
 
 
