@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from eval.config import CONF_DIR, register_configs
+from reports.schema import one_line as schema_one_line
 
 log = logging.getLogger("eval.run")
 
@@ -163,11 +164,8 @@ def _exit_bad_input(e: BaseException) -> None:
 
 
 def one_line(e: BaseException) -> str:
-    """The message of `e` (and of its cause, for Hydra's wrapped errors) on one line."""
-    msg = str(e)
-    if e.__cause__ is not None and str(e.__cause__) not in msg:
-        msg = f"{msg}: {e.__cause__}"
-    return " ".join(msg.split()) or type(e).__name__
+    """The message of `e` (and of its cause, for Hydra's wrapped errors) on one line, whole."""
+    return schema_one_line(e, limit=None, with_cause=True)
 
 
 if __name__ == "__main__":

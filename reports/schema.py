@@ -286,10 +286,15 @@ def parse_rows(lines: Iterable[str], source: str = "<rows>") -> list[ResultRow]:
     return rows
 
 
-def one_line(e: BaseException, limit: int = 300) -> str:
-    """An exception message as one bounded line (what every CLI here prints for bad input)."""
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def one_line(e: BaseException, limit: Optional[int] = 300, with_cause: bool = False) -> str:
+    """An exception message as one line (what every CLI here prints for bad input), cut at `limit` characters
+    (None: whole). `with_cause` appends the message of `e.__cause__` when it is not already in it (Hydra wraps the
+    error that says what is wrong)."""
+    msg = str(e)
+    if with_cause and e.__cause__ is not None and str(e.__cause__) not in msg:
+        msg = f"{msg}: {e.__cause__}"
+    text = " ".join(msg.split()) or type(e).__name__
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_rows(path: str | Path) -> list[ResultRow]:
