@@ -191,11 +191,29 @@ def unavailable_row(*, experiment: str, run: str, decoder: str, decoder_name: st
     )
 
 
+def _fold(parts: list[ResultRow]):
+    """What every merge of rows sums or maxes the same way: WER parts summed, memory peaks maxed, decoder counters
+    summed, acoustic stage peaks maxed -> (WerStats, MemoryStats, stats, stage_peaks)."""
+    from eval.metrics import MemoryStats, WerStats
+
+    wer = sum((WerStats(substitutions=p.substitutions, deletions=p.deletions, insertions=p.insertions, hits=p.hits,
+                        utterances=p.utterances, sentence_errors=p.sentence_errors) for p in parts), WerStats())
+    memory = MemoryStats()
+    stats: dict = {}
+    stage_peaks: dict = {}
+    for p in parts:
+        memory = memory.merge(MemoryStats(p.peak_rss_bytes or 0, p.rss_increase_bytes or 0, p.cuda_peak_bytes,
+                                           p.cuda_device_used_bytes))
+        for k, v in p.decoder_stats.items():
+            stats[k] = stats.get(k, 0) + v
+        for k, v in p.acoustic_stage_peak_bytes.items():
+            stage_peaks[k] = max(int(v), stage_peaks.get(k, 0))
+    return wer, memory, stats, stage_peaks
+
+
 def combined_row(parts: list[ResultRow], dataset: str = "all") -> ResultRow:
     """One decoder's rows over several datasets of the same run folded into one row: WER parts, audio,
     frames, times and counters summed, memory peaks maxed. Built through `measured_row` like every row."""
-    from eval.metrics import MemoryStats, WerStats
-
     if not parts:
         raise ValueError("combined_row: no rows to combine")
     first = parts[0]
@@ -203,19 +221,7 @@ def combined_row(parts: list[ResultRow], dataset: str = "all") -> ResultRow:
         if not p.ok or p.decoder != first.decoder or p.run != first.run:
             raise ValueError(f"combined_row: rows of one decoder's successful measurements of one run only, got "
                              f"({p.decoder}, {p.dataset}, {p.status}) beside ({first.decoder}, {first.run})")
-    wer = sum((WerStats(substitutions=p.substitutions, deletions=p.deletions, insertions=p.insertions, hits=p.hits,
-                        utterances=p.utterances, sentence_errors=p.sentence_errors) for p in parts), WerStats())
-    memory = MemoryStats()
-    for p in parts:
-        memory = memory.merge(MemoryStats(p.peak_rss_bytes or 0, p.rss_increase_bytes or 0, p.cuda_peak_bytes,
-                                           p.cuda_device_used_bytes))
-    stats: dict = {}
-    stage_peaks: dict = {}
-    for p in parts:
-        for k, v in p.decoder_stats.items():
-            stats[k] = stats.get(k, 0) + v
-        for k, v in p.acoustic_stage_peak_bytes.items():
-            stage_peaks[k] = max(int(v), stage_peaks.get(k, 0))
+    wer, memory, stats, stage_peaks = _fold(parts)
     cuda_seconds = [p.decoder_cuda_seconds for p in parts]
     decoder_seconds = sum(p.decoder_seconds or 0.0 for p in parts)
     acoustic_seconds = sum(p.acoustic_seconds or 0.0 for p in parts)
@@ -255,8 +261,6 @@ def sharded_row(parts: list[ResultRow], environment: Optional[dict] = None) -> R
     slowest rank's, since the run ends when its slowest rank does (aggregate RTFx = total audio / that wall
     time, through eval.metrics.rtfx in `measured_row`); memory peaks maxed (per process). `environment`: the
     merged row's (rank 0's, with the world size) instead of the first part's."""
-    from eval.metrics import MemoryStats, WerStats
-
     if not parts:
         raise ValueError("sharded_row: no rows to merge")
     first = parts[0]
@@ -265,18 +269,7 @@ def sharded_row(parts: list[ResultRow], environment: Optional[dict] = None) -> R
             raise ValueError(f"sharded_row: rows of one decoder's successful measurements of one dataset and run "
                              f"only, got ({p.decoder}, {p.dataset}, {p.status}) beside ({first.decoder}, "
                              f"{first.dataset}, {first.run})")
-    wer = sum((WerStats(substitutions=p.substitutions, deletions=p.deletions, insertions=p.insertions, hits=p.hits,
-                        utterances=p.utterances, sentence_errors=p.sentence_errors) for p in parts), WerStats())
-    memory = MemoryStats()
-    stats: dict = {}
-    stage_peaks: dict = {}
-    for p in parts:
-        memory = memory.merge(MemoryStats(p.peak_rss_bytes or 0, p.rss_increase_bytes or 0, p.cuda_peak_bytes,
-                                           p.cuda_device_used_bytes))
-        for k, v in p.decoder_stats.items():
-            stats[k] = stats.get(k, 0) + v
-        for k, v in p.acoustic_stage_peak_bytes.items():
-            stage_peaks[k] = max(int(v), stage_peaks.get(k, 0))
+    wer, memory, stats, stage_peaks = _fold(parts)
     cuda_seconds = [p.decoder_cuda_seconds for p in parts]
     devices = {p.device for p in parts}
     # ranks on cuda:0, cuda:1, ... are one "cuda" run
