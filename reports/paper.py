@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from reports.schema import ResultRow, one_line
+from reports.plots import _pyplot
 from reports.tables import _table, load_results
 
 KINDS = ("table1_topology", "fig6_boost", "table3_speed")
@@ -77,15 +78,6 @@ def _rtfx(v: Optional[float]) -> str:
     if v is None:
         return "—"
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # ---------------------------------------------------------------------------------------------------------
