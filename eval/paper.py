@@ -3,8 +3,9 @@ on the project's own Conformer-CTC, one command each:
 
     python -m eval.paper table1    # Table 1: WER of compact / normal / minimal TLG and HLG vs Flashlight, 95 % CIs
     python -m eval.paper fig6      # Figure 6: word-boost magnitude sweep, accurate vs inaccurate, two beams
+    python -m eval.paper table2    # Table 2: end-to-end RTFx (features + model + decoding), GPU WFST vs Flashlight on P processes
     python -m eval.paper table3    # Table 3: decoder-only RTFx, Flashlight 1 vs P processes vs the GPU WFST decoder
-    python -m eval.paper all       # the three, in that order
+    python -m eval.paper all       # the four, in the order table1, fig6, table3, table2
 
 Every experiment is a set of ordinary harness runs (`eval.runner.run_experiment`, configs conf/experiment/
 paper_<x>.yaml + the per-run overrides planned here), written as run directories under
@@ -40,10 +41,10 @@ from eval.metrics import Stopwatch
 
 log = logging.getLogger(__name__)
 
-EXPERIMENTS = ("table1", "fig6", "table3")
+EXPERIMENTS = ("table1", "fig6", "table3", "table2")
 # experiment -> (conf/experiment/<yaml>, directory name under out_root = the YAML's `name`)
-CONFIGS = {"table1": "paper_table1", "fig6": "paper_fig6", "table3": "paper_table3"}
-DIRS = {"table1": "table1_topology", "fig6": "fig6_boost", "table3": "table3_speed"}
+CONFIGS = {"table1": "paper_table1", "fig6": "paper_fig6", "table3": "paper_table3", "table2": "paper_table2"}
+DIRS = {"table1": "table1_topology", "fig6": "fig6_boost", "table3": "table3_speed", "table2": "table2_end_to_end"}
 BOOTSTRAP_FILE = "bootstrap.json"
 DATASETS = ("clean", "other")
 
@@ -72,6 +73,8 @@ class PaperOptions:
     flashlight_boost_points: int = 5
     # table3
     processes: int = 0  # Flashlight worker processes; 0 = this machine's cores
+    # table2
+    precision: str = "fp32"  # the acoustic model's precision in the end-to-end run (fp32 | fp16 | bf16)
     runs: list = field(default_factory=list)  # only these run names (e.g. ["wfst_gpu"] on the GPU host); [] = all
     overrides: list = field(default_factory=list)  # extra Hydra overrides for every run
 
@@ -92,6 +95,8 @@ class PaperOptions:
         bad = [g for g in self.graphs if g not in ("TLG", "HLG")]
         if bad or not self.graphs:
             raise ValueError(f"--graphs must be a non-empty subset of TLG,HLG, got {self.graphs}")
+        if self.precision not in ("fp32", "fp16", "bf16"):
+            raise ValueError(f"--precision must be fp32, fp16 or bf16, got {self.precision!r}")
         if not self.beams or any(not (isinstance(b, (int, float)) and 0 < b < 1e4) for b in self.beams):
             raise ValueError(f"--beams must be positive numbers, got {self.beams}")
         if not Path(self.model).is_file() and not Path(self.cache_dir).is_dir():
@@ -153,7 +158,11 @@ def common_overrides(opts: PaperOptions, experiment: str, manifests: dict, datas
     return [
         f"experiment={CONFIGS[experiment]}", *scales,
         f"data=speech_{opts.scale}", f"data.manifests={{{sets}}}",
-        "model=cache", f"model.nemo_model={opts.model}", f"model.cache_dir={opts.cache_dir}",
+        # Table 2 times the acoustic model itself (NeMo features + Conformer, on CUDA when present), the others
+        # decode cached log-probs of the same model
+        *([f"model=conformer_ctc_speech", f"model.nemo_model={opts.model}", f"model.params.precision={opts.precision}"]
+          if experiment == "table2" else
+          ["model=cache", f"model.nemo_model={opts.model}", f"model.cache_dir={opts.cache_dir}"]),
         f"experiment.output_dir={opts.out_root}", f"experiment.name={DIRS[experiment]}",
     ]
 
@@ -257,6 +266,16 @@ def plan_table3(opts: PaperOptions) -> list[PlannedRun]:
     for r in runs:
         r.overrides.append(f"experiment.run={r.name}")
     return runs
+
+
+def plan_table2(opts: PaperOptions) -> list[PlannedRun]:
+    """One run: the acoustic model once per batch, then every decoder on its log-probs, so the rows share the
+    acoustic time and differ by the decoder (the paper's pipelines: GPU WFST vs Flashlight on P CPU processes;
+    greedy and the CTC prefix beam search for scale)."""
+    p = opts.num_processes
+    return [PlannedRun("end_to_end", ["experiment.decoders=[greedy,ctc_beam@cuda,wfst@cuda,flashlight]",
+                                      f"+experiment.decoder_overrides.flashlight.num_processes={p}",
+                                      "experiment.run=end_to_end"])]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -385,6 +404,8 @@ def run(opts: PaperOptions) -> dict:
             runs = plan_table1(opts)
         elif exp == "fig6":
             runs = plan_fig6(opts, manifests, exp_dir / "words")
+        elif exp == "table2":
+            runs = plan_table2(opts)
         else:
             runs = plan_table3(opts)
         done = execute(opts, exp, runs, common_overrides(opts, exp, manifests))
@@ -424,6 +445,7 @@ def parse_args(argv: Sequence[str]) -> PaperOptions:
     p.add_argument("--flashlight-boost-sentences", type=int, default=d.flashlight_boost_sentences)
     p.add_argument("--flashlight-boost-points", type=int, default=d.flashlight_boost_points)
     p.add_argument("--processes", type=int, default=d.processes, help="Flashlight processes (0: all cores)")
+    p.add_argument("--precision", default=d.precision, help="table2: the acoustic model's precision")
     p.add_argument("--runs", default="", help="comma-separated run names to (re)run; default all")
     a = p.parse_args(argv)
     try:
@@ -436,7 +458,8 @@ def parse_args(argv: Sequence[str]) -> PaperOptions:
         cache_dir=a.cache_dir, model=a.model, scale=a.scale, topologies=split(a.topologies), graphs=split(a.graphs),
         resamples=a.resamples, seed=a.seed, beams=beams, boost_points=a.boost_points,
         boost_sentences=a.boost_sentences, flashlight_boost_sentences=a.flashlight_boost_sentences,
-        flashlight_boost_points=a.flashlight_boost_points, processes=a.processes, runs=split(a.runs),
+        flashlight_boost_points=a.flashlight_boost_points, processes=a.processes, precision=a.precision,
+        runs=split(a.runs),
         overrides=extra,
     ).check()
 

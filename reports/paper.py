@@ -8,7 +8,9 @@ Each experiment folder holds run directories (results.jsonl, hyps.jsonl, config.
 - table1_topology: WER with CI per decoder / topology / graph, and the paired differences (compact vs normal...);
 - fig6_boost: WER against boost magnitude, accurate vs inaccurate, one panel per (test set, beam), the
   rule-of-thumb check (boost <= beam / 2);
-- table3_speed: decoder-only RTFx and speed-up over Flashlight on one process.
+- table3_speed: decoder-only RTFx and speed-up over Flashlight on one process;
+- table2_end_to_end: end-to-end RTFx (features + model + decoding) of each decoder's pipeline, and its ratio to the
+  Flashlight pipeline on P processes.
 Writes report.md and <experiment>.png into each experiment folder. Exit status 2 with one line for bad input.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ from reports.schema import ResultRow, one_line
 from reports.plots import _pyplot
 from reports.tables import _table, load_results
 
-KINDS = ("table1_topology", "fig6_boost", "table3_speed")
+KINDS = ("table1_topology", "fig6_boost", "table3_speed", "table2_end_to_end")
 BOOTSTRAP_FILE = "bootstrap.json"
 DATASETS = ("clean", "other", "all")
 
@@ -417,6 +419,76 @@ def plot_table3(rows: Sequence[ResultRow], out_path: str | Path) -> Path:
     return _save(plt, fig, out_path)
 
 
+def _flashlight_reference(rows: Sequence[ResultRow]) -> dict:
+    """{dataset: row} of the Flashlight pipeline with the most processes (the paper's CPU baseline)."""
+    ref: dict = {}
+    for r in rows:
+        if r.ok and r.decoder_name == "flashlight":
+            old = ref.get(r.dataset)
+            if old is None or (processes_of(r) or 1) > (processes_of(old) or 1):
+                ref[r.dataset] = r
+    if not ref:
+        raise ValueError("table2: no Flashlight rows to compare against")
+    return ref
+
+
+def table2_markdown(rows: Sequence[ResultRow]) -> str:
+    ok = [r for r in rows if r.ok]
+    ref = _flashlight_reference(ok)
+    systems: dict = {}
+    for r in ok:
+        systems.setdefault((r.run, r.decoder), {})[r.dataset] = r
+    order = sorted(systems, key=lambda k: (_ORDER.get(next(iter(systems[k].values())).decoder_name, 9), k[1]))
+    head = ["pipeline", "decoder device", "acoustic s (all)", "decoder s (all)",
+            *[f"end-to-end RTFx {d}" for d in DATASETS], "× Flashlight (all)", "decoder-only RTFx (all)", "WER all %"]
+    body = []
+    for key in order:
+        by = systems[key]
+        a = by.get("all") or next(iter(by.values()))
+        base = ref.get("all")
+        ratio = (f"{a.rtfx_end_to_end / base.rtfx_end_to_end:.2f}×"
+                 if a.dataset == "all" and base and a.rtfx_end_to_end and base.rtfx_end_to_end else "—")
+        cells = [_speed_label(a), a.device, f"{a.acoustic_seconds:.2f}" if a.acoustic_seconds is not None else "—",
+                 f"{a.decoder_seconds:.2f}" if a.decoder_seconds is not None else "—"]
+        cells += [_rtfx(by[d].rtfx_end_to_end) if d in by else "—" for d in DATASETS]
+        cells += [ratio, _rtfx(a.rtfx_decoder), _pct(a.wer)]
+        body.append(cells)
+    env = next((r.environment for r in ok if r.environment), {})
+    out = [_table(head, body, n_text=2), "",
+           f"Acoustic model: NeMo features + Conformer-CTC on {env.get('gpu_name') or 'the CPU'} (shared by every "
+           f"row of the run: computed once per batch); each row's end-to-end time = acoustic + transfer + its "
+           f"decoder. Batch {next(iter(ok)).batch_size if ok else '?'}; {env.get('cpu_count', '?')} CPU cores here."]
+    missing = [r for r in rows if not r.ok]
+    if missing:
+        out += ["", "Not measured here:", ""]
+        out += [f"- `{r.decoder}` (run {r.run}): {r.reason}" for r in missing]
+    return "\n".join(out) + "\n"
+
+
+def plot_table2(rows: Sequence[ResultRow], out_path: str | Path) -> Path:
+    plt = _pyplot()
+    ok = [r for r in rows if r.ok and r.dataset == "all" and r.rtfx_end_to_end]
+    ref = _flashlight_reference(ok).get("all")
+    if ref is None:
+        raise ValueError("plot_table2: no Flashlight 'all' row")
+    ok.sort(key=lambda r: r.rtfx_end_to_end)
+    fig, ax = plt.subplots(figsize=(6.5, 0.5 * len(ok) + 1.4))
+    ys = list(range(len(ok)))
+    vals = [r.rtfx_end_to_end for r in ok]
+    ax.barh(ys, vals, color=["tab:orange" if r.decoder_name == "flashlight" else "tab:blue" for r in ok])
+    for y, r, x in zip(ys, ok, vals):
+        ax.text(x, y, f" {_rtfx(x)} ({x / ref.rtfx_end_to_end:.2f}× Flashlight)", va="center", fontsize=8)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f"{_speed_label(r)}" for r in ok], fontsize=9)
+    ax.set_xlabel("end-to-end RTFx (features + model + decoding), both test sets")
+    ax.set_xlim(0, max(vals) * 1.7)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(f"Table 2 analogue (model on {ref.environment.get('gpu_name') or 'CPU'}, batch {ref.batch_size})",
+                 fontsize=10)
+    fig.tight_layout()
+    return _save(plt, fig, out_path)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # CLI
 # ---------------------------------------------------------------------------------------------------------
@@ -425,6 +497,7 @@ TITLES = {
     "table1_topology": "Table 1 analogue: WER by graph topology vs Flashlight",
     "fig6_boost": "Figure 6 analogue: word-boost magnitude sweep",
     "table3_speed": "Table 3 analogue: decoder-only speed-ups over Flashlight on one process",
+    "table2_end_to_end": "Table 2 analogue: end-to-end RTFx, GPU WFST vs the Flashlight pipeline",
 }
 
 
@@ -436,6 +509,8 @@ def render(exp_dir: str | Path) -> tuple[str, Path]:
         body, plot = table1_markdown(rows, boot), plot_table1(rows, boot, exp_dir / f"{kind}.png")
     elif kind == "fig6_boost":
         body, plot = fig6_markdown(rows, boot), plot_fig6(rows, boot, exp_dir / f"{kind}.png")
+    elif kind == "table2_end_to_end":
+        body, plot = table2_markdown(rows), plot_table2(rows, exp_dir / f"{kind}.png")
     else:
         body, plot = table3_markdown(rows), plot_table3(rows, exp_dir / f"{kind}.png")
     env = next((r.environment for r in rows if r.environment), {})

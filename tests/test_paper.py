@@ -206,11 +206,12 @@ def test_every_planned_run_composes_and_validates(tmp_path, monkeypatch):
     monkeypatch.setattr(paper, "vocabulary", lambda scale: ["the", "cat", "sat", "a", "dog", "red", "hat", "ran",
                                                              "far", "mat", "on", "big", "x", "y", "z"])
     plans = {"table1": paper.plan_table1(opts), "fig6": paper.plan_fig6(opts, manifests, tmp_path / "words"),
-             "table3": paper.plan_table3(opts)}
+             "table3": paper.plan_table3(opts), "table2": paper.plan_table2(opts)}
     assert [r.name for r in plans["table1"]] == [f"{t}_{g}" for t in ("compact", "normal", "minimal")
                                                  for g in ("tlg", "hlg")]
     assert len(plans["fig6"]) == 2 * 2 * 2 * 2  # decoders x sets x beams x scenarios
     assert [r.name for r in plans["table3"]] == ["flashlight_p1", "flashlight_p2", "wfst_cpu", "wfst_gpu"]
+    assert [r.name for r in plans["table2"]] == ["end_to_end"]
     for exp, runs in plans.items():
         for r in runs:
             cfg = validate_config(compose_config([*paper.common_overrides(opts, exp, manifests), *r.overrides]))
@@ -225,6 +226,10 @@ def test_every_planned_run_composes_and_validates(tmp_path, monkeypatch):
                     assert dcfg.graph == r.name.split("_")[1].upper() and cfg.graph.topology.value == r.name.split("_")[0]
                 if name == "flashlight" and exp == "table3":
                     assert dcfg.num_processes == int(r.name[len("flashlight_p"):])
+                if name == "flashlight" and exp == "table2":
+                    assert dcfg.num_processes == 2
+            # table2 times the NeMo model itself; the others decode its cached log-probs
+            assert cfg.model.source == ("nemo" if exp == "table2" else "cache")
             if exp == "fig6":
                 beam = float(r.name.split("_beam")[1].split("_")[0])
                 assert list(cfg.boost.sweep) == paper.boost_values(beam, 3 if "wfst" in r.name else 5)
@@ -252,7 +257,7 @@ def test_boost_values_span_zero_to_the_beam():
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _write_run(exp_dir, run, experiment, systems, boost=None, config=None):
+def _write_run(exp_dir, run, experiment, systems, boost=None, config=None, acoustic_seconds=0.0, configs=None):
     """A run directory by hand: systems = {decoder label: {dataset: [(ref, hyp), ...]}}."""
     from eval.results import combined_row, measured_row
 
@@ -270,7 +275,8 @@ def _write_run(exp_dir, run, experiment, systems, boost=None, config=None):
                 experiment=experiment, run=run, decoder=label, decoder_name=label.split("[")[0], device="cpu",
                 dataset=ds, wer=word_error_stats([p[0] for p in pairs], [p[1] for p in pairs]),
                 audio_seconds=10.0 * len(pairs), decoder_seconds=0.5 * len(pairs), env=env,
-                decoder_config=dict(config or {}), boost_value=(boost or {}).get(label)))
+                acoustic_seconds=acoustic_seconds * len(pairs),
+                decoder_config=dict((configs or {}).get(label, config or {})), boost_value=(boost or {}).get(label)))
         rows += parts + [combined_row(parts)]
     from reports.schema import write_rows
 
@@ -338,6 +344,23 @@ def test_fig6_and_table3_render(tmp_path):
     md3 = (t3 / "report.md").read_text()
     assert "Flashlight, 2 processes" in md3 and "1.00×" in md3
     assert (exp / "fig6_boost.png").is_file() and (t3 / "table3_speed.png").is_file()
+
+
+def test_table2_end_to_end_render(tmp_path):
+    """Every row shares the run's acoustic time; the ratio is to the Flashlight pipeline with the most processes."""
+    from reports.paper import main as render_main
+
+    t2 = tmp_path / "table2_end_to_end"
+    refs = [f"a b {i}" for i in range(4)]
+    same = {"clean": [(r, r) for r in refs], "other": [(r, r) for r in refs]}
+    # per utterance: 10 s of audio, 0.5 s decoding, 1.5 s acoustic -> end-to-end RTFx 10 / 2 = 5 for both rows
+    _write_run(t2, "end_to_end", "table2_end_to_end", {"flashlight": same, "wfst": same}, acoustic_seconds=1.5,
+               configs={"flashlight": {"num_processes": 16}, "wfst": {}})
+    assert render_main([str(tmp_path)]) == 0
+    md = (t2 / "report.md").read_text()
+    assert "Flashlight, 16 processes" in md and "| 5.0 |" in md and "1.00×" in md and "12.00" in md  # 8 x 1.5 s
+    assert (t2 / "table2_end_to_end.png").stat().st_size > 5_000
+    assert paper.DIRS["table2"] == "table2_end_to_end"
 
 
 def test_render_bad_input_is_one_line(tmp_path, capsys):
