@@ -34,4 +34,6 @@ for e in $EXPERIMENTS; do
     --precision ${PRECISION:-fp32} --out-root $ROOT --speech-root data/speech_paper --cache-dir data/logprob_cache_paper
 done
 stage render python3 -m reports.paper $ROOT
-ls -la $ROOT/*
+
+# $OUT gives back at most 8 files, two folders down: the evidence travels as one archive
+tar czf "$OUT/speech_tiny.tgz" -C "$OUT" speech_tiny && rm -rf "$ROOT" && ls -la "$OUT"
