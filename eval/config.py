@@ -14,10 +14,11 @@ the harness's value (tests/test_eval_config.py checks that the YAML, the schema 
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field, is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -149,8 +150,51 @@ def register_configs() -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 
+# NeMo's speech_to_text_eval.py arguments, accepted as they are spelled there
+NEMO_SHORTHANDS = ("model_path", "pretrained_name", "dataset_manifest")
+
+
+def _is_model_file(value: str) -> bool:
+    return value.endswith(".nemo") or Path(value).expanduser().is_file()
+
+
+def expand_shorthands(overrides: Sequence[str]) -> list[str]:
+    """NeMo-style arguments -> this harness's overrides, as NeMo's `speech_to_text_eval.py` takes them:
+
+        model_path=/x.nemo | pretrained_name=stt_en_conformer_ctc_small  -> model=nemo_file model.nemo_model=...
+        model=/x.nemo  (a .nemo path where a model config name is expected) -> the same
+        dataset_manifest=/data/test.json  -> +data.manifests.test=/data/test.json (the set named by the file's stem)
+
+    Everything else passes through unchanged. A relative .nemo path is made absolute (Hydra would otherwise take
+    `model=x.nemo` for a config name and fail with "Could not find 'model/x.nemo'")."""
+    out: list[str] = []
+    for o in overrides:
+        key, sep, value = str(o).partition("=")
+        if not sep:
+            out.append(o)
+            continue
+        if key in ("model_path", "pretrained_name") or (key == "model" and _is_model_file(value)):
+            if not value:
+                raise ValueError(f"{key}= needs a .nemo path or a pretrained NeMo model name")
+            path = Path(value).expanduser()
+            ref = str(path.resolve()) if key != "pretrained_name" and (value.endswith(".nemo") or path.exists()) \
+                else value
+            if "model=nemo_file" not in out and "model=nemo_file" not in overrides:
+                out.append("model=nemo_file")
+            out.append(f"model.nemo_model={ref}")
+        elif key == "dataset_manifest":
+            if not value:
+                raise ValueError("dataset_manifest= needs a NeMo manifest (JSONL) path")
+            name = re.sub(r"[^A-Za-z0-9_-]", "_", Path(value).stem) or "test"
+            out.append(f"+data.manifests.{name}={value}")
+        else:
+            out.append(o)
+    return out
+
+
 def compose_config(overrides: Optional[list[str]] = None, config_name: str = "config") -> DictConfig:
-    """Compose `conf/<config_name>.yaml` with command-line style overrides, exactly as `eval.run` does."""
+    """Compose `conf/<config_name>.yaml` with command-line style overrides, exactly as `eval.run` does (NeMo-style
+    shorthands included: `expand_shorthands`)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -159,9 +203,9 @@ def compose_config(overrides: Optional[list[str]] = None, config_name: str = "co
     register_configs()
     try:
         if GlobalHydra.instance().is_initialized():
-            return compose(config_name=config_name, overrides=list(overrides or []))
+            return compose(config_name=config_name, overrides=expand_shorthands(overrides or []))
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return compose(config_name=config_name, overrides=list(overrides or []))
+            return compose(config_name=config_name, overrides=expand_shorthands(overrides or []))
     except HydraException as e:
         cause = f": {e.__cause__}" if e.__cause__ is not None else ""
         raise ValueError(f"{e}{cause}") from None

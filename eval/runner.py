@@ -35,7 +35,7 @@ from eval.acoustic.base import AcousticSource, Utterance
 from eval.adapters.base import DecodingContext, build_decoder, pop_stats
 from eval.config import BoostMode, decoder_labels, resolve_decoder_config, split_decoder_label, validate_config
 from eval.distributed import DistContext
-from eval.graphs import GRAPH_DECODERS, graph_dir_for, graph_mismatch, prepare_graphs
+from eval.graphs import GRAPH_DECODERS, graph_dir_for, graph_mismatch, no_graph_reason, prepare_graphs
 from eval.metrics import MemoryProbe, MemoryStats, Stopwatch, environment_info, word_error_stats
 from eval.results import (RunDirectory, combined_row, hypothesis_record, measured_row, rank_row, sharded_row,
                           unavailable_row)
@@ -165,13 +165,14 @@ class DecoderRun:
     stats: dict = field(default_factory=dict)  # summed pop_stats() counters (overflow_count, ...)
     refs: list = field(default_factory=list)
     hyps: list = field(default_factory=list)
+    results: list = field(default_factory=list)  # (utterance, Hypothesis) in decode order
 
     def reset(self) -> None:
         self.decode_watch = Stopwatch(self.device)
         self.transfer_seconds = 0.0
         self.memory = MemoryStats()
         self.stats = {}
-        self.refs, self.hyps = [], []
+        self.refs, self.hyps, self.results = [], [], []
 
 
 def build_decoder_runs(
@@ -242,15 +243,17 @@ def decode_dataset(
     boosts_by_value: dict, tokens: TokenSet, hyps_file: IO[str],
 ) -> list[ResultRow]:
     """Decode one dataset with every active decoder: each acoustic batch is produced once and decoded by
-    every decoder in turn. Writes the hypotheses to `hyps_file` and returns one row per decoder that
-    finished the dataset (a decoder that fails here is marked unavailable when skip_unavailable)."""
+    every decoder in turn. Writes the hypotheses to `hyps_file` in manifest order (`utterances`' order, in batches of
+    the batch size, every decoder per batch: the order a sharded run writes too, whatever order the source decoded
+    in, e.g. NeMo's longest first) with per-utterance WER and CER, and returns one row per decoder that finished the
+    dataset (a decoder that fails here is marked unavailable when skip_unavailable)."""
     for r in active:
         r.reset()
     acoustic_seconds, audio_seconds, frames = 0.0, 0.0, 0
     stage_peaks: dict[str, int] = {}
     n_batches = (len(utterances) + info.batch_size - 1) // info.batch_size
-    bar = tqdm(source.batches(utterances, info.batch_size), total=n_batches, disable=not info.progress,
-               desc=f"{dataset}: {len(active)} decoder(s)", unit="batch")
+    bar = progress_bar(source.batches(utterances, info.batch_size), total=n_batches, enabled=info.progress,
+                       desc=f"{dataset}: {len(active)} decoder(s)")
     for batch_idx, batch in enumerate(bar):
         acoustic_seconds += batch.acoustic_seconds
         for k, v in batch.stage_memory_bytes.items():
@@ -299,8 +302,9 @@ def decode_dataset(
                 text = hypothesis_text(h, tokens)
                 r.refs.append(u.text)
                 r.hyps.append(text)
-                hyps_file.write(hypothesis_record(decoder=r.label, dataset=dataset, utterance_id=u.id, ref=u.text,
-                                                  hyp=text, score=h.score, tokens=h.tokens))
+                r.results.append((u, h, text))
+    char_counts = write_hypotheses(info, dataset, utterances, active, getattr(source, "frame_shift_s", None),
+                                   hyps_file)
     return [
         measured_row(
             experiment=info.experiment, run=info.run, decoder=r.label, decoder_name=r.name, device=r.device,
@@ -309,10 +313,60 @@ def decode_dataset(
             decoder_cuda_seconds=r.decode_watch.cuda_seconds, acoustic_seconds=acoustic_seconds,
             transfer_seconds=r.transfer_seconds, memory=r.memory, stats=r.stats, batch_size=info.batch_size,
             warmup_batches=info.warmup_batches, decoder_config=r.config, boost_value=r.boost_value,
-            acoustic_stage_peak_bytes=stage_peaks,
+            acoustic_stage_peak_bytes=stage_peaks, char_counts=char_counts.get(r.label),
         )
         for r in active if r.decoder is not None
     ]
+
+
+def write_hypotheses(info: RunInfo, dataset: str, utterances: Sequence[Utterance], active: Sequence[DecoderRun],
+                     frame_shift_s: Optional[float], hyps_file: IO[str]) -> dict[str, tuple[int, int]]:
+    """hyps.jsonl lines of one dataset, in manifest order (eval.distributed.ordered_hypothesis_lines, the order of a
+    sharded run), each with the utterance's WER and CER; returns each decoder's summed CER parts."""
+    from eval.distributed import ordered_hypothesis_lines
+    from eval.metrics import utterance_char_error_counts, utterance_error_counts
+
+    lines: list[str] = []
+    char_counts: dict[str, tuple[int, int]] = {}
+    for r in active:
+        if r.decoder is None or not r.results:
+            continue
+        refs = [u.text for u, _, _ in r.results]
+        texts = [t for _, _, t in r.results]
+        errors, words = utterance_error_counts(refs, texts)
+        cerrs, chars = utterance_char_error_counts(refs, texts)
+        char_counts[r.label] = (sum(cerrs), sum(chars))
+        for (u, h, text), e, w, ce, c in zip(r.results, errors, words, cerrs, chars):
+            times = None
+            if h.timesteps is not None and frame_shift_s:
+                times = [int(t) * frame_shift_s for t in h.timesteps]
+            lines.append(hypothesis_record(
+                decoder=r.label, dataset=dataset, utterance_id=u.id, ref=u.text, hyp=text, score=h.score,
+                tokens=h.tokens, audio_filepath=u.audio_filepath, duration=u.duration, errors=(e, w),
+                char_errors=(ce, c), timesteps_s=times))
+    labels = [r.label for r in active]
+    hyps_file.writelines(ordered_hypothesis_lines([u.id for u in utterances], info.batch_size, labels, lines))
+    return char_counts
+
+
+def progress_bar(iterable, total: int, enabled: bool, desc: str):
+    """A tqdm bar on a terminal; elsewhere (CI logs, a pipe) one plain line per dataset, when it is done: a redrawn
+    bar in a log file is a line of carriage returns and cursor escapes per update."""
+    if enabled and sys.stderr.isatty():
+        return tqdm(iterable, total=total, desc=desc, unit="batch")
+    if not enabled:
+        return iterable
+    return _plain_progress(iterable, total, desc)
+
+
+def _plain_progress(iterable, total: int, desc: str):
+    import time
+
+    t0 = time.perf_counter()
+    n = 0
+    for n, item in enumerate(iterable, 1):
+        yield item
+    print(f"{desc}: {n}/{total} batches in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -390,8 +444,10 @@ def decoding_context(
     Graphs take minutes to build: they are built only when a graph decoder is asked for."""
     workload = inputs.workload
     arpa_path = _first_path(cfg.data.arpa_path, workload and workload.arpa_path)
-    gdir = graph_dir_for(cfg, inputs.tokens)
-    if {split_decoder_label(lb)[0] for lb in labels} & GRAPH_DECODERS:
+    gdir = graph_dir_for(cfg, inputs.tokens, workload, arpa_path)
+    if gdir is None:  # a user's model and manifests without an LM: nothing to build graphs from
+        graph_reason = no_graph_reason(cfg, arpa_path)
+    elif {split_decoder_label(lb)[0] for lb in labels} & GRAPH_DECODERS:
         graph_reason = prepare_graphs(cfg, workload, gdir, inputs.tokens, arpa_path)
     else:
         graph_reason = graph_mismatch(gdir, arpa_path, inputs.tokens)
@@ -467,6 +523,7 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
                                  device=r.device, reason=r.unavailable_reason, env=info.env, boost_value=r.boost_value)
                  for r in runs if r.unavailable_reason]
         run_dir.write_results(rows)
+        run_dir.write_output_manifests()
         run_dir.write_config({
             "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
             "decoders": {r.label: r.config for r in runs},
@@ -665,6 +722,7 @@ def _write_sharded(cfg: DictConfig, dist: DistContext, backend: str, run_name: s
                 lines = [line for res in results for line in res.hyps.get(dataset, [])]
                 f.writelines(ordered_hypothesis_lines(ids, exp.batch_size, labels, lines))
         run_dir.write_results(rows)
+        run_dir.write_output_manifests()
         run_dir.write_config({
             "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
             "decoders": main.decoders,
