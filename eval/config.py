@@ -118,7 +118,8 @@ class ExperimentConfig:
     warmup_batches: int = 1
     device: str = "cpu"  # default decoder device; "auto" = cuda when available
     skip_unavailable: bool = False  # True: a decoder that cannot be built here is listed with the reason
-    progress: bool = True
+    progress: bool = True  # a progress bar on a terminal, one line per dataset elsewhere
+    verbose: bool = False  # show third-party C++ output (KenLM's banner, kaldilm's parser log) as it happens
     gate_baseline: Optional[str] = None  # baseline JSON to gate the results against
     gate_metrics: list[str] = field(default_factory=lambda: ["wer"])
 

@@ -197,7 +197,10 @@ def build_decoder_runs(
                 raise FileNotFoundError(graph_reason)
             device = resolve_device(device)
             ctx = DecodingContext(**{**base_ctx.__dict__, "device": device})
-            run.decoder = build_decoder(name, dcfg, ctx)
+            from recipes.cli import quiet_native_output
+
+            with quiet_native_output(not cfg.experiment.get("verbose", False)):  # KenLM's loading banner and bar
+                run.decoder = build_decoder(name, dcfg, ctx)
         except Exception as e:  # noqa: BLE001 - any build failure means "not available here"
             if not skip_unavailable:
                 raise
@@ -212,6 +215,27 @@ def build_decoder_runs(
                    boost_value=v, unavailable_reason=r.unavailable_reason)
         for r in runs for v in values
     ]
+
+
+# Decoder-only RTFx of the slow paths on the 2-core CPU machine this project is built on (README, "The evaluation
+# harness"): Flashlight's word-boosted path scores every word through a Python KenLM wrapper.
+SLOW_PATH_RTFX = {("flashlight", True): 13.0}
+
+
+def warn_slow_runs(active: Sequence[DecoderRun], audio_seconds: float, minutes: float = 1.0) -> Optional[str]:
+    """Log (and return) an estimate when decoders on a known slow path will take more than `minutes`, before the
+    run starts: a boost sweep over Flashlight's boosted path took 14 minutes without a word."""
+    slow = [(r, SLOW_PATH_RTFX[(r.name, True)]) for r in active
+            if r.boost_value is not None and (r.name, True) in SLOW_PATH_RTFX and r.device == "cpu"]
+    seconds = sum(audio_seconds / rtfx for _, rtfx in slow)
+    if seconds < 60 * minutes:
+        return None
+    msg = (f"about {seconds / 60:.0f} min of decoding ahead: {len(slow)} boosted run(s) of "
+           f"{', '.join(sorted({r.name for r, _ in slow}))} over {audio_seconds / 3600:.2f} h of audio at ~"
+           f"{min(x for _, x in slow):.0f} RTFx (its word-boosted path; decoder=wfst runs the same sweep at thousands "
+           f"of RTFx, data.max_utterances=N shortens it)")
+    log.warning(msg)
+    return msg
 
 
 def hypothesis_text(h: Hypothesis, tokens) -> str:
@@ -504,12 +528,15 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
     active = [r for r in runs if r.decoder is not None]
 
     rows: list[ResultRow] = []
+    datasets = {}
+    for dataset, manifest in inputs.manifests.items():
+        datasets[dataset] = load_manifest(manifest, cfg.data.max_utterances)
+        if not datasets[dataset]:
+            raise ValueError(f"dataset {dataset!r} ({manifest}) has no utterances")
+    warn_slow_runs(active, sum(u.duration for utts in datasets.values() for u in utts))
     with run_dir:
         with run_dir.open_hyps() as hyps_file:
-            for dataset, manifest in inputs.manifests.items():
-                utterances = load_manifest(manifest, cfg.data.max_utterances)
-                if not utterances:
-                    raise ValueError(f"dataset {dataset!r} ({manifest}) has no utterances")
+            for dataset, utterances in datasets.items():
                 rows += decode_dataset(info, dataset, utterances, inputs.source(dataset), active,
                                        boost_tables(cfg, active, utterances), inputs.tokens, hyps_file)
         # an "all" row for each decoder that finished every dataset

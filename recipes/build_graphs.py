@@ -288,7 +288,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     ConfigStore.instance().store(name="build_graphs_cli", node=BuildGraphsConfig)
     argv = list(sys.argv[1:] if argv is None else argv)
 
+    from recipes.cli import one_line_errors
+
     @hydra.main(version_base=None, config_name="build_graphs_cli")
+    @one_line_errors
     def _app(cfg: BuildGraphsConfig) -> None:
         c = OmegaConf.to_object(cfg)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", force=True)

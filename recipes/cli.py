@@ -14,16 +14,32 @@ QUIET_HYDRA_OVERRIDES = [
     "hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",
 ]
 
-# Lines native libraries print on success: Kaldi-style LOG/VLOG lines (kaldilm's arpa_file_parser.cc), KenLM's
-# "Loading the LM will be faster if you build a binary file." banner, its file name line and its progress ruler
-# ("----5---10---...") and bar ("****..."). Warnings and errors (Kaldi's WARNING/ERROR, anything else) are kept.
+# Lines native libraries print on success: kaldilm's info messages (a source-location line
+# ".../arpa_file_parser.cc:void kaldilm::ArpaFileParser::Read(...):79" followed by "[I] Reading \data\ section."),
+# Kaldi-style LOG/VLOG lines, KenLM's "Loading the LM will be faster if you build a binary file." banner, its
+# "Reading <file>" line, progress ruler ("----5---10---...") and bar ("****..."). Warnings and errors (kaldilm's
+# [W]/[E] with their location line, Kaldi's WARNING/ERROR, anything else) are kept.
 NATIVE_CHATTER = re.compile(
-    r"^\s*(LOG \(|VLOG\[|Loading the LM will be faster|Reading .*\.arpa|----5---10|\*+\s*$)"
+    r"^\s*(\[I\] |LOG \(|VLOG\[|Loading the LM will be faster|Reading \S+$|----5---10|\*{20,}\s*$)"
 )
+_SOURCE_LOCATION = re.compile(r"^\S+\.(cc|cpp|h):.*:\d+\s*$")  # kaldilm's line before each message
 
 
 def is_chatter(line: str) -> bool:
     return bool(NATIVE_CHATTER.match(line))
+
+
+def filter_chatter(text: str) -> str:
+    """`text` without NATIVE_CHATTER lines (and without the source-location line of a dropped kaldilm message)."""
+    lines = text.splitlines(keepends=True)
+    keep = []
+    for i, line in enumerate(lines):
+        if is_chatter(line):
+            continue
+        if _SOURCE_LOCATION.match(line) and i + 1 < len(lines) and is_chatter(lines[i + 1]):
+            continue
+        keep.append(line)
+    return "".join(keep)
 
 
 @contextlib.contextmanager
@@ -57,10 +73,16 @@ def quiet_native_output(enabled: bool = True) -> Iterator[None]:
         replacements[fd] = io.TextIOWrapper(os.fdopen(os.dup(orig), "wb", buffering=0), encoding="utf-8",
                                             errors="replace", write_through=True, line_buffering=True)
         os.dup2(captures[fd].fileno(), fd)
-    handlers = [h for h in _all_handlers(logging) if getattr(h, "stream", None) in (streams[1], streams[2])]
-    handler_streams = [(h, h.stream) for h in handlers]
-    for h, stream in handler_streams:
-        h.stream = replacements[1] if stream is streams[1] else replacements[2]
+    handler_streams = []
+    for h in _all_handlers(logging):
+        stream = getattr(h, "stream", None)
+        if stream is not streams[1] and stream is not streams[2]:
+            continue
+        try:  # logging's last-resort handler reads sys.stderr through a property: it follows by itself
+            h.stream = replacements[1] if stream is streams[1] else replacements[2]
+            handler_streams.append((h, stream))
+        except AttributeError:
+            pass
     sys.stdout, sys.stderr = replacements[1], replacements[2]
     failed = True
     try:
@@ -79,7 +101,7 @@ def quiet_native_output(enabled: bool = True) -> Iterator[None]:
             text = cap.read().decode("utf-8", errors="replace")
             cap.close()
             if not failed:
-                text = "".join(line for line in text.splitlines(keepends=True) if not is_chatter(line))
+                text = filter_chatter(text)
             if text:
                 os.write(fd, text.encode("utf-8"))
 
@@ -90,6 +112,28 @@ def _all_handlers(logging) -> list:
     return [h for lg in loggers for h in lg.handlers]
 
 
+CLI_ERRORS = (ValueError, TypeError, FileNotFoundError)
+
+
+def one_line_errors(task: Callable) -> Callable:
+    """For a Hydra task function (under `@hydra.main`): bad input raised inside the task ends the process with one
+    `error:` line and exit status 2 before Hydra logs "Error executing job ..." and a traceback
+    (HYDRA_FULL_ERROR=1 in the user's environment keeps the traceback)."""
+    import functools
+
+    @functools.wraps(task)
+    def wrapped(*args, **kwargs):
+        try:
+            return task(*args, **kwargs)
+        except CLI_ERRORS as e:
+            if os.environ.get("RECIPE_TRACEBACK") == "1":
+                raise
+            print(f"error: {_one_line(e)}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapped
+
+
 def run_hydra_app(app: Callable[[], None], argv: Sequence[str]) -> None:
     """Call a `@hydra.main` app on `argv` (plus QUIET_HYDRA_OVERRIDES) instead of the process's sys.argv. Bad input
     (a ValueError/TypeError/FileNotFoundError from the recipe, an unknown or ill-typed key) ends the process with
@@ -97,8 +141,11 @@ def run_hydra_app(app: Callable[[], None], argv: Sequence[str]) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    traceback = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    traceback = os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("RECIPE_TRACEBACK") == "1"
     old, old_env = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    old_tb = os.environ.get("RECIPE_TRACEBACK")
+    if traceback:
+        os.environ["RECIPE_TRACEBACK"] = "1"
     sys.argv = [old[0], *argv, *QUIET_HYDRA_OVERRIDES]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its own traceback
     try:
@@ -110,6 +157,8 @@ def run_hydra_app(app: Callable[[], None], argv: Sequence[str]) -> None:
         sys.exit(2)
     finally:
         sys.argv = old
+        if old_tb is None:
+            os.environ.pop("RECIPE_TRACEBACK", None)
         if old_env is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:

@@ -70,13 +70,14 @@ def memory_mib(row: ResultRow) -> Optional[float]:
 
 
 def results_frame(rows: Sequence[Any]):
-    """Long pandas table (one line per successful row) for notebooks; the markdown tables do not need it."""
+    """Long pandas table (one line per successful row): notebooks, and `reports.cli --format csv`."""
     import pandas as pd
 
     recs = []
     for r in ok_rows(rows):
         flat = {k: v for k, v in r.to_dict().items() if not isinstance(v, dict)}  # every scalar field of the row
         recs.append({**flat, "label": r.label, "wer_pct": None if r.wer is None else 100.0 * r.wer,
+                     "cer_pct": None if r.cer is None else 100.0 * r.cer,
                      "memory_mib": memory_mib(r), **{f"param.{k}": v for k, v in r.params.items()}})
     return pd.DataFrame.from_records(recs)
 
@@ -100,6 +101,10 @@ def _fmt(v: Optional[float], spec: str) -> str:
 
 def _wer_pct(r: ResultRow) -> str:
     return "n/a" if r.wer is None else f"{100.0 * r.wer:.2f}"
+
+
+def _cer_pct(r: ResultRow) -> str:
+    return "–" if r.cer is None else f"{100.0 * r.cer:.2f}"
 
 
 def _value(v: Any) -> str:
@@ -225,9 +230,11 @@ def results_table(rows: Sequence[Any], datasets: Optional[Sequence[str]] = None,
     cell: dict[tuple[GroupKey, str], ResultRow] = {}
     for r in rows:
         cell.setdefault((_group_key(r), str(r.dataset)), r)
+    with_cer = any(r.cer is not None for r in rows)  # rows written before CER was recorded have none
     header = ["decoder", "device"]
     for d in datasets:
-        header += ([f"{d} utts"] if d in mixed else []) + [f"{d} WER %", f"{d} S/D/I", f"{d} RTFx", f"{d} mem MiB"]
+        header += ([f"{d} utts"] if d in mixed else []) + [f"{d} WER %"] + ([f"{d} CER %"] if with_cer else []) + [
+            f"{d} S/D/I", f"{d} RTFx", f"{d} mem MiB"]
     body = []
     for key, label in labels.items():
         first = next(r for (k, _), r in cell.items() if k == key)
@@ -235,11 +242,11 @@ def results_table(rows: Sequence[Any], datasets: Optional[Sequence[str]] = None,
         for d in datasets:
             r = cell.get((key, d))
             if r is None:
-                cells += ["–"] * (5 if d in mixed else 4)
+                cells += ["–"] * (4 + (d in mixed) + with_cer)
                 continue
             sdi = "–" if r.wer is None else f"{r.substitutions}/{r.deletions}/{r.insertions}"
-            cells += ([str(r.utterances)] if d in mixed else []) + [
-                _wer_pct(r), sdi, _fmt_rtfx(r.rtfx_decoder), _fmt(memory_mib(r), ".1f")]
+            cells += ([str(r.utterances)] if d in mixed else []) + [_wer_pct(r)] + (
+                [_cer_pct(r)] if with_cer else []) + [sdi, _fmt_rtfx(r.rtfx_decoder), _fmt(memory_mib(r), ".1f")]
         body.append(cells)
     table = _table(header, body, n_text=2)
     said = [f"{d} {'/'.join(map(str, counts[d]))}" for d in datasets if d in counts]
@@ -405,7 +412,8 @@ def markdown_report(rows: Sequence[Any], title: str = "Decoder comparison") -> s
     if env:
         parts += [f"Environment: {env}", ""]
     parts += [
-        "WER: corpus WER after text normalisation (jiwer); n/a: no references (synthetic inputs). "
+        "WER: corpus WER after text normalisation (jiwer); CER: the same over characters; n/a: no references "
+        "(synthetic inputs). "
         "S/D/I: substitutions/deletions/insertions. RTFx: audio seconds / decoder wall seconds (warm-up excluded); "
         "boundary api: the public decode call, host tensors in and hypotheses out; kernel: device work only. "
         "mem: on GPU the device memory the decoder holds (cudaMemGetInfo delta from before it was built, every "
