@@ -12,6 +12,7 @@ Pure functions over typed rows: a table can be regenerated from run directories 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -136,6 +137,7 @@ def _table(header: Sequence[str], body: Sequence[Sequence[str]], n_text: int) ->
 # ---------------------------------------------------------------------------------------------------------
 
 GroupKey = tuple  # (experiment, run, decoder, params_label)
+_TIMESTAMP = re.compile(r"^\d{8}-\d{6}(-\d+)?$")  # eval.results.timestamp_run_name: says nothing about a run
 
 
 def _group_key(r: ResultRow) -> GroupKey:
@@ -184,10 +186,14 @@ def row_labels(rows: Sequence[ResultRow], max_keys: int = 4) -> dict[GroupKey, s
         descs = [_descriptor(groups[k]) for k in keys]
         names = list(dict.fromkeys(n for d in descs for n in d))
         differ = [n for n in names if len({d.get(n) for d in descs}) > 1]
+        runs = [groups[k].run for k in keys]
+        named = len(set(runs)) == len(runs) and not any(_TIMESTAMP.match(r) for r in runs)
         for i, (k, d) in enumerate(zip(keys, descs)):
             if differ:
                 shown = ", ".join(f"{n}={d.get(n, '–')}" for n in differ[:max_keys])
                 labels[k] = f"{base} ({shown}{', …' if len(differ) > max_keys else ''})"
+            elif named:  # e.g. sweep jobs over data.* keys: their run directories are named by their overrides
+                labels[k] = f"{base} ({groups[k].run})"
             else:
                 labels[k] = f"{base} (repeat {i + 1})"
     # two groups identical in every descriptor but one beyond max_keys, or repeats: keep labels unique

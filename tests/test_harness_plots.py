@@ -54,3 +54,24 @@ def test_wer_vs_rtfx_plot_renders_a_demo_like_run(tmp_path):
             rows.append(dataclasses.replace(result_row(dec, ds, errs, rtfx), rtfx_end_to_end=None))
     path = plot_wer_vs_rtfx(rows, tmp_path / "p.png")
     assert path.stat().st_size > 10_000
+
+
+def test_sweep_and_run_labels_show_swept_values_and_utterance_counts():
+    """Regression: rows of a sweep were labelled `wfst (20261201-040006)` and tables mixed 30-, 50- and 200-utterance
+    runs without saying so."""
+    from reports.sweeps import SweepJob, sweep_table
+    from reports.tables import results_table
+
+    def job(n, run):
+        rows = [dataclasses.replace(result_row("wfst", ds, 5, 2000.0, utts=n, run=run, char_errors=7,
+                                               ref_chars=5000), audio_seconds=n * 6.5) for ds in ("clean", "other")]
+        return SweepJob(run_dir=None, rows=rows, job=0, overrides={"data.max_utterances": str(n)})
+
+    jobs = [job(30, "data.max_utterances=30"), job(200, "data.max_utterances=200")]
+    text = results_table([r for j in jobs for r in j.rows])
+    assert "wfst (data.max_utterances=30)" in text and "clean utts" in text and "CER %" in text
+    assert "differ between rows" in text
+    sweep = sweep_table(jobs)
+    assert sweep.splitlines()[0].startswith("| data.max_utterances | decoder | device | clean utts | clean WER % |")
+    stamped = [dataclasses.replace(r, run=f"20261201-04000{i}") for i, j in enumerate(jobs) for r in j.rows]
+    assert "repeat" in results_table(stamped)  # timestamps never become labels
