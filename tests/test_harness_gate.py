@@ -40,15 +40,27 @@ def test_rtfx_ratio_ignores_machine_load_and_catches_one_slower_decoder():
     assert report.passed
     ratio_checks = [c for c in report.checks if c.metric == "rtfx_ratio"]
     assert {c.decoder for c in ratio_checks} == {"greedy", "flashlight"}  # the reference is not checked against itself
-    report = compare(_run_rows(scale=0.8, greedy_scale=0.5), base, metrics=["rtfx_ratio"], rtfx_reference="wfst")
+    report = compare(_run_rows(scale=0.8, greedy_scale=0.4), base, metrics=["rtfx_ratio"], rtfx_reference="wfst")
     assert [(c.decoder, c.dataset) for c in report.failures] == [("greedy", "clean"), ("greedy", "other")]
-    assert "-50.0%" in report.failures[0].note
+    assert "-60.0%" in report.failures[0].note and "wfst x0.80" in report.failures[0].note
 
 
-def test_rtfx_ratio_needs_a_reference_present_on_both_sides():
+def test_rtfx_ratio_against_the_median_of_the_runs_decoders():
+    """Without a reference decoder the machine's speed change is the median change of the run's decoders: a busy
+    machine (every decoder slower, each by its own amount) passes, one decoder 3x slower fails."""
     base = parse_baseline(make_baseline(_run_rows()))
-    with pytest.raises(ValueError, match="needs a reference decoder"):
-        compare(_run_rows(), base, metrics=["rtfx_ratio"])
+    loaded = [dataclasses.replace(r, rtfx_decoder=r.rtfx_decoder * f)
+              for r, f in zip(_run_rows(), (0.3, 0.4, 0.35, 0.3, 0.45, 0.35))]
+    assert compare(loaded, base, metrics=["wer", "rtfx_ratio"]).passed
+    report = compare(_run_rows(scale=0.4, greedy_scale=1 / 3), base, metrics=["rtfx_ratio"])
+    assert {c.decoder for c in report.failures} == {"greedy"} and "median of 3 decoders" in report.failures[0].note
+    two = [r for r in _run_rows() if r.decoder != "wfst"]
+    report = compare(two, parse_baseline(make_baseline(two)), metrics=["rtfx_ratio"])
+    assert report.passed and all("fewer than 3 decoders" in c.note for c in report.checks)
+
+
+def test_rtfx_ratio_reference_must_be_present_on_both_sides():
+    base = parse_baseline(make_baseline(_run_rows()))
     with pytest.raises(ValueError, match="has no row in the baseline"):
         compare(_run_rows(), base, metrics=["rtfx_ratio"], rtfx_reference="kaldi")
     without_wfst = [r for r in _run_rows() if r.decoder != "wfst"]
@@ -67,7 +79,7 @@ def test_baseline_records_its_metrics_and_the_cli_overrides_them(tmp_path, capsy
                  "--rtfx-reference", "wfst"]) == 0
     data = json.loads(baseline.read_text())
     assert data["metrics"] == ["wer", "rtfx_ratio"] and data["rtfx_reference"] == "wfst"
-    results.write_text("".join(r.to_json() + "\n" for r in _run_rows(greedy_scale=0.4)))
+    results.write_text("".join(r.to_json() + "\n" for r in _run_rows(greedy_scale=0.3)))
     assert main([str(results), str(baseline)]) == 1  # the baseline's own metrics: the ratio fails
     assert main([str(results), str(baseline), "--metrics", "wer"]) == 0
     capsys.readouterr()
