@@ -1,0 +1,45 @@
+"""The runner as a new user meets it (issue 13): a slow sweep says so before it starts, progress is one plain line
+per dataset when stderr is not a terminal, and KenLM's loading banner stays off the output."""
+import logging
+
+import pytest
+
+from _eval_fakes import FakeWorkload, fake_source_factory
+from eval.config import compose_config
+from eval.runner import DecoderRun, run_experiment, warn_slow_runs
+
+
+def _run(tmp_path, *overrides):
+    cfg = compose_config([f"experiment.output_dir={tmp_path / 'runs'}", f"graph.root={tmp_path / 'g'}",
+                          "experiment.run=r", "experiment.batch_size=2", *overrides])
+    return run_experiment(cfg, workload=FakeWorkload(tmp_path / "wl"), source_factory=fake_source_factory)
+
+
+def test_a_slow_boost_sweep_is_announced_with_an_estimate(caplog):
+    """Regression: the README's boost sweep over Flashlight (4 values, 0.7 h of audio) took 14 min without a word."""
+    runs = [DecoderRun(label=f"flashlight[boost={v}]", name="flashlight", device="cpu", config={}, boost_value=v)
+            for v in (0.0, 2.0, 4.0, 8.0)]
+    with caplog.at_level(logging.WARNING, logger="eval.runner"):
+        msg = warn_slow_runs(runs, audio_seconds=0.7 * 3600)
+    assert msg is not None and "about 11 min" in msg and "decoder=wfst" in msg and msg in caplog.text
+    assert warn_slow_runs(runs[:1], audio_seconds=60.0) is None  # a short run: nothing to say
+    unboosted = [DecoderRun(label="flashlight", name="flashlight", device="cpu", config={})]
+    assert warn_slow_runs(unboosted, audio_seconds=0.7 * 3600) is None
+
+
+def test_progress_is_one_plain_line_per_dataset_off_a_terminal(tmp_path, capfd):
+    """Regression: nested tqdm bars wrote `[A` cursor escapes into logs when stderr was not a terminal."""
+    _run(tmp_path, "decoder=greedy", "experiment.progress=true")
+    err = capfd.readouterr().err
+    assert "\x1b[" not in err and "\r" not in err
+    lines = [x for x in err.splitlines() if "batches in" in x]
+    assert [x.split(":")[0] for x in lines] == ["clean", "other"]
+
+
+def test_kenlm_banner_is_filtered_unless_verbose(tmp_path, capfd):
+    pytest.importorskip("flashlight.lib.text")
+    _run(tmp_path, "decoder=flashlight", "experiment.progress=false")
+    err = capfd.readouterr().err
+    assert "Loading the LM will be faster" not in err and "****" not in err
+    _run(tmp_path, "decoder=flashlight", "experiment.progress=false", "experiment.verbose=true")
+    assert "Loading the LM will be faster" in capfd.readouterr().err
