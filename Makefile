@@ -12,6 +12,8 @@ setup: .setup.stamp
 .setup.stamp: pyproject.toml
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
 	$(PYTHON) -m pip install -q -e '.[baselines,dev]'
+	@# the decoders' extension, built ahead of first use (~1 min on 2 cores; cached per Python environment)
+	$(PYTHON) -c "from decoders._ext import load_extension; load_extension()"
 	@touch $@
 
 # The embedded synthetic workload (vocabulary, ARPA, BPE, test sets); cached under data/workload.

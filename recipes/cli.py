@@ -43,12 +43,14 @@ def filter_chatter(text: str) -> str:
 
 
 @contextlib.contextmanager
-def quiet_native_output(enabled: bool = True) -> Iterator[None]:
+def quiet_native_output(enabled: bool = True, python_too: bool = False) -> Iterator[None]:
     """Capture what native code writes to file descriptors 1 and 2 inside the block and write it back afterwards
     without the NATIVE_CHATTER lines; when the block raises, everything captured is written back unfiltered, so a
     failure keeps its context. Python's own output (print, logging) keeps going to the terminal as it happens: for
     the block, sys.stdout/sys.stderr and the logging handlers writing to them are pointed at duplicates of the
-    original descriptors. `enabled=False` (verbose) captures nothing."""
+    original descriptors. `python_too=True` captures Python's output as well and, when the block succeeds, keeps only
+    the lines that report an error (for a library whose success path is all chatter, e.g. NeMo's restore: telemetry
+    notices, training-config warnings). `enabled=False` (verbose) captures nothing."""
     if not enabled:
         yield
         return
@@ -74,7 +76,7 @@ def quiet_native_output(enabled: bool = True) -> Iterator[None]:
                                             errors="replace", write_through=True, line_buffering=True)
         os.dup2(captures[fd].fileno(), fd)
     handler_streams = []
-    for h in _all_handlers(logging):
+    for h in ([] if python_too else _all_handlers(logging)):
         stream = getattr(h, "stream", None)
         if stream is not streams[1] and stream is not streams[2]:
             continue
@@ -83,7 +85,8 @@ def quiet_native_output(enabled: bool = True) -> Iterator[None]:
             handler_streams.append((h, stream))
         except AttributeError:
             pass
-    sys.stdout, sys.stderr = replacements[1], replacements[2]
+    if not python_too:
+        sys.stdout, sys.stderr = replacements[1], replacements[2]
     failed = True
     try:
         yield
@@ -101,9 +104,13 @@ def quiet_native_output(enabled: bool = True) -> Iterator[None]:
             text = cap.read().decode("utf-8", errors="replace")
             cap.close()
             if not failed:
-                text = filter_chatter(text)
+                text = _errors_only(text) if python_too else filter_chatter(text)
             if text:
                 os.write(fd, text.encode("utf-8"))
+
+
+def _errors_only(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if re.search(r"\berror\b", line, re.I))
 
 
 def _all_handlers(logging) -> list:
