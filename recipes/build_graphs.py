@@ -320,8 +320,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         print(size_table(infos))
         print(f"total {time.perf_counter() - t0:.1f} s")
 
-    from recipes.cli import run_hydra_app
+    from recipes.cli import run_hydra_app, user_wants_traceback
 
+    user_wants_traceback()
     run_hydra_app(_app, argv)
 
 

@@ -141,18 +141,23 @@ def one_line_errors(task: Callable) -> Callable:
     return wrapped
 
 
+def user_wants_traceback() -> None:
+    """Call first thing in a recipe's main(): a user's HYDRA_FULL_ERROR=1 asks for tracebacks (RECIPE_TRACEBACK=1),
+    before run_hydra_app sets HYDRA_FULL_ERROR itself to make Hydra re-raise."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        os.environ["RECIPE_TRACEBACK"] = "1"
+
+
 def run_hydra_app(app: Callable[[], None], argv: Sequence[str]) -> None:
     """Call a `@hydra.main` app on `argv` (plus QUIET_HYDRA_OVERRIDES) instead of the process's sys.argv. Bad input
     (a ValueError/TypeError/FileNotFoundError from the recipe, an unknown or ill-typed key) ends the process with
-    one `error:` line and exit status 2, not a traceback (HYDRA_FULL_ERROR=1 keeps the traceback)."""
+    one `error:` line and exit status 2, not a traceback (RECIPE_TRACEBACK=1 keeps the traceback; a recipe's main()
+    sets it when the user set HYDRA_FULL_ERROR=1: `user_wants_traceback`)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    traceback = os.environ.get("HYDRA_FULL_ERROR") == "1" or os.environ.get("RECIPE_TRACEBACK") == "1"
+    traceback = os.environ.get("RECIPE_TRACEBACK") == "1"
     old, old_env = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
-    old_tb = os.environ.get("RECIPE_TRACEBACK")
-    if traceback:
-        os.environ["RECIPE_TRACEBACK"] = "1"
     sys.argv = [old[0], *argv, *QUIET_HYDRA_OVERRIDES]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its own traceback
     try:
@@ -164,8 +169,6 @@ def run_hydra_app(app: Callable[[], None], argv: Sequence[str]) -> None:
         sys.exit(2)
     finally:
         sys.argv = old
-        if old_tb is None:
-            os.environ.pop("RECIPE_TRACEBACK", None)
         if old_env is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
