@@ -119,6 +119,10 @@ class ExperimentConfig:
     device: str = "cpu"  # default decoder device; "auto" = cuda when available
     skip_unavailable: bool = False  # True: a decoder that cannot be built here is listed with the reason
     progress: bool = True  # a progress bar on a terminal, one line per dataset elsewhere
+    # 95 % bootstrap CIs of each decoder's WER (per dataset), and of its WER difference to this decoder's (paired, same
+    # utterances) when set, e.g. ci_reference=wfst; ci_resamples=0 turns them off
+    ci_reference: Optional[str] = None
+    ci_resamples: int = 1000
     verbose: bool = False  # show third-party C++ output (KenLM's banner, kaldilm's parser log) as it happens
     gate_baseline: Optional[str] = None  # baseline JSON to gate the results against
     gate_metrics: list[str] = field(default_factory=lambda: ["wer"])
@@ -220,6 +224,9 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         raise ValueError(f"invalid evaluation config: {e}") from None
     if typed.experiment.batch_size <= 0:
         raise ValueError(f"experiment.batch_size must be positive, got {typed.experiment.batch_size}")
+    if typed.experiment.ci_resamples < 0:
+        raise ValueError(f"experiment.ci_resamples must be >= 0 (0: no confidence intervals), got "
+                         f"{typed.experiment.ci_resamples}")
     if typed.experiment.warmup_batches < 0:
         raise ValueError(f"experiment.warmup_batches must be >= 0, got {typed.experiment.warmup_batches}")
     if typed.data.max_utterances is not None and typed.data.max_utterances < 1:

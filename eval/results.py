@@ -153,6 +153,7 @@ def measured_row(
     acoustic_stage_peak_bytes: Optional[dict] = None,
     end_to_end_seconds: Optional[float] = None,
     char_counts: Optional[tuple[int, int]] = None,
+    wer_ci: Optional[dict] = None,
 ) -> ResultRow:
     """A successful (decoder, dataset) measurement. RTFx from eval.metrics.rtfx: decoder-only over
     `decoder_seconds`, end-to-end over acoustic + host->device transfer + decoder seconds, or over
@@ -171,6 +172,7 @@ def measured_row(
         hits=wer.hits, ref_words=wer.ref_words, sentence_errors=wer.sentence_errors,
         char_errors=None if char_counts is None else int(char_counts[0]),
         ref_chars=None if char_counts is None else int(char_counts[1]),
+        wer_ci=dict(wer_ci or {}),
         decoder_seconds=float(decoder_seconds), decoder_cuda_seconds=decoder_cuda_seconds,
         acoustic_seconds=float(acoustic_seconds), end_to_end_seconds=float(e2e),
         rtfx_decoder=_finite_or_none(rtfx(audio_seconds, decoder_seconds)),

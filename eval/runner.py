@@ -261,6 +261,8 @@ class RunInfo:
     warmup_batches: int
     skip_unavailable: bool
     progress: bool
+    ci_reference: Optional[str] = None
+    ci_resamples: int = 0
 
 
 def decode_dataset(
@@ -328,8 +330,9 @@ def decode_dataset(
                 r.refs.append(u.text)
                 r.hyps.append(text)
                 r.results.append((u, h, text))
-    char_counts = write_hypotheses(info, dataset, utterances, active, getattr(source, "frame_shift_s", None),
-                                   hyps_file)
+    char_counts, counts = write_hypotheses(info, dataset, utterances, active, getattr(source, "frame_shift_s", None),
+                                           hyps_file)
+    intervals = wer_intervals(counts, info.ci_reference, info.ci_resamples)
     return [
         measured_row(
             experiment=info.experiment, run=info.run, decoder=r.label, decoder_name=r.name, device=r.device,
@@ -339,20 +342,23 @@ def decode_dataset(
             transfer_seconds=r.transfer_seconds, memory=r.memory, stats=r.stats, batch_size=info.batch_size,
             warmup_batches=info.warmup_batches, decoder_config=r.config, boost_value=r.boost_value,
             acoustic_stage_peak_bytes=stage_peaks, char_counts=char_counts.get(r.label),
+            wer_ci=intervals.get(r.label),
         )
         for r in active if r.decoder is not None
     ]
 
 
 def write_hypotheses(info: RunInfo, dataset: str, utterances: Sequence[Utterance], active: Sequence[DecoderRun],
-                     frame_shift_s: Optional[float], hyps_file: IO[str]) -> dict[str, tuple[int, int]]:
+                     frame_shift_s: Optional[float], hyps_file: IO[str]) -> tuple[dict, dict]:
     """hyps.jsonl lines of one dataset, in manifest order (eval.distributed.ordered_hypothesis_lines, the order of a
-    sharded run), each with the utterance's WER and CER; returns each decoder's summed CER parts."""
+    sharded run), each with the utterance's WER and CER; returns each decoder's summed CER parts and its
+    per-utterance (errors, reference words) by utterance id."""
     from eval.distributed import ordered_hypothesis_lines
     from eval.metrics import utterance_char_error_counts, utterance_error_counts
 
     lines: list[str] = []
     char_counts: dict[str, tuple[int, int]] = {}
+    counts: dict[str, dict[str, tuple[int, int]]] = {}
     for r in active:
         if r.decoder is None or not r.results:
             continue
@@ -361,6 +367,7 @@ def write_hypotheses(info: RunInfo, dataset: str, utterances: Sequence[Utterance
         errors, words = utterance_error_counts(refs, texts)
         cerrs, chars = utterance_char_error_counts(refs, texts)
         char_counts[r.label] = (sum(cerrs), sum(chars))
+        counts[r.label] = {u.id: (e, w) for (u, _, _), e, w in zip(r.results, errors, words)}
         for (u, h, text), e, w, ce, c in zip(r.results, errors, words, cerrs, chars):
             times = None
             if h.timesteps is not None and frame_shift_s:
@@ -371,7 +378,34 @@ def write_hypotheses(info: RunInfo, dataset: str, utterances: Sequence[Utterance
                 char_errors=(ce, c), timesteps_s=times))
     labels = [r.label for r in active]
     hyps_file.writelines(ordered_hypothesis_lines([u.id for u in utterances], info.batch_size, labels, lines))
-    return char_counts
+    return char_counts, counts
+
+
+def wer_intervals(counts: dict[str, dict[str, tuple[int, int]]], reference: Optional[str],
+                  n_resamples: int, confidence: float = 0.95) -> dict[str, dict]:
+    """Per decoder: the percentile bootstrap CI of its WER and, when `reference` decoded the same utterances, the
+    paired bootstrap CI of WER(decoder) - WER(reference) (eval.metrics; utterances resampled, seed 0, so every
+    decoder of the run is resampled on the same draws). {} when n_resamples is 0."""
+    from eval.metrics import bootstrap_wer_ci, paired_bootstrap
+
+    if n_resamples <= 0:
+        return {}
+    out: dict[str, dict] = {}
+    ref = counts.get(reference) if reference else None
+    for label, by_id in counts.items():
+        ids = sorted(by_id)
+        if not ids:
+            continue
+        errors, words = [by_id[i][0] for i in ids], [by_id[i][1] for i in ids]
+        ci = bootstrap_wer_ci(errors, words, n_resamples=n_resamples, confidence=confidence)
+        entry = {"confidence": confidence, "n_resamples": n_resamples, "low": ci.low, "high": ci.high}
+        if ref is not None and label != reference and sorted(ref) == ids:
+            d = paired_bootstrap(errors, [ref[i][0] for i in ids], words, n_resamples=n_resamples,
+                                 confidence=confidence)
+            entry.update(reference=reference, delta=d.estimate, delta_low=d.low, delta_high=d.high,
+                         prob_better=d.prob_a_better)
+        out[label] = entry
+    return out
 
 
 def progress_bar(iterable, total: int, enabled: bool, desc: str):
@@ -521,7 +555,8 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
     exp = cfg.experiment
     run_dir = RunDirectory(exp.output_dir, exp.name, exp.run)  # refuses escaping names before any work
     info = RunInfo(experiment=exp.name, run=run_dir.run, env=environment_info(), batch_size=exp.batch_size,
-                   warmup_batches=exp.warmup_batches, skip_unavailable=exp.skip_unavailable, progress=exp.progress)
+                   warmup_batches=exp.warmup_batches, skip_unavailable=exp.skip_unavailable, progress=exp.progress,
+                   ci_reference=exp.ci_reference, ci_resamples=exp.ci_resamples)
     inputs = prepare_inputs(cfg, workload, source_factory)
     labels = decoder_labels(cfg)
     base_ctx, graph_reason = decoding_context(cfg, inputs, labels)
@@ -535,6 +570,10 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
         if not datasets[dataset]:
             raise ValueError(f"dataset {dataset!r} ({manifest}) has no utterances")
     warn_slow_runs(active, sum(u.duration for utts in datasets.values() for u in utts))
+    if exp.ci_reference and exp.ci_resamples and exp.ci_reference not in {r.label for r in active}:
+        # a config's default reference (the demo's wfst) in a run without it: intervals without differences
+        log.warning("experiment.ci_reference %s is not among this run's decoders (%s): no paired WER differences",
+                    exp.ci_reference, ", ".join(r.label for r in active))
     with run_dir:
         with run_dir.open_hyps() as hyps_file:
             for dataset, utterances in datasets.items():

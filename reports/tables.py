@@ -104,6 +104,21 @@ def _wer_pct(r: ResultRow) -> str:
     return "n/a" if r.wer is None else f"{100.0 * r.wer:.2f}"
 
 
+def _ci_text(r: ResultRow) -> str:
+    """The WER's bootstrap interval in points: "[1.70, 2.35]"."""
+    ci = r.wer_ci
+    return "–" if "low" not in ci else f"[{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]"
+
+
+def _delta_text(r: ResultRow) -> str:
+    """The paired WER difference to the reference decoder in points with its interval: "-0.37 [-0.61, -0.12]";
+    "ref" on the reference's own line."""
+    ci = r.wer_ci
+    if "delta" not in ci:
+        return "–"
+    return f"{100 * ci['delta']:+.2f} [{100 * ci['delta_low']:+.2f}, {100 * ci['delta_high']:+.2f}]"
+
+
 def _cer_pct(r: ResultRow) -> str:
     return "–" if r.cer is None else f"{100.0 * r.cer:.2f}"
 
@@ -237,9 +252,14 @@ def results_table(rows: Sequence[Any], datasets: Optional[Sequence[str]] = None,
     for r in rows:
         cell.setdefault((_group_key(r), str(r.dataset)), r)
     with_cer = any(r.cer is not None for r in rows)  # rows written before CER was recorded have none
+    with_ci = any("low" in r.wer_ci for r in rows)
+    references = sorted({r.wer_ci["reference"] for r in rows if "reference" in r.wer_ci})
+    with_delta = len(references) == 1
+    extra = [with_ci, with_delta]
     header = ["decoder", "device"]
     for d in datasets:
-        header += ([f"{d} utts"] if d in mixed else []) + [f"{d} WER %"] + ([f"{d} CER %"] if with_cer else []) + [
+        header += ([f"{d} utts"] if d in mixed else []) + [f"{d} WER %"] + ([f"{d} 95 % CI"] if with_ci else []) + (
+            [f"{d} Δ vs {references[0]}"] if with_delta else []) + ([f"{d} CER %"] if with_cer else []) + [
             f"{d} S/D/I", f"{d} RTFx", f"{d} mem MiB"]
     body = []
     for key, label in labels.items():
@@ -248,15 +268,22 @@ def results_table(rows: Sequence[Any], datasets: Optional[Sequence[str]] = None,
         for d in datasets:
             r = cell.get((key, d))
             if r is None:
-                cells += ["–"] * (4 + (d in mixed) + with_cer)
+                cells += ["–"] * (4 + (d in mixed) + with_cer + sum(extra))
                 continue
             sdi = "–" if r.wer is None else f"{r.substitutions}/{r.deletions}/{r.insertions}"
+            delta = "ref" if with_delta and r.decoder == references[0] else _delta_text(r)
             cells += ([str(r.utterances)] if d in mixed else []) + [_wer_pct(r)] + (
+                [_ci_text(r)] if with_ci else []) + ([delta] if with_delta else []) + (
                 [_cer_pct(r)] if with_cer else []) + [sdi, _fmt_rtfx(r.rtfx_decoder), _fmt(memory_mib(r), ".1f")]
         body.append(cells)
     table = _table(header, body, n_text=2)
     said = [f"{d} {'/'.join(map(str, counts[d]))}" for d in datasets if d in counts]
     note = "Utterances: " + ", ".join(said) + "."
+    if with_ci:
+        n = next(r.wer_ci["n_resamples"] for r in rows if "low" in r.wer_ci)
+        note += (f" 95 % CI: percentile bootstrap over utterances ({n:.0f} resamples)" + (
+            f"; Δ: WER difference to {references[0]} in points, paired bootstrap on the same utterances (an interval "
+            f"excluding 0 is a difference at 95 %)" if with_delta else "") + ".")
     if mixed:
         note += f" Utterance counts differ between rows for {', '.join(sorted(mixed))}: see the utts column(s)."
     return table + "\n\n" + note

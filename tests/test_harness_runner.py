@@ -44,3 +44,34 @@ def test_kenlm_banner_is_filtered_unless_verbose(tmp_path, capfd):
     assert "Loading the LM will be faster" not in err and "****" not in err
     _run(tmp_path, "decoder=flashlight", "experiment.progress=false", "experiment.verbose=true")
     assert "Loading the LM will be faster" in capfd.readouterr().err
+
+
+def test_bootstrap_cis_and_paired_differences_reach_rows_and_tables(tmp_path):
+    """Issue 13, statistics a researcher can trust: each decoder's WER with its 95 % bootstrap interval, and the
+    paired interval of its difference to a chosen reference decoder, in the rows and the table."""
+    pytest.importorskip("flashlight.lib.text")
+    from reports.tables import results_table
+
+    out = _run(tmp_path, "experiment.decoders=[greedy,flashlight]", "experiment.ci_reference=flashlight",
+               "experiment.progress=false")
+    rows = {(r.decoder, r.dataset): r for r in out.rows if r.ok}
+    g, f = rows[("greedy", "other")], rows[("flashlight", "other")]
+    assert g.wer_ci["low"] <= g.wer <= g.wer_ci["high"] and g.wer_ci["confidence"] == 0.95
+    assert g.wer_ci["reference"] == "flashlight" and "reference" not in f.wer_ci
+    assert g.wer_ci["delta"] == pytest.approx(g.wer - f.wer)  # same utterances, same reference words
+    assert g.wer_ci["delta_low"] <= g.wer_ci["delta"] <= g.wer_ci["delta_high"]
+    clean = rows[("greedy", "clean")]
+    assert clean.wer == 0.0 and clean.wer_ci["low"] == clean.wer_ci["high"] == 0.0  # no errors: a point interval
+    text = results_table(out.rows)
+    assert "other 95 % CI" in text and "other Δ vs flashlight" in text and "paired bootstrap" in text
+    assert "| flashlight | cpu |" in text and "| ref |" in text.split("| flashlight | cpu |")[1].split("\n")[0] + "|"
+
+
+def test_a_ci_reference_outside_the_run_is_said_and_leaves_intervals_without_differences(tmp_path, monkeypatch):
+    import eval.runner as runner
+
+    said = []
+    monkeypatch.setattr(runner.log, "warning", lambda msg, *a: said.append(msg % a if a else msg))
+    out = _run(tmp_path, "decoder=greedy", "experiment.ci_reference=wfst", "experiment.progress=false")
+    assert any("ci_reference wfst is not among this run's decoders" in m for m in said)
+    assert all("low" in r.wer_ci and "delta" not in r.wer_ci for r in out.rows if r.ok and r.dataset != "all")
