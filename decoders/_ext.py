@@ -68,10 +68,11 @@ def _sources(components: tuple[str, ...], with_cuda: bool) -> list[Path]:
 
 def environment_key() -> str:
     """What a compiled extension is bound to besides its sources: the interpreter (its prefix and executable: one
-    per virtual environment), the Python version, and the torch build it links against."""
+    per virtual environment; the executable with its links resolved, so `python` and `python3` of one environment
+    share a build), the Python version, and the torch build it links against."""
     import sys
 
-    return "|".join([sys.prefix, sys.executable, sys.version.split()[0], torch.__version__,
+    return "|".join([sys.prefix, os.path.realpath(sys.executable), sys.version.split()[0], torch.__version__,
                      str(torch.version.cuda), str(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", ""))])
 
 

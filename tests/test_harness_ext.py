@@ -49,3 +49,17 @@ def test_cache_name_differs_between_python_environments(fake_build, monkeypatch,
     assert len(set(fake_build)) == 2  # two builds side by side, neither replaced
     assert "building beamdec extension" in capsys.readouterr().err
     assert "/opt/other-venv" in ext.environment_key()
+
+
+def test_python_and_python3_of_one_environment_share_the_build(tmp_path, monkeypatch):
+    """Regression: `make demo` (python3) rebuilt the extension `python -m eval.run` (python) had built, since the
+    cache key held the executable's name, not the file it links to."""
+    real = tmp_path / "python3.11"
+    real.write_text("")
+    keys = []
+    for name in ("python", "python3"):
+        link = tmp_path / name
+        link.symlink_to(real)
+        monkeypatch.setattr(sys, "executable", str(link))
+        keys.append(ext.environment_key())
+    assert keys[0] == keys[1]
