@@ -276,7 +276,8 @@ def check_cli_config(c: BuildGraphsConfig) -> None:
     else:
         given = [k for k, v in model_opts.items() if v]
         if given:
-            raise ValueError(f"{', '.join(given)} need arpa=<ARPA LM> (the model recipe); without arpa= the embedded "
+            raise ValueError(f"{', '.join(k + '=' for k in given)} {'need' if len(given) > 1 else 'needs'} arpa=<ARPA LM> "
+                             "(the model recipe); without arpa= the embedded "
                              "workload's own tokens, lexicon and LM are used")
 
 
