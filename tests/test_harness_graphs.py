@@ -87,7 +87,7 @@ def test_character_model_route_spells_words_letter_by_letter(inputs):
     (["arpa={arpa}", "tokens={tokens}", "token_kinds=[char]"], "token_kinds picks the embedded workload"),
     (["arpa={arpa}", "tokens={tokens}", "workload.scale=small"], "workload.* selects the embedded workload"),
     (["arpa={arpa}", "tokens={tokens}", "blanks=[first]"], "applies to sp_model= only"),
-    (["lexicon={lexicon}"], "need arpa="),
+    (["lexicon={lexicon}"], "lexicon= needs arpa="),
     (["arpa={arpa}", "tokens={root}/nope.txt"], "token table not found"),
     (["arpa={arpa}", "tokens={tokens}", "lexicon={root}/nope.txt"], "lexicon not found"),
     (["arpa={arpa}", "tokens={tokens}", "topologies=[compcat]"], "topologies must be"),
