@@ -12,6 +12,8 @@ setup: .setup.stamp
 .setup.stamp: pyproject.toml
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
 	$(PYTHON) -m pip install -q -e '.[baselines,dev]'
+	@# the decoders' extension, built ahead of first use (~1 min on 2 cores; cached per Python environment)
+	$(PYTHON) -c "from decoders._ext import load_extension; load_extension()"
 	@touch $@
 
 # The embedded synthetic workload (vocabulary, ARPA, BPE, test sets); cached under data/workload.
@@ -55,13 +57,16 @@ report-evidence: setup
 gpu-check:
 	bash .ci/gpu-host/gpu_check.sh
 
-# Regression gate of a run against a committed baseline (WER and, on matching hardware, RTFx). Default: the demo
-# run; any run directory, e.g. a GPU benchmark: make gate GATE_RUN=runs/wfst_bench/h200 GATE_BASELINE=reports/baselines/x.json
+# Regression gate of a run against a committed baseline: WER (throughput only where the baseline or GATE_ARGS asks:
+# GATE_ARGS="--metrics wer,rtfx_ratio --rtfx-reference wfst" gates each decoder's RTFx relative to wfst's in the same
+# run, which machine load leaves alone). Default: the demo run; any run directory, e.g. a GPU benchmark:
+# make gate GATE_RUN=runs/wfst_bench/h200 GATE_BASELINE=reports/baselines/x.json
 GATE_RUN ?= $(RUN_DIR)/demo/$(DEMO_RUN)
 GATE_BASELINE ?= reports/baselines/demo_$(DEMO_RUN).json
+GATE_ARGS ?=
 gate: setup
 	@test -f $(GATE_RUN)/results.jsonl || { echo "gate: no $(GATE_RUN)/results.jsonl; run 'make demo' first or pass GATE_RUN=runs/<experiment>/<run>"; exit 2; }
-	$(PYTHON) -m eval.gate $(GATE_RUN) $(GATE_BASELINE)
+	$(PYTHON) -m eval.gate $(GATE_RUN) $(GATE_BASELINE) $(GATE_ARGS)
 
 # The `nemo` extra (NeMo 3.0 on the CPU torch; ~70 s in a fresh venv) and the `speech` extra (espeak-ng wheel,
 # soxr): what the speech demo needs, and what the tests install so the Conformer-CTC end-to-end and speech corpus

@@ -10,8 +10,11 @@ CUDA device, the CUDA ops. Sources are picked by file name in `decoders/csrc/`:
   common_*.cpp|.cu         shared by every component
 
 The build is compiled on first use (JIT, `torch.utils.cpp_extension.load`), cached under
-`$BEAMDEC_CACHE_DIR` (default `~/.cache/beamdec`) by a hash of the sources, flags, torch version and GPU
-architecture, and guarded by torch's own file lock so concurrent processes build once. For development,
+`$BEAMDEC_CACHE_DIR` (default `~/.cache/beamdec`) by a hash of the sources, flags, GPU architecture and the Python
+environment (interpreter prefix and executable, Python version, torch version and its CUDA build), so two virtual
+environments on one machine keep one build each instead of rebuilding over each other's, and guarded by torch's own
+file lock so concurrent processes build once. A build (not a cache hit) says so on stderr, one line before and one
+after ("building beamdec extension (first use, ~1 min)..."), since it takes a minute on two cores. For development,
 `BEAMDEC_COMPONENTS=ctc` (comma-separated) builds a subset; each component's registrations in
 bindings.cpp are guarded by `BEAMDEC_WITH_<COMPONENT>`.
 """
@@ -63,14 +66,35 @@ def _sources(components: tuple[str, ...], with_cuda: bool) -> list[Path]:
     return picked
 
 
+def environment_key() -> str:
+    """What a compiled extension is bound to besides its sources: the interpreter (its prefix and executable: one
+    per virtual environment; the executable with its links resolved, so `python` and `python3` of one environment
+    share a build), the Python version, and the torch build it links against."""
+    import sys
+
+    return "|".join([sys.prefix, os.path.realpath(sys.executable), sys.version.split()[0], torch.__version__,
+                     str(torch.version.cuda), str(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", ""))])
+
+
 def _digest(paths: list[Path], flags: list[str]) -> str:
     h = hashlib.sha256()
     for p in sorted(paths) + sorted(INCLUDE.glob("*")) + sorted(CSRC.glob("*.h")):
         h.update(p.name.encode())
         h.update(p.read_bytes())
     h.update(" ".join(flags).encode())
-    h.update(torch.__version__.encode())
+    h.update(environment_key().encode())
     return h.hexdigest()[:16]
+
+
+def _is_built(cache: Path, name: str) -> bool:
+    """Whether a loadable build of `name` is in `cache` already (then loading takes a second, not a minute)."""
+    return any(cache.glob(f"{name}*.so")) or any(cache.glob(f"{name}*.pyd"))
+
+
+def _say(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
 
 
 def load_extension(verbose: bool | None = None):
@@ -100,6 +124,13 @@ def load_extension(verbose: bool | None = None):
         cache.mkdir(parents=True, exist_ok=True)
         if verbose is None:
             verbose = os.environ.get("BEAMDEC_VERBOSE_BUILD") == "1"
+        building = not _is_built(cache, name)
+        if building:
+            import time
+
+            t0 = time.perf_counter()
+            _say(f"building beamdec extension ({tag}, first use, ~1 min{', more with CUDA' if with_cuda else ''}) "
+                 f"into {cache} ...")
         module = cpp_extension.load(
             name=name,
             sources=[str(s) for s in sources],
@@ -111,6 +142,8 @@ def load_extension(verbose: bool | None = None):
             is_python_module=False,
             verbose=verbose,
         )
+        if building:
+            _say(f"building beamdec extension: done in {time.perf_counter() - t0:.0f} s")
         _loaded[key] = module
         return module
 

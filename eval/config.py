@@ -14,10 +14,11 @@ the harness's value (tests/test_eval_config.py checks that the YAML, the schema 
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field, is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -117,7 +118,12 @@ class ExperimentConfig:
     warmup_batches: int = 1
     device: str = "cpu"  # default decoder device; "auto" = cuda when available
     skip_unavailable: bool = False  # True: a decoder that cannot be built here is listed with the reason
-    progress: bool = True
+    progress: bool = True  # a progress bar on a terminal, one line per dataset elsewhere
+    # 95 % bootstrap CIs of each decoder's WER (per dataset), and of its WER difference to this decoder's (paired, same
+    # utterances) when set, e.g. ci_reference=wfst; ci_resamples=0 turns them off
+    ci_reference: Optional[str] = None
+    ci_resamples: int = 1000
+    verbose: bool = False  # show third-party C++ output (KenLM's banner, kaldilm's parser log) as it happens
     gate_baseline: Optional[str] = None  # baseline JSON to gate the results against
     gate_metrics: list[str] = field(default_factory=lambda: ["wer"])
 
@@ -149,8 +155,51 @@ def register_configs() -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 
+# NeMo's speech_to_text_eval.py arguments, accepted as they are spelled there
+NEMO_SHORTHANDS = ("model_path", "pretrained_name", "dataset_manifest")
+
+
+def _is_model_file(value: str) -> bool:
+    return value.endswith(".nemo") or Path(value).expanduser().is_file()
+
+
+def expand_shorthands(overrides: Sequence[str]) -> list[str]:
+    """NeMo-style arguments -> this harness's overrides, as NeMo's `speech_to_text_eval.py` takes them:
+
+        model_path=/x.nemo | pretrained_name=stt_en_conformer_ctc_small  -> model=nemo_file model.nemo_model=...
+        model=/x.nemo  (a .nemo path where a model config name is expected) -> the same
+        dataset_manifest=/data/test.json  -> +data.manifests.test=/data/test.json (the set named by the file's stem)
+
+    Everything else passes through unchanged. A relative .nemo path is made absolute (Hydra would otherwise take
+    `model=x.nemo` for a config name and fail with "Could not find 'model/x.nemo'")."""
+    out: list[str] = []
+    for o in overrides:
+        key, sep, value = str(o).partition("=")
+        if not sep:
+            out.append(o)
+            continue
+        if key in ("model_path", "pretrained_name") or (key == "model" and _is_model_file(value)):
+            if not value:
+                raise ValueError(f"{key}= needs a .nemo path or a pretrained NeMo model name")
+            path = Path(value).expanduser()
+            ref = str(path.resolve()) if key != "pretrained_name" and (value.endswith(".nemo") or path.exists()) \
+                else value
+            if "model=nemo_file" not in out and "model=nemo_file" not in overrides:
+                out.append("model=nemo_file")
+            out.append(f"model.nemo_model={ref}")
+        elif key == "dataset_manifest":
+            if not value:
+                raise ValueError("dataset_manifest= needs a NeMo manifest (JSONL) path")
+            name = re.sub(r"[^A-Za-z0-9_-]", "_", Path(value).stem) or "test"
+            out.append(f"+data.manifests.{name}={value}")
+        else:
+            out.append(o)
+    return out
+
+
 def compose_config(overrides: Optional[list[str]] = None, config_name: str = "config") -> DictConfig:
-    """Compose `conf/<config_name>.yaml` with command-line style overrides, exactly as `eval.run` does."""
+    """Compose `conf/<config_name>.yaml` with command-line style overrides, exactly as `eval.run` does (NeMo-style
+    shorthands included: `expand_shorthands`)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -159,9 +208,9 @@ def compose_config(overrides: Optional[list[str]] = None, config_name: str = "co
     register_configs()
     try:
         if GlobalHydra.instance().is_initialized():
-            return compose(config_name=config_name, overrides=list(overrides or []))
+            return compose(config_name=config_name, overrides=expand_shorthands(overrides or []))
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return compose(config_name=config_name, overrides=list(overrides or []))
+            return compose(config_name=config_name, overrides=expand_shorthands(overrides or []))
     except HydraException as e:
         cause = f": {e.__cause__}" if e.__cause__ is not None else ""
         raise ValueError(f"{e}{cause}") from None
@@ -175,6 +224,9 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         raise ValueError(f"invalid evaluation config: {e}") from None
     if typed.experiment.batch_size <= 0:
         raise ValueError(f"experiment.batch_size must be positive, got {typed.experiment.batch_size}")
+    if typed.experiment.ci_resamples < 0:
+        raise ValueError(f"experiment.ci_resamples must be >= 0 (0: no confidence intervals), got "
+                         f"{typed.experiment.ci_resamples}")
     if typed.experiment.warmup_batches < 0:
         raise ValueError(f"experiment.warmup_batches must be >= 0, got {typed.experiment.warmup_batches}")
     if typed.data.max_utterances is not None and typed.data.max_utterances < 1:

@@ -1,7 +1,8 @@
 """Regression gate: a results file against committed baseline results, under tolerances.
 
-    python -m eval.gate runs/demo/tiny/results.jsonl reports/baselines/demo_tiny.json [--metrics wer,rtfx]
-    python -m eval.gate RUN_DIR BASELINE                          # a run directory (e.g. a GPU benchmark run)
+    python -m eval.gate runs/demo/tiny/results.jsonl reports/baselines/demo_tiny.json          # WER only
+    python -m eval.gate runs/demo/tiny reports/baselines/demo_tiny.json --metrics wer,rtfx_ratio --rtfx-reference wfst
+    python -m eval.gate RUN_DIR BASELINE --metrics wer,rtfx       # absolute RTFx (a dedicated GPU benchmark host)
     python -m eval.gate RESULTS BASELINE --write-baseline         # (re)create a baseline from a run
 
 Both sides are `reports.schema.ResultRow`s: results lines are read with the strict schema loader, baseline rows
@@ -14,9 +15,24 @@ Rules (per baseline row):
   "not comparable");
 - WER fails when it rose by more than `wer_abs` (absolute, as a fraction: 0.005 = 0.5 points); a benchmark
   row without references (`wer: null` on both sides) is reported as "n/a" and only its RTFx is gated;
-- RTFx (decoder-only and end-to-end) fails when it dropped by more than `rtfx_rel_drop` (relative),
-  and is compared only when the hardware key matches (same GPU, or same CPU model and core count);
-  otherwise it is reported as skipped.
+- throughput is gated only when asked for (`--metrics`, or the baseline's own `metrics` list), two ways:
+  `rtfx`: absolute RTFx (decoder-only and end-to-end) fails when it dropped by more than `rtfx_rel_drop`
+  (relative), compared only when the hardware key matches (same GPU, or same CPU model and core count); meant for
+  a dedicated machine (a GPU benchmark host), where nothing else runs beside the benchmark.
+  `rtfx_ratio`: each decoder's decoder-only RTFx change since the baseline relative to the machine's speed change
+  in the same run: the median change over the run's decoders (3 or more, same dataset), or the change of a
+  reference decoder (`--rtfx-reference`, or the baseline's `rtfx_reference`); fails when it dropped by more than
+  `rtfx_ratio_rel_drop` (default 50 %). This is the throughput check for shared machines (CI, a laptop): the
+  runner decodes every batch with every decoder in turn, so load that comes and goes reaches every decoder of the
+  run, and one decoder that got slower stands out from the others' median. Noise model, measured on this project's
+  loaded 2-core machine (six runs of one commit, every pair of runs, simulator, 100 + 100 utterances, five
+  decoders): the absolute RTFx of one decoder moved by up to 5.9x between runs, its change relative to the median
+  of the five by at most -42 % (a decoder's speed also depends on how many cores are free, so load does not reach
+  every decoder alike); kaldi slowed 3x on purpose moved by -53 % to -72 %. So 50 % catches a ~3x slowdown of one
+  decoder, not a 20 % one: on a shared machine no throughput check can. Compared on a matching hardware key only.
+- Why absolute RTFx is not gated by default: on a shared machine absolute RTFx measures the machine's load as much
+  as the code (the demo's greedy row fell by 68 % between two runs of one commit), so a default throughput check
+  fails where the demo passed.
 Current rows without a baseline are listed as new (informational).
 
 Exit status: 0 passed, 1 a regression, 2 bad input (unreadable or malformed results or baseline, duplicate
@@ -29,6 +45,7 @@ import argparse
 import datetime as _dt
 import json
 import math
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,11 +60,14 @@ from reports.schema import (
     one_line,
 )
 
-DEFAULT_TOLERANCES = {"wer_abs": 0.005, "rtfx_rel_drop": 0.25}
-VALID_METRICS = ("wer", "rtfx")
+DEFAULT_TOLERANCES = {"wer_abs": 0.005, "rtfx_rel_drop": 0.25, "rtfx_ratio_rel_drop": 0.5}
+VALID_METRICS = ("wer", "rtfx", "rtfx_ratio")
+DEFAULT_METRICS = ("wer",)  # throughput is opt-in: see the module docstring
 RTFX_FIELDS = ("rtfx_decoder", "rtfx_end_to_end")
-# top-level keys of a baseline file; "rows" and "schema_version" are required
-BASELINE_KEYS = ("schema_version", "description", "created", "source", "tolerances", "rows")
+# top-level keys of a baseline file; "rows" and "schema_version" are required. "metrics" (the metrics gated when
+# the command line names none) and "rtfx_reference" (the reference decoder of rtfx_ratio) are optional.
+BASELINE_KEYS = ("schema_version", "description", "created", "source", "tolerances", "metrics", "rtfx_reference",
+                 "rows")
 
 
 @dataclass
@@ -86,6 +106,8 @@ class Baseline:
     tolerances: dict
     description: str = ""
     source: dict = field(default_factory=dict)
+    metrics: Optional[list[str]] = None  # what the baseline's author chose to gate (None: DEFAULT_METRICS)
+    rtfx_reference: Optional[str] = None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -162,7 +184,18 @@ def parse_baseline(data: Any, where: str = "baseline") -> Baseline:
             raise ValueError(f"{where}: {k} must be a string")
     if not isinstance(data.get("source", {}), dict):
         raise ValueError(f"{where}: source must be an object")
-    return Baseline(parsed, tol, data.get("description", ""), data.get("source", {}))
+    metrics = data.get("metrics")
+    if metrics is not None:
+        if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+            raise ValueError(f"{where}: metrics must be a list of metric names")
+        try:
+            metrics = check_metrics(metrics)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+    reference = data.get("rtfx_reference")
+    if reference is not None and (not isinstance(reference, str) or not reference):
+        raise ValueError(f"{where}: rtfx_reference must be a decoder label")
+    return Baseline(parsed, tol, data.get("description", ""), data.get("source", {}), metrics, reference)
 
 
 def load_baseline(path: str | Path) -> Baseline:
@@ -192,13 +225,24 @@ def load_results(path: str | Path) -> list[ResultRow]:
 def compare(
     current_rows: Sequence[ResultRow],
     baseline: Baseline,
-    metrics: Sequence[str] = VALID_METRICS,
+    metrics: Optional[Sequence[str]] = None,
     tolerances: Optional[dict] = None,
+    rtfx_reference: Optional[str] = None,
 ) -> GateReport:
-    """Pure comparison of result rows with a baseline (see the module docstring for the rules)."""
+    """Pure comparison of result rows with a baseline (see the module docstring for the rules). `metrics`: None =
+    the baseline's own list, else DEFAULT_METRICS (WER only). `rtfx_reference`: the reference decoder label of
+    `rtfx_ratio` (default: the baseline's `rtfx_reference`)."""
+    if metrics is None:
+        metrics = baseline.metrics or DEFAULT_METRICS
     metrics = check_metrics(metrics)
+    reference = rtfx_reference or baseline.rtfx_reference
     tol = {**DEFAULT_TOLERANCES, **baseline.tolerances, **check_tolerances(tolerances or {}, "tolerances")}
     current = index_rows(current_rows, "results")
+    baseline_index = index_rows(baseline.rows, "baseline")
+    if "rtfx_ratio" in metrics and reference and not any(b.decoder == reference for b in baseline.rows):
+        raise ValueError(f"rtfx_ratio reference decoder {reference!r} has no row in the baseline; decoders there: "
+                         f"{sorted({b.decoder for b in baseline.rows})[:12]}")
+    factors = machine_factors(current, baseline_index, reference) if "rtfx_ratio" in metrics else {}
     failed = {r.decoder: r.reason for r in current_rows if not r.ok}
     report = GateReport()
     seen = set()
@@ -236,10 +280,57 @@ def compare(
                     status = "FAIL" if drop > tol["rtfx_rel_drop"] else "pass"
                     report.checks.append(Check(label, ds, m, status, bv, cv,
                                                f"{-100 * drop:+.1f}% (tolerance -{100 * tol['rtfx_rel_drop']:.0f}%)"))
+        if "rtfx_ratio" in metrics and b.decoder != reference:
+            report.checks.append(_ratio_check(b, cur, reference, factors, tol["rtfx_ratio_rel_drop"]))
     for key, cur in current.items():
         if key not in seen and cur.ok:
             report.checks.append(Check(cur.label, str(cur.dataset), "row", "new", None, cur.wer, "no baseline for this row"))
     return report
+
+
+def machine_factors(current: dict, baseline_index: dict, reference: Optional[str]) -> dict[tuple, tuple]:
+    """Per (dataset, params) group: how much faster (>1) or slower this run's machine was than the baseline's, as
+    (factor, what). With a reference decoder, its RTFx change; else the median RTFx change over the group's decoders
+    (needs 3 or more: a median of two is their mean, which one slowed decoder drags along). Only rows on the
+    baseline's hardware key count."""
+    changes: dict[tuple, dict[str, float]] = {}
+    for key, b in baseline_index.items():
+        cur = current.get(key)
+        if cur is None or not cur.ok or b.hardware_key is None or b.hardware_key != cur.hardware_key:
+            continue
+        if not b.rtfx_decoder or not cur.rtfx_decoder:
+            continue
+        changes.setdefault((str(b.dataset), b.params_label), {})[b.decoder] = cur.rtfx_decoder / b.rtfx_decoder
+    out = {}
+    for group, by_decoder in changes.items():
+        if reference is not None:
+            if reference in by_decoder:
+                out[group] = (by_decoder[reference], f"{reference} x{by_decoder[reference]:.2f}")
+        elif len(by_decoder) >= 3:
+            factor = statistics.median(by_decoder.values())
+            out[group] = (factor, f"median of {len(by_decoder)} decoders x{factor:.2f}")
+    return out
+
+
+def _ratio_check(b: ResultRow, cur: ResultRow, reference: Optional[str], factors: dict, tol: float) -> Check:
+    """rtfx_ratio of one row: its decoder-only RTFx change since the baseline, divided by the machine's (the
+    reference decoder's change, or the median change of the run's decoders: `machine_factors`)."""
+    label, ds, metric = b.label, str(b.dataset), "rtfx_ratio"
+    if b.hardware_key is None or b.hardware_key != cur.hardware_key:
+        return Check(label, ds, metric, "skip", note=f"hardware differs: {cur.hardware_key} vs baseline {b.hardware_key}")
+    if not b.rtfx_decoder or not cur.rtfx_decoder:
+        return Check(label, ds, metric, "skip", note="no decoder-only RTFx on one side")
+    group = factors.get((ds, b.params_label))
+    if group is None:
+        why = (f"reference decoder {reference} missing from the results or the baseline" if reference else
+               "fewer than 3 decoders to take the machine's median speed change from (name one: --rtfx-reference)")
+        return Check(label, ds, metric, "FAIL" if reference else "skip", b.rtfx_decoder, cur.rtfx_decoder, why)
+    factor, what = group
+    change = cur.rtfx_decoder / b.rtfx_decoder
+    drop = 1.0 - change / factor
+    status = "FAIL" if drop > tol else "pass"
+    return Check(label, ds, metric, status, b.rtfx_decoder, cur.rtfx_decoder,
+                 f"x{change:.2f} vs machine ({what}): {-100 * drop:+.1f}% (tolerance -{100 * tol:.0f}%)")
 
 
 def _wer_check(label: str, ds: str, bw: Optional[float], cw: Optional[float], tol: float) -> Check:
@@ -260,14 +351,17 @@ def _wer_check(label: str, ds: str, bw: Optional[float], cw: Optional[float], to
 def gate_files(
     results_path: str | Path,
     baseline_path: str | Path,
-    metrics: Sequence[str] = VALID_METRICS,
+    metrics: Optional[Sequence[str]] = None,
     tolerances: Optional[dict] = None,
+    rtfx_reference: Optional[str] = None,
 ) -> GateReport:
-    return compare(load_results(results_path), load_baseline(baseline_path), metrics, tolerances)
+    return compare(load_results(results_path), load_baseline(baseline_path), metrics, tolerances, rtfx_reference)
 
 
-def make_baseline(rows: Sequence[ResultRow], description: str = "", tolerances: Optional[dict] = None) -> dict:
-    """A baseline dict (the JSON written by --write-baseline) from a run's successful rows."""
+def make_baseline(rows: Sequence[ResultRow], description: str = "", tolerances: Optional[dict] = None,
+                  metrics: Optional[Sequence[str]] = None, rtfx_reference: Optional[str] = None) -> dict:
+    """A baseline dict (the JSON written by --write-baseline) from a run's successful rows. `metrics` and
+    `rtfx_reference`, when given, are recorded as what this baseline gates by default."""
     index_rows(rows, "results")
     ok = [r for r in rows if r.ok]
     if not ok:
@@ -281,6 +375,8 @@ def make_baseline(rows: Sequence[ResultRow], description: str = "", tolerances: 
                    "torch_version": env.get("torch_version"), "gpu_name": env.get("gpu_name"),
                    "cpu_model": env.get("cpu_model")},
         "tolerances": {**DEFAULT_TOLERANCES, **check_tolerances(tolerances or {}, "tolerances")},
+        **({"metrics": check_metrics(metrics)} if metrics else {}),
+        **({"rtfx_reference": rtfx_reference} if rtfx_reference else {}),
         "rows": [baseline_subset(r) for r in ok],
     }
 
@@ -303,9 +399,15 @@ def main(argv=None) -> int:
     p = _Parser(prog="decode-gate", description="Compare a results file with a committed baseline.")
     p.add_argument("results", help="results.jsonl of a run (or its run directory)")
     p.add_argument("baseline", help="baseline JSON (reports/baselines/*.json)")
-    p.add_argument("--metrics", default="wer,rtfx", help=f"comma-separated subset of {','.join(VALID_METRICS)}")
+    p.add_argument("--metrics", default=None,
+                   help=f"comma-separated subset of {','.join(VALID_METRICS)} (default: the baseline's own list, else "
+                        f"{','.join(DEFAULT_METRICS)}; throughput is opt-in)")
+    p.add_argument("--rtfx-reference", default=None, metavar="LABEL",
+                   help="reference decoder of rtfx_ratio (each decoder's RTFx over this decoder's, same run)")
     p.add_argument("--wer-abs-tol", type=float, default=None, help="allowed absolute WER rise (fraction; 0.005 = 0.5 points)")
     p.add_argument("--rtfx-rel-drop", type=float, default=None, help="allowed relative RTFx drop (0.25 = 25 %%)")
+    p.add_argument("--rtfx-ratio-rel-drop", type=float, default=None,
+                   help="allowed relative drop of RTFx / reference RTFx (0.3 = 30 %%)")
     p.add_argument("--write-baseline", action="store_true", help="write BASELINE from RESULTS instead of comparing")
     p.add_argument("--description", default="")
     try:
@@ -315,15 +417,18 @@ def main(argv=None) -> int:
             tol["wer_abs"] = args.wer_abs_tol
         if args.rtfx_rel_drop is not None:
             tol["rtfx_rel_drop"] = args.rtfx_rel_drop
+        if args.rtfx_ratio_rel_drop is not None:
+            tol["rtfx_ratio_rel_drop"] = args.rtfx_ratio_rel_drop
         tol = check_tolerances(tol, "command line")
+        metrics = None if args.metrics is None else \
+            check_metrics(m.strip() for m in args.metrics.split(",") if m.strip())
         if args.write_baseline:
-            base = make_baseline(load_results(args.results), args.description, tol)
+            base = make_baseline(load_results(args.results), args.description, tol, metrics, args.rtfx_reference)
             Path(args.baseline).parent.mkdir(parents=True, exist_ok=True)
             Path(args.baseline).write_text(json.dumps(base, indent=1, allow_nan=False) + "\n", encoding="utf-8")
             print(f"wrote baseline {args.baseline} ({len(base['rows'])} rows)")
             return 0
-        metrics = check_metrics(m.strip() for m in args.metrics.split(",") if m.strip())
-        report = gate_files(args.results, args.baseline, metrics, tol)
+        report = gate_files(args.results, args.baseline, metrics, tol, args.rtfx_reference)
     except (OSError, ValueError, RecursionError) as e:  # bad input of any kind: one line, exit 2
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

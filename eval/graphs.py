@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig
 
-from recipes.build_graphs import build_graphs, file_sha256, graph_dir, tokens_sha256
+from recipes.build_graphs import (build_graphs, build_graphs_for_tokens, file_sha256, graph_dir, model_graphs_root,
+                                  read_words, tokens_sha256)
 from recipes.tokens import TokenSet
 
 log = logging.getLogger(__name__)
@@ -27,11 +28,28 @@ def _value(v: Any) -> str:
     return str(getattr(v, "value", v))
 
 
-def graph_dir_for(cfg: DictConfig, tokens: TokenSet) -> Path:
-    """`graph.graph_dir` when set, else recipes' directory for (data.scale, tokens, graph.topology)."""
+def graph_dir_for(cfg: DictConfig, tokens: TokenSet, workload: Any = None,
+                  arpa_path: Optional[Path] = None) -> Optional[Path]:
+    """`graph.graph_dir` when set; for the embedded workload recipes' directory for (data.scale, tokens,
+    graph.topology); for a user's model and manifests (no workload) the content-addressed directory of (the model's
+    tokens, the ARPA, the word list) under `<graph.root>/user/` (recipes.build_graphs.model_graphs_root), or None
+    when there is no ARPA to build from."""
     if cfg.graph.graph_dir:
         return Path(cfg.graph.graph_dir)
+    if workload is None and cfg.data.manifests:
+        if arpa_path is None or not Path(arpa_path).is_file():
+            return None
+        words = read_words(cfg.data.words_path, arpa_path)
+        return model_graphs_root(cfg.graph.root, tokens, arpa_path, words) / _value(cfg.graph.topology)
     return graph_dir(cfg.graph.root, str(cfg.data.scale), tokens, _value(cfg.graph.topology))
+
+
+def no_graph_reason(cfg: DictConfig, arpa_path: Optional[Path]) -> str:
+    """Why a user's run (manifests, no workload) has no graph directory: no LM to build one from."""
+    if arpa_path is None:
+        return ("graph decoders need an LM: set data.arpa_path=<ARPA> (graphs for the model's tokens are then built "
+                "and cached under graph.root/user/), or graph.graph_dir=<a built graph directory>")
+    return f"LM {arpa_path} does not exist"
 
 
 def graph_mismatch(graph_dir_: Path, arpa_path: Optional[Path], tokens: Optional[TokenSet] = None) -> Optional[str]:
@@ -80,14 +98,27 @@ def prepare_graphs(cfg: DictConfig, workload: Any, graph_dir_: Path, tokens: Tok
     if not cfg.graph.build_if_missing:
         return f"{what} and graph.build_if_missing=false"
     if cfg.graph.graph_dir:
-        return f"{what}; graph.graph_dir is an explicit directory, which the harness does not build into"
+        return (f"{what}; graph.graph_dir is an explicit directory, which the harness does not build into (build "
+                f"with: python -m recipes.build_graphs arpa=<ARPA> nemo_model=<.nemo>|tokens=<tokens.txt> "
+                f"out_root=<dir>, or leave graph.graph_dir unset to build under graph.root)")
     if workload is None:
-        return f"{what}, and building them needs the synthetic workload (or set graph.graph_dir)"
+        if arpa_path is None:
+            return no_graph_reason(cfg, arpa_path)
+        log.info("%s: building graphs for the model's tokens and %s (minutes at the first run, cached afterwards)",
+                 what, arpa_path)
+        build_graphs_for_tokens(tokens, arpa_path, graph_dir_.parent, words=read_words(cfg.data.words_path, arpa_path),
+                                topologies=[_value(cfg.graph.topology)], force=bool(stale))
+        if not (graph_dir_ / "graph_info.json").is_file():
+            raise RuntimeError(f"recipes.build_graphs ran but {graph_dir_}/graph_info.json is missing")
+        return graph_mismatch(graph_dir_, arpa_path, tokens)
     log.info("%s: building them (minutes at the first run, cached afterwards)", what)
-    build_graphs(
-        workload=workload, scale=str(cfg.data.scale), token_kind=tokens.kind, blank=_blank_position(tokens),
-        topologies=[_value(cfg.graph.topology)], out_root=Path(cfg.graph.root), force=bool(stale),
-    )
+    from recipes.cli import quiet_native_output
+
+    with quiet_native_output():
+        build_graphs(
+            workload=workload, scale=str(cfg.data.scale), token_kind=tokens.kind, blank=_blank_position(tokens),
+            topologies=[_value(cfg.graph.topology)], out_root=Path(cfg.graph.root), force=bool(stale),
+        )
     if not (graph_dir_ / "graph_info.json").is_file():
         raise RuntimeError(f"recipes.build_graphs ran but {graph_dir_}/graph_info.json is missing")
     return graph_mismatch(graph_dir_, arpa_path, tokens)

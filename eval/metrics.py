@@ -133,6 +133,29 @@ def utterance_error_counts(references: Sequence[str], hypotheses: Sequence[str])
     return errors, words
 
 
+def utterance_char_error_counts(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[list[int], list[int]]:
+    """Per-utterance (character S + D + I, reference characters) after the one normaliser (spaces count as
+    characters, as jiwer's CER counts them); CER = sum(errors) / max(sum(characters), 1)."""
+    if len(references) != len(hypotheses):
+        raise ValueError(
+            f"references and hypotheses must have the same length, got {len(references)} and {len(hypotheses)}"
+        )
+    if len(references) == 0:
+        return [], []
+    refs = [normalize_text(r) for r in references]
+    hyps = [normalize_text(h) for h in hypotheses]
+    errors, chars = [], []
+    for ref, hyp in zip(refs, hyps):
+        if not ref:  # jiwer refuses an empty reference; every hypothesis character is an insertion
+            errors.append(len(hyp))
+            chars.append(0)
+            continue
+        out = jiwer.process_characters(ref, hyp)
+        errors.append(out.substitutions + out.deletions + out.insertions)
+        chars.append(out.hits + out.substitutions + out.deletions)
+    return errors, chars
+
+
 @dataclass
 class BootstrapInterval:
     """A percentile bootstrap interval of a corpus WER (fractions) or of a WER difference."""

@@ -106,6 +106,14 @@ class RunDirectory:
         write_rows(self.path / "results.jsonl", rows)
         self._results_written = True
 
+    def write_output_manifests(self) -> list[Path]:
+        """NeMo-style output manifests (`manifests/<dataset>/<decoder>.jsonl`) from the hyps.jsonl written so far."""
+        hyps = self.path / "hyps.jsonl"
+        if not hyps.is_file():
+            return []
+        with open(hyps, encoding="utf-8") as f:
+            return write_output_manifests(self.path, f)
+
     def write_json(self, name: str, obj: Any) -> None:
         """An extra file of the run (e.g. a benchmark's per-shape detail); `name` is one path component."""
         check_name(name, "file name")
@@ -144,6 +152,8 @@ def measured_row(
     params: Optional[dict] = None,
     acoustic_stage_peak_bytes: Optional[dict] = None,
     end_to_end_seconds: Optional[float] = None,
+    char_counts: Optional[tuple[int, int]] = None,
+    wer_ci: Optional[dict] = None,
 ) -> ResultRow:
     """A successful (decoder, dataset) measurement. RTFx from eval.metrics.rtfx: decoder-only over
     `decoder_seconds`, end-to-end over acoustic + host->device transfer + decoder seconds, or over
@@ -160,6 +170,9 @@ def measured_row(
         batch_size=int(batch_size), warmup_batches=int(warmup_batches),
         wer=wer.wer, substitutions=wer.substitutions, deletions=wer.deletions, insertions=wer.insertions,
         hits=wer.hits, ref_words=wer.ref_words, sentence_errors=wer.sentence_errors,
+        char_errors=None if char_counts is None else int(char_counts[0]),
+        ref_chars=None if char_counts is None else int(char_counts[1]),
+        wer_ci=dict(wer_ci or {}),
         decoder_seconds=float(decoder_seconds), decoder_cuda_seconds=decoder_cuda_seconds,
         acoustic_seconds=float(acoustic_seconds), end_to_end_seconds=float(e2e),
         rtfx_decoder=_finite_or_none(rtfx(audio_seconds, decoder_seconds)),
@@ -211,6 +224,13 @@ def _fold(parts: list[ResultRow]):
     return wer, memory, stats, stage_peaks
 
 
+def _char_counts(parts: list[ResultRow]) -> Optional[tuple[int, int]]:
+    """Summed CER parts, or None when any part lacks them."""
+    if any(p.char_errors is None or p.ref_chars is None for p in parts):
+        return None
+    return sum(p.char_errors for p in parts), sum(p.ref_chars for p in parts)
+
+
 def combined_row(parts: list[ResultRow], dataset: str = "all") -> ResultRow:
     """One decoder's rows over several datasets of the same run folded into one row: WER parts, audio,
     frames, times and counters summed, memory peaks maxed. Built through `measured_row` like every row."""
@@ -235,6 +255,7 @@ def combined_row(parts: list[ResultRow], dataset: str = "all") -> ResultRow:
         memory=memory, stats=stats, batch_size=first.batch_size, warmup_batches=first.warmup_batches,
         decoder_config=first.decoder_config, boost_value=first.boost_value, boundary=first.boundary,
         run_mate=first.run_mate, params=first.params, acoustic_stage_peak_bytes=stage_peaks,
+        char_counts=_char_counts(parts),
     )
 
 
@@ -288,6 +309,7 @@ def sharded_row(parts: list[ResultRow], environment: Optional[dict] = None) -> R
         memory=memory, stats=stats, batch_size=first.batch_size, warmup_batches=first.warmup_batches,
         decoder_config=first.decoder_config, boost_value=first.boost_value, boundary=first.boundary,
         run_mate=first.run_mate, params=params, acoustic_stage_peak_bytes=stage_peaks,
+        char_counts=_char_counts(parts),
     )
     import dataclasses
 
@@ -295,7 +317,50 @@ def sharded_row(parts: list[ResultRow], environment: Optional[dict] = None) -> R
 
 
 def hypothesis_record(*, decoder: str, dataset: str, utterance_id: str, ref: str, hyp: str, score: float,
-                      tokens: Iterable[int]) -> str:
-    """One hyps.jsonl line (decoder, dataset, id, ref, hyp, score, tokens): what a run's WER is recomputed from."""
-    return json.dumps({"decoder": decoder, "dataset": dataset, "id": utterance_id, "ref": ref, "hyp": hyp,
-                       "score": float(score), "tokens": [int(t) for t in tokens]}) + "\n"
+                      tokens: Iterable[int], audio_filepath: Optional[str] = None, duration: Optional[float] = None,
+                      errors: Optional[tuple[int, int]] = None, char_errors: Optional[tuple[int, int]] = None,
+                      timesteps_s: Optional[list] = None) -> str:
+    """One hyps.jsonl line: what a run's WER is recomputed from (decoder, dataset, id, ref, hyp, score, tokens), with
+    NeMo's manifest fields (audio_filepath, duration, text = the reference, pred_text = the hypothesis), the
+    utterance's own WER and CER and their parts (`errors`, `ref_words`, `char_errors`, `ref_chars`), and the emitted
+    tokens' times in seconds where the decoder tracks them (`token_times_s`)."""
+    rec = {"decoder": decoder, "dataset": dataset, "id": utterance_id, "audio_filepath": audio_filepath,
+           "duration": None if duration is None else float(duration), "text": ref, "pred_text": hyp,
+           "ref": ref, "hyp": hyp, "score": float(score), "tokens": [int(t) for t in tokens]}
+    if errors is not None:
+        rec.update(wer=errors[0] / max(errors[1], 1), errors=int(errors[0]), ref_words=int(errors[1]))
+    if char_errors is not None:
+        rec.update(cer=char_errors[0] / max(char_errors[1], 1), char_errors=int(char_errors[0]),
+                   ref_chars=int(char_errors[1]))
+    if timesteps_s is not None:
+        rec["token_times_s"] = [round(float(t), 4) for t in timesteps_s]
+    return json.dumps(rec) + "\n"
+
+
+_UNSAFE_FILE = re.compile(r"[^A-Za-z0-9_.,=+@-]")
+
+
+def output_manifest_name(label: str) -> str:
+    """A decoder label as a file name (`wfst@cuda[boost=2]` -> `wfst@cuda_boost=2_`)."""
+    name = _UNSAFE_FILE.sub("_", label).lstrip(".-") or "decoder"
+    return name[:200]
+
+
+def write_output_manifests(run_path: Path, hyps_lines: Iterable[str]) -> list[Path]:
+    """NeMo-style output manifests from a run's hyps.jsonl lines: `manifests/<dataset>/<decoder>.jsonl`, one per
+    (decoder, dataset), in the order the lines come (manifest order), each line NeMo's fields (audio_filepath,
+    duration, text, pred_text) plus id, per-utterance wer/cer, score and token times where present."""
+    keep = ("audio_filepath", "duration", "text", "pred_text", "id", "wer", "cer", "score", "token_times_s")
+    out: dict[tuple[str, str], list[str]] = {}
+    for line in hyps_lines:
+        rec = json.loads(line)
+        out.setdefault((rec["decoder"], rec["dataset"]), []).append(
+            json.dumps({k: rec[k] for k in keep if k in rec}) + "\n")
+    written = []
+    for (decoder, dataset), lines in out.items():
+        folder = run_path / "manifests" / output_manifest_name(dataset)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{output_manifest_name(decoder)}.jsonl"
+        path.write_text("".join(lines), encoding="utf-8")
+        written.append(path)
+    return written

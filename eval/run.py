@@ -9,6 +9,8 @@ when `experiment.gate_baseline` is set. Examples:
     python -m eval.run decoder=flashlight boost.mode=test_set_words boost.sweep=[0,2,4,8]
     torchrun --nproc_per_node=2 -m eval.run data.max_utterances=50      # sharded over 2 ranks, one run dir
     python -m eval.run -m hydra/launcher=joblib decoder=wfst decoder.search_beam=8,17 hydra.sweep.dir=runs/sweeps/beam
+    python -m eval.run model_path=/models/x.nemo dataset_manifest=/data/test.json data.arpa_path=/data/lm.arpa \
+        experiment.decoders=[greedy,wfst]     # NeMo's speech_to_text_eval.py spelling; graphs built for the model
 
 A sweep (-m) writes each job's run directory under hydra.sweep.dir, named by the job's overrides
 (`<sweep dir>/<experiment>/decoder.search_beam=8`), and records the overrides in its config.yaml;
@@ -145,6 +147,9 @@ def main() -> None:
         os.environ["EVAL_RUN_TRACEBACK"] = "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
+        from eval.config import expand_shorthands
+
+        sys.argv = [sys.argv[0], *expand_shorthands(sys.argv[1:])]  # NeMo-style model_path= / dataset_manifest=
         _hydra_main()
     except SweepJobFailed as e:
         if os.environ.get("EVAL_RUN_TRACEBACK") == "1":

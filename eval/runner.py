@@ -35,7 +35,7 @@ from eval.acoustic.base import AcousticSource, Utterance
 from eval.adapters.base import DecodingContext, build_decoder, pop_stats
 from eval.config import BoostMode, decoder_labels, resolve_decoder_config, split_decoder_label, validate_config
 from eval.distributed import DistContext
-from eval.graphs import GRAPH_DECODERS, graph_dir_for, graph_mismatch, prepare_graphs
+from eval.graphs import GRAPH_DECODERS, graph_dir_for, graph_mismatch, no_graph_reason, prepare_graphs
 from eval.metrics import MemoryProbe, MemoryStats, Stopwatch, environment_info, word_error_stats
 from eval.results import (RunDirectory, combined_row, hypothesis_record, measured_row, rank_row, sharded_row,
                           unavailable_row)
@@ -165,13 +165,14 @@ class DecoderRun:
     stats: dict = field(default_factory=dict)  # summed pop_stats() counters (overflow_count, ...)
     refs: list = field(default_factory=list)
     hyps: list = field(default_factory=list)
+    results: list = field(default_factory=list)  # (utterance, Hypothesis) in decode order
 
     def reset(self) -> None:
         self.decode_watch = Stopwatch(self.device)
         self.transfer_seconds = 0.0
         self.memory = MemoryStats()
         self.stats = {}
-        self.refs, self.hyps = [], []
+        self.refs, self.hyps, self.results = [], [], []
 
 
 def build_decoder_runs(
@@ -196,7 +197,10 @@ def build_decoder_runs(
                 raise FileNotFoundError(graph_reason)
             device = resolve_device(device)
             ctx = DecodingContext(**{**base_ctx.__dict__, "device": device})
-            run.decoder = build_decoder(name, dcfg, ctx)
+            from recipes.cli import quiet_native_output
+
+            with quiet_native_output(not cfg.experiment.get("verbose", False)):  # KenLM's loading banner and bar
+                run.decoder = build_decoder(name, dcfg, ctx)
         except Exception as e:  # noqa: BLE001 - any build failure means "not available here"
             if not skip_unavailable:
                 raise
@@ -211,6 +215,28 @@ def build_decoder_runs(
                    boost_value=v, unavailable_reason=r.unavailable_reason)
         for r in runs for v in values
     ]
+
+
+# Decoder-only RTFx of the slow paths on the 2-core CPU machine this project is built on: Flashlight's word-boosted
+# path scores every word through a Python KenLM wrapper (12-15 RTFx measured in issue 13's report, 18-24 RTFx on a
+# 20-utterance rerun; unboosted it runs at ~290).
+SLOW_PATH_RTFX = {("flashlight", True): 15.0}
+
+
+def warn_slow_runs(active: Sequence[DecoderRun], audio_seconds: float, minutes: float = 1.0) -> Optional[str]:
+    """Log (and return) an estimate when decoders on a known slow path will take more than `minutes`, before the
+    run starts: a boost sweep over Flashlight's boosted path took 14 minutes without a word."""
+    slow = [(r, SLOW_PATH_RTFX[(r.name, True)]) for r in active
+            if r.boost_value is not None and (r.name, True) in SLOW_PATH_RTFX and r.device == "cpu"]
+    seconds = sum(audio_seconds / rtfx for _, rtfx in slow)
+    if seconds < 60 * minutes:
+        return None
+    msg = (f"about {seconds / 60:.0f} min of decoding ahead: {len(slow)} boosted run(s) of "
+           f"{', '.join(sorted({r.name for r, _ in slow}))} over {audio_seconds / 3600:.2f} h of audio at ~"
+           f"{min(x for _, x in slow):.0f} RTFx (its word-boosted path; decoder=wfst runs the same sweep at thousands "
+           f"of RTFx, data.max_utterances=N shortens it)")
+    log.warning(msg)
+    return msg
 
 
 def hypothesis_text(h: Hypothesis, tokens) -> str:
@@ -235,6 +261,8 @@ class RunInfo:
     warmup_batches: int
     skip_unavailable: bool
     progress: bool
+    ci_reference: Optional[str] = None
+    ci_resamples: int = 0
 
 
 def decode_dataset(
@@ -242,15 +270,17 @@ def decode_dataset(
     boosts_by_value: dict, tokens: TokenSet, hyps_file: IO[str],
 ) -> list[ResultRow]:
     """Decode one dataset with every active decoder: each acoustic batch is produced once and decoded by
-    every decoder in turn. Writes the hypotheses to `hyps_file` and returns one row per decoder that
-    finished the dataset (a decoder that fails here is marked unavailable when skip_unavailable)."""
+    every decoder in turn. Writes the hypotheses to `hyps_file` in manifest order (`utterances`' order, in batches of
+    the batch size, every decoder per batch: the order a sharded run writes too, whatever order the source decoded
+    in, e.g. NeMo's longest first) with per-utterance WER and CER, and returns one row per decoder that finished the
+    dataset (a decoder that fails here is marked unavailable when skip_unavailable)."""
     for r in active:
         r.reset()
     acoustic_seconds, audio_seconds, frames = 0.0, 0.0, 0
     stage_peaks: dict[str, int] = {}
     n_batches = (len(utterances) + info.batch_size - 1) // info.batch_size
-    bar = tqdm(source.batches(utterances, info.batch_size), total=n_batches, disable=not info.progress,
-               desc=f"{dataset}: {len(active)} decoder(s)", unit="batch")
+    bar = progress_bar(source.batches(utterances, info.batch_size), total=n_batches, enabled=info.progress,
+                       desc=f"{dataset}: {len(active)} decoder(s)")
     for batch_idx, batch in enumerate(bar):
         acoustic_seconds += batch.acoustic_seconds
         for k, v in batch.stage_memory_bytes.items():
@@ -299,8 +329,10 @@ def decode_dataset(
                 text = hypothesis_text(h, tokens)
                 r.refs.append(u.text)
                 r.hyps.append(text)
-                hyps_file.write(hypothesis_record(decoder=r.label, dataset=dataset, utterance_id=u.id, ref=u.text,
-                                                  hyp=text, score=h.score, tokens=h.tokens))
+                r.results.append((u, h, text))
+    char_counts, counts = write_hypotheses(info, dataset, utterances, active, getattr(source, "frame_shift_s", None),
+                                           hyps_file)
+    intervals = wer_intervals(counts, info.ci_reference, info.ci_resamples)
     return [
         measured_row(
             experiment=info.experiment, run=info.run, decoder=r.label, decoder_name=r.name, device=r.device,
@@ -309,10 +341,91 @@ def decode_dataset(
             decoder_cuda_seconds=r.decode_watch.cuda_seconds, acoustic_seconds=acoustic_seconds,
             transfer_seconds=r.transfer_seconds, memory=r.memory, stats=r.stats, batch_size=info.batch_size,
             warmup_batches=info.warmup_batches, decoder_config=r.config, boost_value=r.boost_value,
-            acoustic_stage_peak_bytes=stage_peaks,
+            acoustic_stage_peak_bytes=stage_peaks, char_counts=char_counts.get(r.label),
+            wer_ci=intervals.get(r.label),
         )
         for r in active if r.decoder is not None
     ]
+
+
+def write_hypotheses(info: RunInfo, dataset: str, utterances: Sequence[Utterance], active: Sequence[DecoderRun],
+                     frame_shift_s: Optional[float], hyps_file: IO[str]) -> tuple[dict, dict]:
+    """hyps.jsonl lines of one dataset, in manifest order (eval.distributed.ordered_hypothesis_lines, the order of a
+    sharded run), each with the utterance's WER and CER; returns each decoder's summed CER parts and its
+    per-utterance (errors, reference words) by utterance id."""
+    from eval.distributed import ordered_hypothesis_lines
+    from eval.metrics import utterance_char_error_counts, utterance_error_counts
+
+    lines: list[str] = []
+    char_counts: dict[str, tuple[int, int]] = {}
+    counts: dict[str, dict[str, tuple[int, int]]] = {}
+    for r in active:
+        if r.decoder is None or not r.results:
+            continue
+        refs = [u.text for u, _, _ in r.results]
+        texts = [t for _, _, t in r.results]
+        errors, words = utterance_error_counts(refs, texts)
+        cerrs, chars = utterance_char_error_counts(refs, texts)
+        char_counts[r.label] = (sum(cerrs), sum(chars))
+        counts[r.label] = {u.id: (e, w) for (u, _, _), e, w in zip(r.results, errors, words)}
+        for (u, h, text), e, w, ce, c in zip(r.results, errors, words, cerrs, chars):
+            times = None
+            if h.timesteps is not None and frame_shift_s:
+                times = [int(t) * frame_shift_s for t in h.timesteps]
+            lines.append(hypothesis_record(
+                decoder=r.label, dataset=dataset, utterance_id=u.id, ref=u.text, hyp=text, score=h.score,
+                tokens=h.tokens, audio_filepath=u.audio_filepath, duration=u.duration, errors=(e, w),
+                char_errors=(ce, c), timesteps_s=times))
+    labels = [r.label for r in active]
+    hyps_file.writelines(ordered_hypothesis_lines([u.id for u in utterances], info.batch_size, labels, lines))
+    return char_counts, counts
+
+
+def wer_intervals(counts: dict[str, dict[str, tuple[int, int]]], reference: Optional[str],
+                  n_resamples: int, confidence: float = 0.95) -> dict[str, dict]:
+    """Per decoder: the percentile bootstrap CI of its WER and, when `reference` decoded the same utterances, the
+    paired bootstrap CI of WER(decoder) - WER(reference) (eval.metrics; utterances resampled, seed 0, so every
+    decoder of the run is resampled on the same draws). {} when n_resamples is 0."""
+    from eval.metrics import bootstrap_wer_ci, paired_bootstrap
+
+    if n_resamples <= 0:
+        return {}
+    out: dict[str, dict] = {}
+    ref = counts.get(reference) if reference else None
+    for label, by_id in counts.items():
+        ids = sorted(by_id)
+        if not ids:
+            continue
+        errors, words = [by_id[i][0] for i in ids], [by_id[i][1] for i in ids]
+        ci = bootstrap_wer_ci(errors, words, n_resamples=n_resamples, confidence=confidence)
+        entry = {"confidence": confidence, "n_resamples": n_resamples, "low": ci.low, "high": ci.high}
+        if ref is not None and label != reference and sorted(ref) == ids:
+            d = paired_bootstrap(errors, [ref[i][0] for i in ids], words, n_resamples=n_resamples,
+                                 confidence=confidence)
+            entry.update(reference=reference, delta=d.estimate, delta_low=d.low, delta_high=d.high,
+                         prob_better=d.prob_a_better)
+        out[label] = entry
+    return out
+
+
+def progress_bar(iterable, total: int, enabled: bool, desc: str):
+    """A tqdm bar on a terminal; elsewhere (CI logs, a pipe) one plain line per dataset, when it is done: a redrawn
+    bar in a log file is a line of carriage returns and cursor escapes per update."""
+    if enabled and sys.stderr.isatty():
+        return tqdm(iterable, total=total, desc=desc, unit="batch")
+    if not enabled:
+        return iterable
+    return _plain_progress(iterable, total, desc)
+
+
+def _plain_progress(iterable, total: int, desc: str):
+    import time
+
+    t0 = time.perf_counter()
+    n = 0
+    for n, item in enumerate(iterable, 1):
+        yield item
+    print(f"{desc}: {n}/{total} batches in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -390,8 +503,10 @@ def decoding_context(
     Graphs take minutes to build: they are built only when a graph decoder is asked for."""
     workload = inputs.workload
     arpa_path = _first_path(cfg.data.arpa_path, workload and workload.arpa_path)
-    gdir = graph_dir_for(cfg, inputs.tokens)
-    if {split_decoder_label(lb)[0] for lb in labels} & GRAPH_DECODERS:
+    gdir = graph_dir_for(cfg, inputs.tokens, workload, arpa_path)
+    if gdir is None:  # a user's model and manifests without an LM: nothing to build graphs from
+        graph_reason = no_graph_reason(cfg, arpa_path)
+    elif {split_decoder_label(lb)[0] for lb in labels} & GRAPH_DECODERS:
         graph_reason = prepare_graphs(cfg, workload, gdir, inputs.tokens, arpa_path)
     else:
         graph_reason = graph_mismatch(gdir, arpa_path, inputs.tokens)
@@ -440,7 +555,8 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
     exp = cfg.experiment
     run_dir = RunDirectory(exp.output_dir, exp.name, exp.run)  # refuses escaping names before any work
     info = RunInfo(experiment=exp.name, run=run_dir.run, env=environment_info(), batch_size=exp.batch_size,
-                   warmup_batches=exp.warmup_batches, skip_unavailable=exp.skip_unavailable, progress=exp.progress)
+                   warmup_batches=exp.warmup_batches, skip_unavailable=exp.skip_unavailable, progress=exp.progress,
+                   ci_reference=exp.ci_reference, ci_resamples=exp.ci_resamples)
     inputs = prepare_inputs(cfg, workload, source_factory)
     labels = decoder_labels(cfg)
     base_ctx, graph_reason = decoding_context(cfg, inputs, labels)
@@ -448,12 +564,19 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
     active = [r for r in runs if r.decoder is not None]
 
     rows: list[ResultRow] = []
+    datasets = {}
+    for dataset, manifest in inputs.manifests.items():
+        datasets[dataset] = load_manifest(manifest, cfg.data.max_utterances)
+        if not datasets[dataset]:
+            raise ValueError(f"dataset {dataset!r} ({manifest}) has no utterances")
+    warn_slow_runs(active, sum(u.duration for utts in datasets.values() for u in utts))
+    if exp.ci_reference and exp.ci_resamples and exp.ci_reference not in {r.label for r in active}:
+        # a config's default reference (the demo's wfst) in a run without it: intervals without differences
+        log.warning("experiment.ci_reference %s is not among this run's decoders (%s): no paired WER differences",
+                    exp.ci_reference, ", ".join(r.label for r in active))
     with run_dir:
         with run_dir.open_hyps() as hyps_file:
-            for dataset, manifest in inputs.manifests.items():
-                utterances = load_manifest(manifest, cfg.data.max_utterances)
-                if not utterances:
-                    raise ValueError(f"dataset {dataset!r} ({manifest}) has no utterances")
+            for dataset, utterances in datasets.items():
                 rows += decode_dataset(info, dataset, utterances, inputs.source(dataset), active,
                                        boost_tables(cfg, active, utterances), inputs.tokens, hyps_file)
         # an "all" row for each decoder that finished every dataset
@@ -467,6 +590,7 @@ def run_experiment(cfg: DictConfig, workload: Any = None, source_factory: Option
                                  device=r.device, reason=r.unavailable_reason, env=info.env, boost_value=r.boost_value)
                  for r in runs if r.unavailable_reason]
         run_dir.write_results(rows)
+        run_dir.write_output_manifests()
         run_dir.write_config({
             "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
             "decoders": {r.label: r.config for r in runs},
@@ -665,6 +789,7 @@ def _write_sharded(cfg: DictConfig, dist: DistContext, backend: str, run_name: s
                 lines = [line for res in results for line in res.hyps.get(dataset, [])]
                 f.writelines(ordered_hypothesis_lines(ids, exp.batch_size, labels, lines))
         run_dir.write_results(rows)
+        run_dir.write_output_manifests()
         run_dir.write_config({
             "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
             "decoders": main.decoders,

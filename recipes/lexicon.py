@@ -53,7 +53,8 @@ def token_to_symbol(token: str) -> str:
 
 
 def symbol_to_token(symbol: str) -> str:
-    return " " if symbol == SPACE_SYMBOL else symbol
+    """A text-file symbol -> the token string ("<space>" and torchaudio's "|" are the char word separator)."""
+    return " " if symbol in (SPACE_SYMBOL, "|") else symbol
 
 
 def _spell_char(word: str, tokens: TokenSet) -> Optional[list[str]]:
@@ -92,6 +93,8 @@ def build_lexicon(
         raise ValueError(f"build_lexicon: unsupported token kind {tokens.kind!r} (expected 'char' or 'bpe')")
     rep = report if report is not None else LexiconReport()
     spell = _spell_char if tokens.kind == "char" else _spell_bpe
+    if tokens.lexicon is not None:  # the user's own lexicon: its spellings, its words only
+        return _from_user_lexicon(words, tokens, oov, rep)
     unk_token = "<unk>" if "<unk>" in tokens.tokens else None
     lexicon: Lexicon = {}
     for word in words:
@@ -125,6 +128,58 @@ def build_lexicon(
     return lexicon
 
 
+def _from_user_lexicon(words: Sequence[str], tokens: TokenSet, oov: str, rep: LexiconReport) -> Lexicon:
+    """build_lexicon over `tokens.lexicon` (checked by `check_lexicon`): words without an entry are OOV."""
+    lexicon: Lexicon = {}
+    for word in words:
+        word = word.strip()
+        if not word or word in lexicon:
+            continue
+        if word in SPECIAL_WORDS:
+            rep.skipped_special.append(word)
+            continue
+        spellings = tokens.lexicon.get(word)
+        if spellings is None:
+            if oov == "error":
+                raise ValueError(f"build_lexicon: word {word!r} is not in the lexicon")
+            rep.oov_words.append(word)
+            continue
+        lexicon[word] = [list(s) for s in spellings]
+    rep.num_words = len(lexicon)
+    rep.num_spellings = sum(len(v) for v in lexicon.values())
+    if rep.oov_words:
+        log.warning("lexicon: %d LM word(s) without a lexicon entry left out (first: %s)", len(rep.oov_words),
+                    ", ".join(rep.oov_words[:5]))
+    return lexicon
+
+
+def check_lexicon(lexicon: Lexicon, tokens: TokenSet, where: str = "lexicon") -> Lexicon:
+    """A user lexicon made fit for `tokens`: every symbol must be a non-blank token; a char spelling's trailing
+    word separator (torchaudio's lexicons end every word with "|") is dropped, since the graph recipes make the
+    separator optional between words. Raises a one-line ValueError naming the word and symbol otherwise."""
+    index = set(tokens.tokens)
+    blank = tokens.tokens[tokens.blank_id]
+    out: Lexicon = {}
+    for word, spellings in lexicon.items():
+        fixed = []
+        for s in spellings:
+            s = list(s)
+            if tokens.kind == "char" and len(s) > 1 and s[-1] == " ":
+                s = s[:-1]
+            bad = next((t for t in s if t not in index or t == blank), None)
+            if bad is not None:
+                raise ValueError(f"{where}: word {word!r} is spelled with {token_to_symbol(bad)!r}, which is not a "
+                                 f"token of the token table" + (" (it is the blank)" if bad == blank else ""))
+            if tokens.kind == "char" and " " in s:
+                raise ValueError(f"{where}: word {word!r} has the word separator inside its spelling")
+            if s not in fixed:
+                fixed.append(s)
+        out[word] = fixed
+    if not out:
+        raise ValueError(f"{where}: no entries")
+    return out
+
+
 def write_lexicon(lexicon: Lexicon, path: str | Path) -> None:
     """Write `word tok1 tok2 ...` lines (one per spelling; Kaldi/icefall lexicon.txt format)."""
     with open(path, "w", encoding="utf-8") as f:
@@ -136,6 +191,8 @@ def write_lexicon(lexicon: Lexicon, path: str | Path) -> None:
 def read_lexicon(path: str | Path) -> Lexicon:
     """Inverse of `write_lexicon` (spellings of one word are grouped; order kept)."""
     lexicon: Lexicon = defaultdict(list)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"lexicon not found: {path}")
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             fields = line.split()

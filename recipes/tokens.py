@@ -15,6 +15,9 @@ from typing import Literal, Optional, Sequence
 
 BLANK_SYMBOL = "<blk>"
 WORD_START = "\u2581"  # sentencepiece's "▁"
+# how blank is written in the token tables of the field: k2/icefall "<blk>", "<blank>", "<b>"; torchaudio "-"
+BLANK_SYMBOLS = ("<blk>", "<blank>", "<b>", "-")
+SEPARATOR_SYMBOLS = ("<space>", "|")  # the char word separator in token tables (ours/icefall, torchaudio)
 
 BlankPosition = Literal["first", "last"]
 
@@ -25,6 +28,9 @@ class TokenSet:
     blank_id: int
     kind: Literal["char", "bpe"]
     sp_model_path: Optional[str] = None
+    # a pronunciation lexicon the user supplied ({word: [spelling, ...]}, spellings as token strings): graph recipes
+    # spell words with it instead of spelling them letter by letter / with the sentencepiece model
+    lexicon: Optional[dict] = field(default=None, repr=False)
     _index: dict = field(default_factory=dict, repr=False)
     _sp: object = field(default=None, repr=False)
 
@@ -66,6 +72,62 @@ class TokenSet:
         )
         ts._sp = sp
         return ts
+
+    @classmethod
+    def from_tokens_file(cls, path: str | Path, kind: Optional[str] = None, blank_symbol: Optional[str] = None,
+                         sp_model_path: Optional[str] = None) -> "TokenSet":
+        """A token table in the field's formats: k2/icefall `tokens.txt` ("symbol id" per line, ids 0..V-1 in
+        column order) or torchaudio's (one symbol per line, in column order). Blank: `blank_symbol`, else the one of
+        BLANK_SYMBOLS present. The char word separator may be written "<space>" or torchaudio's "|". Disambiguation
+        symbols (#0, #1, ...) are not model outputs and are skipped. `kind`: "char" or "bpe"; default: "bpe" when a
+        symbol starts with "▁", else "char". Errors are one-line ValueErrors naming the file and line."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"token table not found: {path}")
+        entries: list[tuple[int, str]] = []
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                fields = line.split()
+                if not fields:
+                    continue
+                if len(fields) > 2 or (len(fields) == 2 and not fields[1].lstrip("-").isdigit()):
+                    raise ValueError(f"{path}:{lineno}: expected 'symbol' or 'symbol id', got {line.strip()!r:.60}")
+                sym = fields[0]
+                if sym.startswith("#") and sym[1:].isdigit():
+                    continue
+                idx = int(fields[1]) if len(fields) == 2 else len(entries)
+                entries.append((idx, sym))
+        if not entries:
+            raise ValueError(f"{path}: no tokens")
+        entries.sort()
+        ids = [i for i, _ in entries]
+        if ids != list(range(len(entries))):
+            raise ValueError(f"{path}: token ids must be 0..{len(entries) - 1} without gaps or repeats (columns of the "
+                             f"model's output), got {ids[:8]}{'...' if len(ids) > 8 else ''}")
+        symbols = [s for _, s in entries]
+        if len(set(symbols)) != len(symbols):
+            dup = next(s for s in symbols if symbols.count(s) > 1)
+            raise ValueError(f"{path}: symbol {dup!r} appears twice")
+        if blank_symbol is None:
+            present = [b for b in BLANK_SYMBOLS if b in symbols]
+            if not present:
+                raise ValueError(f"{path}: no blank symbol (one of {list(BLANK_SYMBOLS)}); name yours with blank_symbol=")
+            blank_symbol = present[0]
+        elif blank_symbol not in symbols:
+            raise ValueError(f"{path}: blank symbol {blank_symbol!r} is not in the table")
+        if kind is None:
+            kind = "bpe" if any(s.startswith(WORD_START) for s in symbols) else "char"
+        if kind not in ("char", "bpe"):
+            raise ValueError(f"token kind must be 'char' or 'bpe', got {kind!r}")
+        blank_id = symbols.index(blank_symbol)
+        tokens = [BLANK_SYMBOL if i == blank_id else s for i, s in enumerate(symbols)]
+        if kind == "char":
+            for sep in SEPARATOR_SYMBOLS:
+                if sep in tokens and " " not in tokens:
+                    tokens[tokens.index(sep)] = " "
+            if " " not in tokens:
+                raise ValueError(f"{path}: a character token table needs a word separator ({' or '.join(SEPARATOR_SYMBOLS)})")
+        return cls(tokens=tokens, blank_id=blank_id, kind=kind, sp_model_path=sp_model_path)
 
     # ---- column <-> piece id (sentencepiece ids skip the blank column) ----
     def _piece_offset(self) -> int:

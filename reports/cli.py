@@ -1,7 +1,10 @@
-"""`python -m reports.cli RUN_DIR_OR_RESULTS [...] [--out DIR] [--no-plots]` (console script `decode-report`).
+"""`python -m reports.cli RUN_DIR_OR_RESULTS [...] [--out DIR] [--no-plots] [--format md|csv]` (console script
+`decode-report`).
 
 Prints every table of the rows (results, side by side for each run-mate pair, not run, environment) and writes
-report.md and the plots next to the results (or into --out). Exit status 2 with one line for bad input.
+report.md and the plots next to the results (or into --out). `--format csv` prints and writes results.csv instead:
+one line per successful row, every scalar field of the row plus label, wer_pct and cer_pct (pandas). Exit status 2
+with one line for bad input.
 """
 from __future__ import annotations
 
@@ -31,11 +34,20 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="directory for report.md and plots (default: the first path)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--title", default="Decoder comparison")
+    p.add_argument("--format", choices=("md", "csv"), default="md",
+                   help="md: markdown report + plots (default); csv: results.csv, one line per row (pandas)")
     args = p.parse_args(argv)
     try:
         rows = load_results(args.paths)
         if not rows:
             raise ValueError(f"no result rows in {', '.join(args.paths)}")
+        if args.format == "csv":
+            from reports.tables import results_frame
+
+            text = results_frame(rows).to_csv(index=False)
+            print(text, end="")
+            print(f"wrote {write_report(text, args.paths, args.out, 'results.csv')}", file=sys.stderr)
+            return 0
         report = markdown_report(rows, title=args.title)
         if is_sweep(args.paths):  # a Hydra sweep: one table with the swept values as columns
             report += "\n## Sweep\n\n" + sweep_table(load_sweep(args.paths)) + "\n"

@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from reports.tables import _group_key, _group_text, ok_rows, row_labels, side_by_side_pairs
 
 
@@ -24,6 +26,93 @@ def _save(fig, out_path: str | Path) -> Path:
     return out_path
 
 
+def _fmt_tick(v: float, _pos=None) -> str:
+    """A log-axis tick as a plain number: 200, 1k, 20k, 1.5M."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if v >= scale:
+            return f"{v / scale:g}{suffix}"
+    return f"{v:g}"
+
+
+def log_rtfx_axis(ax, axis: str = "x") -> None:
+    """A log RTFx axis whose labels never overlap: labelled ticks at 1, 2 and 5 per decade when the data span less
+    than two decades (1 per decade beyond), written as plain numbers (200, 1k, 2k); the minor ticks between them
+    stay unlabelled. Matplotlib's default labels minor ticks on a narrow log axis, which overlapped (2x10^2
+    3x10^2 ... on top of each other)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+    decades = np.log10(max(hi, 1e-12) / max(lo, 1e-12))
+    subs = (1.0, 2.0, 5.0) if decades < 2 else (1.0,)
+    target.set_major_locator(LogLocator(base=10, subs=subs))
+    target.set_major_formatter(FuncFormatter(_fmt_tick))
+    target.set_minor_locator(LogLocator(base=10, subs=tuple(x for x in range(2, 10) if x not in subs)))
+    target.set_minor_formatter(NullFormatter())
+
+
+def place_labels(ax, points: Sequence[tuple[float, float]], texts: Sequence[str], fontsize: float = 8) -> list:
+    """Annotate each point with its text so that no two labels overlap each other or a marker (greedy: each label
+    tries offsets around its point, nearest first, and takes the first free one; points at the same spot share one
+    label). Returns the annotations."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    to_px = ax.transData.transform
+    # points that coincide on screen (within 4 px) get one label: "k2py, kaldi, wfst"
+    groups: list[tuple[np.ndarray, tuple[float, float], list[str]]] = []
+    for (x, y), t in zip(points, texts):
+        px = to_px((x, y))
+        for g in groups:
+            if np.hypot(*(g[0] - px)) < 4:
+                g[2].append(t)
+                break
+        else:
+            groups.append((px, (x, y), [t]))
+    marker_boxes = [(px[0] - 5, px[1] - 5, px[0] + 5, px[1] + 5) for px, _, _ in groups]
+    placed: list[tuple[float, float, float, float]] = []
+    axes_box = ax.get_window_extent(renderer)
+    offsets = [(dx * r, dy * r) for r in (1, 2, 3, 4, 6)
+               for dx, dy in ((1, 1), (1, -1), (-1, 1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))]
+    out = []
+
+    def overlaps(b, others):
+        return any(b[0] < o[2] and o[0] < b[2] and b[1] < o[3] and o[1] < b[3] for o in others)
+
+    for px, xy, names in groups:
+        text = ", ".join(dict.fromkeys(names))
+        ann = ax.annotate(text, xy, fontsize=fontsize, xytext=(4, 4), textcoords="offset points")
+        chosen = None
+        for dx, dy in offsets:
+            ha = "left" if dx >= 0 else "right"
+            va = "bottom" if dy >= 0 else "top"
+            ann.set_position((dx * 5, dy * 5))
+            ann.set_ha(ha)
+            ann.set_va(va)
+            bb = ann.get_window_extent(renderer)
+            box = (bb.x0 - 1, bb.y0 - 1, bb.x1 + 1, bb.y1 + 1)
+            inside = box[0] >= axes_box.x0 and box[2] <= axes_box.x1 and box[1] >= axes_box.y0 and box[3] <= axes_box.y1
+            if inside and not overlaps(box, placed) and not overlaps(box, marker_boxes):
+                chosen = box
+                break
+        if chosen is None:  # crowded: the first free spot ignoring the axes' edge, else the default
+            for dx, dy in offsets:
+                ann.set_position((dx * 5, dy * 5))
+                ann.set_ha("left" if dx >= 0 else "right")
+                ann.set_va("bottom" if dy >= 0 else "top")
+                bb = ann.get_window_extent(renderer)
+                box = (bb.x0 - 1, bb.y0 - 1, bb.x1 + 1, bb.y1 + 1)
+                if not overlaps(box, placed) and not overlaps(box, marker_boxes):
+                    chosen = box
+                    break
+        if chosen is None:
+            bb = ann.get_window_extent(renderer)
+            chosen = (bb.x0, bb.y0, bb.x1, bb.y1)
+        placed.append(chosen)
+        out.append(ann)
+    return out
+
+
 def plot_wer_vs_rtfx(rows: Sequence[Any], out_path: str | Path, datasets: Optional[Sequence[str]] = None) -> Path:
     """WER (%) against decoder-only RTFx (log scale), one marker per decoder, one panel per dataset.
     The Pareto front of the paper's comparison: up-left is better. Rows without references (wer null) or
@@ -42,21 +131,29 @@ def plot_wer_vs_rtfx(rows: Sequence[Any], out_path: str | Path, datasets: Option
                              squeeze=False)
     markers = "osD^v<>pPX*h"
     for ax, d in zip(axes[0], datasets):
-        for i, r in enumerate(r for r in rows if r.dataset == d):
+        pts = [r for r in rows if r.dataset == d]
+        for i, r in enumerate(pts):
             ax.scatter(r.rtfx_decoder, 100 * r.wer, marker=markers[i % len(markers)], s=40,
                        label=None if inline else labels[_group_key(r)])
-            if inline:
-                ax.annotate(labels[_group_key(r)], (r.rtfx_decoder, 100 * r.wer), fontsize=8, xytext=(3, 3),
-                            textcoords="offset points")
         if not inline:
             ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-        n = sorted({r.utterances for r in rows if r.dataset == d})
+        n = sorted({r.utterances for r in pts})
         ax.set_xscale("log")
+        # room for labels: a quarter decade either side, 15 % of the WER range above and below
+        xs, ys = [r.rtfx_decoder for r in pts], [100 * r.wer for r in pts]
+        ax.set_xlim(min(xs) / 10 ** 0.35, max(xs) * 10 ** 0.6)
+        span = max(max(ys) - min(ys), 0.5)
+        ax.set_ylim(max(0.0, min(ys) - 0.15 * span), max(ys) + 0.15 * span)
+        log_rtfx_axis(ax, "x")
         ax.set_xlabel("RTFx (decoder only, log)")
         ax.set_ylabel("WER %")
         ax.set_title(f"{d} ({'/'.join(map(str, n))} utterances)")
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
+    if inline:
+        for ax, d in zip(axes[0], datasets):
+            pts = [r for r in rows if r.dataset == d]
+            place_labels(ax, [(r.rtfx_decoder, 100 * r.wer) for r in pts], [labels[_group_key(r)] for r in pts])
     try:
         return _save(fig, out_path)
     finally:
@@ -131,6 +228,7 @@ def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str
             ax_r.annotate(f"{v:,.0f}", (v, b.get_y() + b.get_height() / 2), va="center", fontsize=6,
                           xytext=(2, 0), textcoords="offset points")
     ax_r.set_xscale("log")
+    log_rtfx_axis(ax_r, "x")
     ax_r.set_xlabel("RTFx (decoder only, log)")
     ax_r.legend(fontsize=8, loc="lower right")
     ratios = [p.ratio for p in pairs]

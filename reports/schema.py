@@ -24,6 +24,12 @@ BOUNDARIES = ("api", "kernel")
 # Counters and byte counts are int64 on every producer; a larger JSON integer is corruption, and refusing it here
 # keeps every consumer's float arithmetic (WER, MiB) free of OverflowError.
 MAX_INT = 2**63 - 1
+# fields added after rows were first committed (evidence run directories): a file row may lack them (null then)
+OPTIONAL_IN_FILES = frozenset({"char_errors", "ref_chars", "wer_ci"})
+# keys of `wer_ci`: the bootstrap interval of the row's WER, and of its difference to a reference decoder's WER on the
+# same utterances (paired), all fractions
+WER_CI_KEYS = ("confidence", "n_resamples", "low", "high", "reference", "delta", "delta_low", "delta_high",
+               "prob_better")
 _PARAM_SCALARS = (str, int, float, bool)
 
 
@@ -54,6 +60,12 @@ class ResultRow:
     hits: int = 0
     ref_words: int = 0
     sentence_errors: int = 0
+    # CER parts (eval.metrics.utterance_char_error_counts summed); None in rows written before CER was recorded
+    char_errors: Optional[int] = None
+    ref_chars: Optional[int] = None
+    # 95 % percentile bootstrap intervals (eval.metrics): {confidence, n_resamples, low, high} of the WER and, against
+    # a reference decoder of the same run, {reference, delta, delta_low, delta_high, prob_better}; {} when not computed
+    wer_ci: dict = field(default_factory=dict)
     # time (eval.metrics.Stopwatch) and RTFx (eval.metrics.rtfx)
     decoder_seconds: Optional[float] = None
     decoder_cuda_seconds: Optional[float] = None
@@ -100,7 +112,7 @@ class ResultRow:
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):
                 raise ValueError(f"{name} must be a string or null, got {_short(v)}")
-        for name in ("acoustic_stage_peak_bytes", "decoder_stats", "environment", "decoder_config", "params"):
+        for name in ("acoustic_stage_peak_bytes", "decoder_stats", "environment", "decoder_config", "params", "wer_ci"):
             v = getattr(self, name)
             if not isinstance(v, dict):
                 raise ValueError(f"{name} must be an object, got {type(v).__name__}")
@@ -134,6 +146,19 @@ class ResultRow:
             v = getattr(self, name)
             if v is not None:
                 _finite_number(name, v, lo=0.0)
+        unknown_ci = sorted(set(self.wer_ci) - set(WER_CI_KEYS))
+        if unknown_ci:
+            raise ValueError(f"wer_ci has unknown key(s) {_short(unknown_ci)}; valid: {list(WER_CI_KEYS)}")
+        for k, v in self.wer_ci.items():
+            if k == "reference":
+                if not isinstance(v, str) or not v:
+                    raise ValueError(f"wer_ci.reference must be a decoder label, got {_short(v)}")
+            else:
+                _finite_number(f"wer_ci.{k}", v, lo=None)
+        for name in ("char_errors", "ref_chars"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_INT):
+                raise ValueError(f"{name} must be a non-negative integer below 2**63 or null, got {_short(v)}")
         for name in ("peak_rss_bytes", "rss_increase_bytes", "cuda_peak_bytes", "cuda_device_used_bytes"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or abs(v) > MAX_INT):
@@ -165,7 +190,8 @@ class ResultRow:
         if unknown:
             raise ValueError(f"unknown result-row field(s) {_short(unknown)}")
         required = [f.name for f in fields(cls)
-                    if complete or (f.default is MISSING and f.default_factory is MISSING)]
+                    if (complete and f.name not in OPTIONAL_IN_FILES)
+                    or (f.default is MISSING and f.default_factory is MISSING)]
         missing = [k for k in required if k not in d]
         if missing:
             raise ValueError(f"result row lacks required field(s) {missing}")
@@ -191,6 +217,13 @@ class ResultRow:
         # coordinates the decoder label already names ("wfst@cuda[compact TLG, b=32]") are not repeated
         rest = ",".join(f"{k}={self.params[k]}" for k in sorted(self.params) if str(self.params[k]) not in self.decoder)
         return f"{self.decoder} [{rest}]" if rest else self.decoder
+
+    @property
+    def cer(self) -> Optional[float]:
+        """Character error rate (fraction), when the row recorded its parts."""
+        if self.char_errors is None or self.ref_chars is None or self.wer is None:
+            return None
+        return self.char_errors / max(self.ref_chars, 1)
 
     @property
     def ok(self) -> bool:

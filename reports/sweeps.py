@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from reports.schema import ResultRow, load_rows, one_line
-from reports.tables import (_descriptor, _fmt_rtfx, _table, _value, _wer_pct, ok_rows, unavailable_table,
-                            utterance_counts)
+from reports.tables import (_cer_pct, _descriptor, _fmt_rtfx, _table, _value, _wer_pct, ok_rows,
+                            unavailable_table, utterance_counts)
 
 
 @dataclass
@@ -125,20 +125,27 @@ def sweep_table(jobs: Sequence[SweepJob], datasets: Optional[Sequence[str]] = No
         for (label, device), by_ds in cells.items():
             lines.append((tuple(_sort_key(c.get(k)) for k in varying), c, label, device, by_ds))
     lines.sort(key=lambda x: x[0])  # stable: within equal coordinates, jobs and decoders keep their order
+    with_cer = any(r.cer is not None for r in rows)
+    counts = utterance_counts(rows)
+    mixed = {d for d in datasets if len(counts.get(d, [])) > 1}  # jobs decoded different subsets: say so per line
     header = [*varying, "decoder", "device"]
     for d in datasets:
-        header += [f"{d} WER %", f"{d} RTFx"]
+        header += ([f"{d} utts"] if d in mixed else []) + [f"{d} WER %"] + ([f"{d} CER %"] if with_cer else []) + [
+            f"{d} RTFx"]
     body = []
     for _, c, label, device, by_ds in lines:
         cells = [_value(c.get(k)) for k in varying] + [label, device]
         for d in datasets:
             r = by_ds.get(d)
-            cells += ["–", "–"] if r is None else [_wer_pct(r), _fmt_rtfx(r.rtfx_decoder)]
+            if r is None:
+                cells += ["–"] * (2 + with_cer + (d in mixed))
+                continue
+            cells += ([str(r.utterances)] if d in mixed else []) + [_wer_pct(r)] + (
+                [_cer_pct(r)] if with_cer else []) + [_fmt_rtfx(r.rtfx_decoder)]
         body.append(cells)
     out = [_table(header, body, n_text=len(varying) + 2), ""]
     if fixed:
         out.append("Every job: " + ", ".join(f"{k}={_value(v)}" for k, v in fixed.items()) + ".")
-    counts = utterance_counts(rows)
     out.append("Utterances: " + ", ".join(f"{d} {'/'.join(map(str, counts[d]))}" for d in datasets if d in counts)
                + ".")
     if any(j.launcher and "joblib" in j.launcher.lower() for j in jobs):

@@ -12,6 +12,7 @@ Pure functions over typed rows: a table can be regenerated from run directories 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -70,13 +71,14 @@ def memory_mib(row: ResultRow) -> Optional[float]:
 
 
 def results_frame(rows: Sequence[Any]):
-    """Long pandas table (one line per successful row) for notebooks; the markdown tables do not need it."""
+    """Long pandas table (one line per successful row): notebooks, and `reports.cli --format csv`."""
     import pandas as pd
 
     recs = []
     for r in ok_rows(rows):
         flat = {k: v for k, v in r.to_dict().items() if not isinstance(v, dict)}  # every scalar field of the row
         recs.append({**flat, "label": r.label, "wer_pct": None if r.wer is None else 100.0 * r.wer,
+                     "cer_pct": None if r.cer is None else 100.0 * r.cer,
                      "memory_mib": memory_mib(r), **{f"param.{k}": v for k, v in r.params.items()}})
     return pd.DataFrame.from_records(recs)
 
@@ -100,6 +102,25 @@ def _fmt(v: Optional[float], spec: str) -> str:
 
 def _wer_pct(r: ResultRow) -> str:
     return "n/a" if r.wer is None else f"{100.0 * r.wer:.2f}"
+
+
+def _ci_text(r: ResultRow) -> str:
+    """The WER's bootstrap interval in points: "[1.70, 2.35]"."""
+    ci = r.wer_ci
+    return "–" if "low" not in ci else f"[{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]"
+
+
+def _delta_text(r: ResultRow) -> str:
+    """The paired WER difference to the reference decoder in points with its interval: "-0.37 [-0.61, -0.12]";
+    "ref" on the reference's own line."""
+    ci = r.wer_ci
+    if "delta" not in ci:
+        return "–"
+    return f"{100 * ci['delta']:+.2f} [{100 * ci['delta_low']:+.2f}, {100 * ci['delta_high']:+.2f}]"
+
+
+def _cer_pct(r: ResultRow) -> str:
+    return "–" if r.cer is None else f"{100.0 * r.cer:.2f}"
 
 
 def _value(v: Any) -> str:
@@ -131,6 +152,7 @@ def _table(header: Sequence[str], body: Sequence[Sequence[str]], n_text: int) ->
 # ---------------------------------------------------------------------------------------------------------
 
 GroupKey = tuple  # (experiment, run, decoder, params_label)
+_TIMESTAMP = re.compile(r"^\d{8}-\d{6}(-\d+)?$")  # eval.results.timestamp_run_name: says nothing about a run
 
 
 def _group_key(r: ResultRow) -> GroupKey:
@@ -179,10 +201,14 @@ def row_labels(rows: Sequence[ResultRow], max_keys: int = 4) -> dict[GroupKey, s
         descs = [_descriptor(groups[k]) for k in keys]
         names = list(dict.fromkeys(n for d in descs for n in d))
         differ = [n for n in names if len({d.get(n) for d in descs}) > 1]
+        runs = [groups[k].run for k in keys]
+        named = len(set(runs)) == len(runs) and not any(_TIMESTAMP.match(r) for r in runs)
         for i, (k, d) in enumerate(zip(keys, descs)):
             if differ:
                 shown = ", ".join(f"{n}={d.get(n, '–')}" for n in differ[:max_keys])
                 labels[k] = f"{base} ({shown}{', …' if len(differ) > max_keys else ''})"
+            elif named:  # e.g. sweep jobs over data.* keys: their run directories are named by their overrides
+                labels[k] = f"{base} ({groups[k].run})"
             else:
                 labels[k] = f"{base} (repeat {i + 1})"
     # two groups identical in every descriptor but one beyond max_keys, or repeats: keep labels unique
@@ -225,9 +251,16 @@ def results_table(rows: Sequence[Any], datasets: Optional[Sequence[str]] = None,
     cell: dict[tuple[GroupKey, str], ResultRow] = {}
     for r in rows:
         cell.setdefault((_group_key(r), str(r.dataset)), r)
+    with_cer = any(r.cer is not None for r in rows)  # rows written before CER was recorded have none
+    with_ci = any("low" in r.wer_ci for r in rows)
+    references = sorted({r.wer_ci["reference"] for r in rows if "reference" in r.wer_ci})
+    with_delta = len(references) == 1
+    extra = [with_ci, with_delta]
     header = ["decoder", "device"]
     for d in datasets:
-        header += ([f"{d} utts"] if d in mixed else []) + [f"{d} WER %", f"{d} S/D/I", f"{d} RTFx", f"{d} mem MiB"]
+        header += ([f"{d} utts"] if d in mixed else []) + [f"{d} WER %"] + ([f"{d} 95 % CI"] if with_ci else []) + (
+            [f"{d} Δ vs {references[0]}"] if with_delta else []) + ([f"{d} CER %"] if with_cer else []) + [
+            f"{d} S/D/I", f"{d} RTFx", f"{d} mem MiB"]
     body = []
     for key, label in labels.items():
         first = next(r for (k, _), r in cell.items() if k == key)
@@ -235,15 +268,22 @@ def results_table(rows: Sequence[Any], datasets: Optional[Sequence[str]] = None,
         for d in datasets:
             r = cell.get((key, d))
             if r is None:
-                cells += ["–"] * (5 if d in mixed else 4)
+                cells += ["–"] * (4 + (d in mixed) + with_cer + sum(extra))
                 continue
             sdi = "–" if r.wer is None else f"{r.substitutions}/{r.deletions}/{r.insertions}"
-            cells += ([str(r.utterances)] if d in mixed else []) + [
-                _wer_pct(r), sdi, _fmt_rtfx(r.rtfx_decoder), _fmt(memory_mib(r), ".1f")]
+            delta = "ref" if with_delta and r.decoder == references[0] else _delta_text(r)
+            cells += ([str(r.utterances)] if d in mixed else []) + [_wer_pct(r)] + (
+                [_ci_text(r)] if with_ci else []) + ([delta] if with_delta else []) + (
+                [_cer_pct(r)] if with_cer else []) + [sdi, _fmt_rtfx(r.rtfx_decoder), _fmt(memory_mib(r), ".1f")]
         body.append(cells)
     table = _table(header, body, n_text=2)
     said = [f"{d} {'/'.join(map(str, counts[d]))}" for d in datasets if d in counts]
     note = "Utterances: " + ", ".join(said) + "."
+    if with_ci:
+        n = next(r.wer_ci["n_resamples"] for r in rows if "low" in r.wer_ci)
+        note += (f" 95 % CI: percentile bootstrap over utterances ({n:.0f} resamples)" + (
+            f"; Δ: WER difference to {references[0]} in points, paired bootstrap on the same utterances (an interval "
+            f"excluding 0 is a difference at 95 %)" if with_delta else "") + ".")
     if mixed:
         note += f" Utterance counts differ between rows for {', '.join(sorted(mixed))}: see the utts column(s)."
     return table + "\n\n" + note
@@ -405,7 +445,8 @@ def markdown_report(rows: Sequence[Any], title: str = "Decoder comparison") -> s
     if env:
         parts += [f"Environment: {env}", ""]
     parts += [
-        "WER: corpus WER after text normalisation (jiwer); n/a: no references (synthetic inputs). "
+        "WER: corpus WER after text normalisation (jiwer); CER: the same over characters; n/a: no references "
+        "(synthetic inputs). "
         "S/D/I: substitutions/deletions/insertions. RTFx: audio seconds / decoder wall seconds (warm-up excluded); "
         "boundary api: the public decode call, host tensors in and hypotheses out; kernel: device work only. "
         "mem: on GPU the device memory the decoder holds (cudaMemGetInfo delta from before it was built, every "

@@ -255,7 +255,10 @@ def test_interrupted_rerun_leaves_the_previous_run_whole(tmp_path, monkeypatch):
 
     wl = FakeWorkload(tmp_path / "wl")
     first = _run(tmp_path, "decoder=greedy", workload=wl)
-    before = {p.name: p.read_bytes() for p in first.run_dir.iterdir()}
+    def files(d):
+        return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+    before = files(first.run_dir)
 
     def interrupted(*args, **kwargs):
         args[-1].write('{"partial": true}\n')  # the hyps file: some hypotheses already written
@@ -264,7 +267,7 @@ def test_interrupted_rerun_leaves_the_previous_run_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "decode_dataset", interrupted)
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path, "decoder=greedy", workload=wl)
-    after = {p.name: p.read_bytes() for p in first.run_dir.iterdir()}
+    after = files(first.run_dir)
     assert after == before  # the old run, whole: no new partial hyps beside the old results
     assert [p.name for p in first.run_dir.parent.iterdir()] == ["r1"]  # no partial directory left behind
 

@@ -332,6 +332,13 @@ def source_config_from(cfg: Any) -> NemoSourceConfig:
     return out
 
 
+def _verbose(cfg: Any) -> bool:
+    try:
+        return bool((cfg.get("experiment") or {}).get("verbose", False))
+    except AttributeError:
+        return False
+
+
 def build_source(cfg: Any, *, tokens: Optional[TokenSet] = None, model=None, workload: Any = None,
                  dataset: Optional[str] = None, device: Optional[str] = None, manifest_path: Any = None) -> NemoSource:
     """Build the NeMo source. `model`: an already-loaded ASRModel (tests, benchmarks) instead of loading
@@ -340,8 +347,13 @@ def build_source(cfg: Any, *, tokens: Optional[TokenSet] = None, model=None, wor
     utterances come with each `batches` call)."""
     scfg = source_config_from(cfg)
     if model is None:
+        from recipes.cli import quiet_native_output
+
         map_location = "cuda" if _resolve_device(scfg.device).type == "cuda" else "cpu"
-        model = load_nemo_model(scfg.model, map_location=map_location)
+        # NeMo's import and restore print telemetry notices and the checkpoint's training-config warnings: shown
+        # only with experiment.verbose=true (or when the restore fails)
+        with quiet_native_output(not _verbose(cfg), python_too=True):
+            model = load_nemo_model(scfg.model, map_location=map_location)
     source = NemoSource(model, scfg, model_name=scfg.model)
     if tokens is not None:
         from recipes.nemo_tokenizer import check_vocab_matches
