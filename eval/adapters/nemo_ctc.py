@@ -148,9 +148,20 @@ class NemoGreedyDecoder:
             (hyps,) = self.infer(decoder_output=log_probs.float(), decoder_lengths=lengths.to(log_probs.device))
         out = []
         for h in hyps:
-            toks = [int(t) for t in torch.as_tensor(h.y_sequence).tolist()]
+            toks = fold_consecutive(torch.as_tensor(h.y_sequence).tolist(), self.tokens.blank_id)
             out.append(Hypothesis(tokens=toks, words=self.tokens.decode(toks).split(), score=float(h.score)))
         return out
+
+
+def fold_consecutive(frame_labels: Sequence[int], blank_id: int) -> list[int]:
+    """NeMo's greedy CTC returns one label per frame; `CTCDecoding.decode_hypothesis(fold_consecutive=True)` then
+    keeps p when (p != previous or previous == blank) and p != blank. The same rule here."""
+    out, previous = [], blank_id
+    for p in (int(x) for x in frame_labels):
+        if (p != previous or previous == blank_id) and p != blank_id:
+            out.append(p)
+        previous = p
+    return out
 
 
 def default_lm_text(ctx: DecodingContext) -> Optional[Path]:
