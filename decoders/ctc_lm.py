@@ -591,8 +591,17 @@ class CtcLmResult:
     tokens: list
     scores: torch.Tensor
 
-    def hypotheses(self, row: int) -> list[Hypothesis]:
-        return [Hypothesis(tokens=t, words=[], score=float(s)) for t, s in zip(self.tokens[row], self.scores[row].tolist())]
+    def hypotheses(self, row: int, tokens=None) -> list[Hypothesis]:
+        """The row's N-best; with `tokens` (decoders.ctc.detokenize) each carries its words."""
+        from decoders.ctc import detokenize
+
+        return [Hypothesis(tokens=t, words=detokenize(t, tokens).split() if tokens is not None else [], score=float(s))
+                for t, s in zip(self.tokens[row], self.scores[row].tolist())]
+
+    def texts(self, tokens, n: int = 0) -> list[str]:
+        from decoders.ctc import detokenize
+
+        return [detokenize(row[n], tokens) for row in self.tokens]
 
 
 def _check(log_probs: torch.Tensor, lengths: torch.Tensor, config: CtcLmConfig) -> None:
@@ -609,6 +618,9 @@ def _check(log_probs: torch.Tensor, lengths: torch.Tensor, config: CtcLmConfig) 
         raise ValueError(f"blank_id={config.blank_id} is outside the vocabulary [0, V={V})")
     if bool(((lengths < 0) | (lengths > T)).any()):
         raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
+    from decoders.ctc import check_log_prob_values
+
+    check_log_prob_values(log_probs, lengths, config.blank_id)
 
 
 def _check_scorer_vocab(lm, boost, V: int) -> None:

@@ -329,3 +329,57 @@ def test_gpu_large_batch_equals_cpu_batched(tmp_path):
     same = sum(a == b for a, b in zip(cpu.tokens, gpu.tokens))
     assert same >= 63  # float32 reduction order may flip an exact near-tie in one row at most
     torch.testing.assert_close(gpu.scores[:, 0], cpu.scores[:, 0], atol=1e-3, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------- issue 13: library ergonomics
+def test_results_carry_text_given_a_token_table_or_tokenizer():
+    from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search, detokenize
+
+    tokens = TokenSet.from_chars("ab", blank="first")  # ['<blk>', ' ', 'a', 'b']
+    a, b, sp = tokens.encode("a")[0], tokens.encode("b")[0], tokens.encode(" ")[0]
+    p = torch.full((1, 6, 4), 1e-3)
+    for t, c in enumerate([a, 0, b, sp, a, 0]):
+        p[0, t, c] = 1.0
+    lp = (p / p.sum(-1, keepdim=True)).log()
+    res = ctc_beam_search(lp, torch.tensor([6]), CtcBeamSearchConfig(beam_size=4, blank_id=0))
+    assert res.texts(tokens) == ["ab a"]
+    assert res.texts(tokens.tokens) == ["ab a"]  # the plain token table
+    assert res.hypotheses(0, tokens)[0].words == ["ab", "a"]
+    lm_res = ctc_lm_beam_search(lp, torch.tensor([6]), CtcLmConfig(beam_size=4, blank_id=0, lm_weight=0.0,
+                                                                    insertion_bonus=0.0))
+    assert lm_res.texts(tokens) == ["ab a"] and lm_res.hypotheses(0, tokens.tokens)[0].words == ["ab", "a"]
+    assert detokenize([1, 2], ["<blk>", "\u2581he", "llo"]) == "hello"
+    assert detokenize([1, 2, 1], ["<blk>", "a", "|"]) == "a a"
+    with pytest.raises(ValueError, match="outside the token table"):
+        detokenize([7], ["a", "b"])
+    with pytest.raises(TypeError, match="token table"):
+        detokenize([0], 3)
+
+
+@pytest.mark.parametrize("search", ["ctc_beam", "ctc_lm"])
+def test_probabilities_instead_of_log_probs_are_rejected(search):
+    from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search
+
+    lp = random_log_probs(2, 9, 5, seed=0)
+    run = (lambda x: ctc_beam_search(x, torch.tensor([9, 4]), CtcBeamSearchConfig(beam_size=3))) \
+        if search == "ctc_beam" else (lambda x: ctc_lm_beam_search(x, torch.tensor([9, 4]), CtcLmConfig(beam_size=3)))
+    run(lp)  # log-probs: fine
+    with pytest.raises(ValueError, match="look like probabilities"):
+        run(lp.exp())
+
+
+def test_blank_last_output_with_blank_id_zero_warns():
+    from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search
+
+    lp = random_log_probs(2, 40, 7, seed=1, peaky=3.0, blank=6)  # a blank-last model
+    lp[..., 6] += 4.0
+    lp = lp.log_softmax(-1)
+    with pytest.warns(UserWarning, match="looks blank-last.*blank_id=6"):
+        ctc_beam_search(lp, torch.tensor([40, 40]), CtcBeamSearchConfig(beam_size=3, blank_id=0))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ctc_beam_search(lp, torch.tensor([40, 40]), CtcBeamSearchConfig(beam_size=3, blank_id=6))
+        lp0 = random_log_probs(2, 40, 7, seed=1, peaky=3.0, blank=0)  # blank-first, blank_id=0: no warning
+        ctc_beam_search(lp0, torch.tensor([40, 40]), CtcBeamSearchConfig(beam_size=3, blank_id=0))
