@@ -34,8 +34,8 @@ Three implementations with one semantics:
 - ties: candidates with exactly equal scores may be ranked differently by the two (the reference ranks stays
   before extensions, lower beam and lower token first; torch.topk's order among equal values is unspecified).
 
-Word-level LM (ARPA over words + lexicon, torchaudio/Flashlight convention): not implemented here (see the
-project's issue 20 report); the WFST decoder covers word LMs.
+Word-level LM (ARPA over words + lexicon, torchaudio/Flashlight convention): `LexiconWordLM`, passed as `lm=`
+(it carries its own lm_weight and word_score, so the search applies it with weight 1; see its docstring).
 """
 from __future__ import annotations
 
@@ -473,6 +473,212 @@ class PhraseBoost:
         return -self._credit[state]
 
 
+class LexiconWordLM:
+    """Word-level shallow fusion: a word ARPA + a lexicon (word -> token spellings), the convention of torchaudio's
+    and Flashlight's lexicon decoders: token sequences must spell lexicon words; the word LM scores a word when it
+    is complete (weight `lm_weight`, plus `word_score` per word), `</s>` at the end.
+
+    Word boundaries: `mode="bpe"`: a column whose piece starts with "\u2581" starts a word (the previous word,
+    if any, completes there); `mode="char"`: the separator column (" ") completes the word (repeated separators
+    and a leading one are free). A prefix that leaves the lexicon (no trie child), or completes at a trie node with
+    no word, scores -inf. Look-ahead while a word is incomplete: Flashlight's MAX smearing with the unigram LM
+    (credit(node) = lm_weight * max log p_unigram over the words below the trie node), withdrawn when the word
+    completes or the utterance ends -- it only steers pruning, final scores are exact.
+    State (int64): trie_node * num_lm_states + lm_state. Homophones: the first-listed word of a spelling wins.
+    """
+
+    def __init__(self, arpa: ArpaNgrams, lexicon: dict, tokens: Sequence[str], blank_id: int, mode: str,
+                 lm_weight: float, word_score: float = 0.0, separator: str = " "):
+        if mode not in ("bpe", "char"):
+            raise ValueError(f"mode must be 'bpe' or 'char', got {mode!r}")
+        for k, v in (("lm_weight", lm_weight), ("word_score", word_score)):
+            if not math.isfinite(float(v)):
+                raise ValueError(f"{k} must be finite, got {v}")
+        if not lexicon:
+            raise ValueError("lexicon is empty")
+        V = len(tokens)
+        self.vocab_size = V
+        self.blank_id = int(blank_id)
+        self.mode = mode
+        self.lm_weight = float(lm_weight)
+        self.word_score = float(word_score)
+        words = list(lexicon)
+        self.words = words
+        self.lm = NgramLM(arpa, words)  # word index -> LM label (<unk> for words without a unigram)
+        if len(self.lm.unk_tokens) == len(words):
+            raise ValueError(f"the LM vocabulary does not match the lexicon: none of its {len(words)} words has a "
+                             f"unigram, e.g. {words[:5]} (an LM for another vocabulary?)")
+        self.num_lm = self.lm.num_states
+        if mode == "char":
+            if separator not in tokens:
+                raise ValueError(f"char mode needs the separator {separator!r} among the tokens")
+            self.sep = list(tokens).index(separator)
+            self.word_start = torch.zeros(V, dtype=torch.bool)
+        else:
+            self.sep = -1
+            self.word_start = torch.tensor([str(t).startswith("\u2581") for t in tokens], dtype=torch.bool)
+        children: list[dict] = [{}]
+        word_at = [-1]
+        for wi, w in enumerate(words):
+            spellings = lexicon[w]
+            for sp in spellings:
+                sp = [int(c) for c in sp]
+                if not sp or any(c < 0 or c >= V or c == blank_id or c == self.sep for c in sp):
+                    raise ValueError(f"lexicon: spelling {sp} of {w!r} is empty or has the blank/separator or a "
+                                     f"column outside [0, {V})")
+                if mode == "bpe" and not bool(self.word_start[sp[0]]):
+                    raise ValueError(f"lexicon: spelling of {w!r} does not start with a word-start piece")
+                if mode == "bpe" and any(bool(self.word_start[c]) for c in sp[1:]):
+                    raise ValueError(f"lexicon: spelling of {w!r} has a word-start piece inside the word")
+                n = 0
+                for c in sp:
+                    if c not in children[n]:
+                        children[n][c] = len(children)
+                        children.append({})
+                        word_at.append(-1)
+                    n = children[n][c]
+                if word_at[n] < 0:
+                    word_at[n] = wi
+        self.num_nodes = len(children)
+        if self.num_nodes * self.num_lm >= 2 ** 62:
+            raise ValueError("lexicon x LM too large for the 64-bit state encoding")
+        # unigram log p of each word (for smearing), credit per node = lm_weight * max over its subtree
+        uni = [self.lm.score_one(0, wi)[0] for wi in range(len(words))]
+        best = [NEG_INF] * self.num_nodes
+        order = []  # BFS order
+        q = [0]
+        while q:
+            n = q.pop()
+            order.append(n)
+            q.extend(children[n].values())
+        for n in reversed(order):
+            b = uni[word_at[n]] if word_at[n] >= 0 else NEG_INF
+            for c in children[n].values():
+                b = max(b, best[c])
+            best[n] = b
+        credit = [0.0 if n == 0 or best[n] == NEG_INF else self.lm_weight * best[n] for n in range(self.num_nodes)]
+        keys = [n * V + c for n in range(self.num_nodes) for c in children[n]]
+        dests = [children[n][c] for n in range(self.num_nodes) for c in children[n]]
+        order_k = np.argsort(np.asarray(keys, dtype=np.int64), kind="stable") if keys else np.zeros(0, dtype=np.int64)
+        self.keys = torch.tensor(np.asarray(keys, dtype=np.int64)[order_k], dtype=torch.int64)
+        self.dests = torch.tensor(np.asarray(dests, dtype=np.int64)[order_k], dtype=torch.int64)
+        self.word_at = torch.tensor(word_at, dtype=torch.int64)
+        self.credit = torch.tensor(credit, dtype=torch.float32)
+        self._children = children
+        self._word_at = word_at
+        self._credit = credit
+
+    @classmethod
+    def from_files(cls, arpa_path, lexicon: dict, tokens, blank_id, mode, lm_weight, word_score=0.0):
+        """ARPA words outside the lexicon are legal (unreachable); lexicon words outside the ARPA score as <unk>."""
+        if not lexicon:
+            raise ValueError("lexicon is empty")
+        return cls(read_arpa(arpa_path), lexicon, tokens, blank_id, mode, lm_weight, word_score)
+
+    def to(self, device) -> "LexiconWordLM":
+        self.lm.to(device)
+        for k in ("keys", "dests", "word_at", "credit", "word_start"):
+            setattr(self, k, getattr(self, k).to(device))
+        return self
+
+    def initial_states(self, batch: int, device) -> torch.Tensor:
+        return torch.full((batch,), self.lm.bos_state, dtype=torch.int64, device=device)  # node 0
+
+    def _child(self, nodes: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        if self.keys.numel() == 0:
+            return torch.full_like(nodes, -1)
+        q = nodes * self.vocab_size + cols
+        pos = torch.searchsorted(self.keys, q).clamp_(max=self.keys.numel() - 1)
+        return torch.where(self.keys[pos] == q, self.dests[pos], torch.full_like(q, -1))
+
+    def _complete(self, nodes: torch.Tensor, lm_states: torch.Tensor):
+        """(realized score, next LM state) of completing the word at `nodes` (-inf where no word)."""
+        w = self.word_at[nodes]
+        lab = self.lm.col_label[w.clamp(min=0)]
+        sc, nxt = self.lm.table.lookup(lm_states.reshape(-1), lab.reshape(-1, 1))
+        sc = sc.view(nodes.shape) * self.lm_weight + self.word_score
+        sc = torch.where(w >= 0, sc, torch.full_like(sc, NEG_INF))
+        return sc, nxt.view(nodes.shape)
+
+    def advance(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        N, V = states.shape[0], self.vocab_size
+        node = states // self.num_lm
+        lms = states % self.num_lm
+        cols = torch.arange(V, device=states.device)[None, :].expand(N, V)
+        nodeV = node[:, None].expand(N, V)
+        lmV = lms[:, None].expand(N, V)
+        at_root = nodeV == 0
+        done_sc, done_lm = self._complete(node, lms)  # (N,)
+        done_sc, done_lm = done_sc[:, None].expand(N, V), done_lm[:, None].expand(N, V)
+        zero = torch.zeros((N, V), dtype=torch.float32, device=states.device)
+        if self.mode == "bpe":
+            starts = self.word_start[None, :].expand(N, V)
+            from_node = torch.where(starts, torch.zeros_like(nodeV), nodeV)
+            new_node = self._child(from_node, cols)
+            realized = torch.where(starts & ~at_root, done_sc, zero)
+            new_lm = torch.where(starts & ~at_root, done_lm, lmV)
+        else:
+            is_sep = cols == self.sep
+            new_node = torch.where(is_sep, torch.zeros_like(nodeV), self._child(nodeV, cols))
+            realized = torch.where(is_sep & ~at_root, done_sc, zero)
+            new_lm = torch.where(is_sep & ~at_root, done_lm, lmV)
+        ok = new_node >= 0
+        nn = new_node.clamp(min=0)
+        w = realized + self.credit[nn] - self.credit[nodeV]
+        w = torch.where(ok, w, torch.full_like(w, NEG_INF))
+        d = torch.where(ok, nn * self.num_lm + new_lm, states[:, None].expand(N, V))
+        blank = cols == self.blank_id
+        return torch.where(blank, zero, w), torch.where(blank, states[:, None].expand(N, V), d)
+
+    def final(self, states: torch.Tensor) -> torch.Tensor:
+        node = states // self.num_lm
+        lms = states % self.num_lm
+        done_sc, done_lm = self._complete(node, lms)
+        at_root = node == 0
+        lm_end = torch.where(at_root, lms, done_lm)
+        eos = self.lm.final(lm_end) * self.lm_weight
+        return torch.where(at_root, eos, done_sc + eos - self.credit[node])
+
+    # reference (host, float64)
+    def _complete_one(self, node: int, lm_state: int):
+        w = self._word_at[node]
+        if w < 0:
+            return NEG_INF, lm_state
+        sc, nxt = self.lm.score_one(lm_state, w)
+        return self.lm_weight * sc + self.word_score, nxt
+
+    def score_one(self, state: int, column: int) -> tuple[float, int]:
+        if column == self.blank_id:
+            return 0.0, state
+        node, lms = divmod(state, self.num_lm)
+        realized, new_lm = 0.0, lms
+        if self.mode == "bpe":
+            if bool(self.word_start[column]):
+                if node != 0:
+                    realized, new_lm = self._complete_one(node, lms)
+                new_node = self._children[0].get(column, -1)
+            else:
+                new_node = self._children[node].get(column, -1)
+        elif column == self.sep:
+            if node != 0:
+                realized, new_lm = self._complete_one(node, lms)
+            new_node = 0
+        else:
+            new_node = self._children[node].get(column, -1)
+        if new_node < 0 or realized == NEG_INF:
+            return NEG_INF, state
+        return realized + self._credit[new_node] - self._credit[node], new_node * self.num_lm + new_lm
+
+    def final_one(self, state: int) -> float:
+        node, lms = divmod(state, self.num_lm)
+        if node == 0:
+            return self.lm_weight * self.lm.final_one(lms)
+        realized, new_lm = self._complete_one(node, lms)
+        if realized == NEG_INF:
+            return NEG_INF
+        return realized + self.lm_weight * self.lm.final_one(new_lm) - self._credit[node]
+
+
 class ComposedScorer:
     """An explicit product of weighted scorers (e.g. lm_weight * LM and 1 * boosting), enumerated over the states
     reachable within `max_tokens` tokens from the initial states: a dense (S, V) table of weights and next states.
@@ -656,7 +862,9 @@ def reference_prefix_beam_search(
     if scorer is not None:
         parts.append((1.0, scorer, scorer.initial_states(B, "cpu").tolist()))
     else:
-        if lm is not None and config.lm_weight != 0:
+        if isinstance(lm, LexiconWordLM):  # weights inside; its final score (word completion) is never skipped
+            parts.append((1.0, lm, lm.initial_states(B, "cpu").tolist()))
+        elif lm is not None and config.lm_weight != 0:
             parts.append((float(config.lm_weight), lm, [lm.bos_state] * B))
         if boost is not None:
             parts.append((1.0, boost, boost.initial_states(B, "cpu").tolist()))
@@ -717,17 +925,18 @@ def reference_prefix_beam_search(
             beams = {}
             for _, prefix in ranked[:K]:
                 e = nxt[prefix]
-                if _lse(e[0], e[1]) == NEG_INF:
+                if _lse(e[0], e[1]) + e[2] == NEG_INF:
                     continue
                 beams[prefix] = e
         final = []
         for prefix, (pb, pnb, fusion, states) in beams.items():
             s = _lse(pb, pnb) + fusion
             for (w, sc, _), st in zip(parts, states):
-                if sc is lm and not config.lm_eos:
+                if sc is lm and not config.lm_eos and not isinstance(lm, LexiconWordLM):
                     continue
                 s += w * sc.final_one(st)
             final.append((s, prefix))
+        final = [fp for fp in final if fp[0] > NEG_INF]
         final.sort(key=lambda x: -x[0])
         toks = [list(p) for _, p in final[: config.nbest]]
         sc = [s for s, _ in final[: config.nbest]]
@@ -831,7 +1040,9 @@ def ctc_lm_beam_search(
     if scorer is not None:
         parts.append((1.0, scorer.to(dev), scorer.initial_states(B, dev), False))
     else:
-        if lm is not None and config.lm_weight != 0:
+        if isinstance(lm, LexiconWordLM):
+            parts.append((1.0, lm.to(dev), lm.initial_states(B, dev), False))
+        elif lm is not None and config.lm_weight != 0:
             parts.append((float(config.lm_weight), lm.to(dev), lm.initial_states(B, dev), not config.lm_eos))
         if boost is not None:
             parts.append((1.0, boost.to(dev), boost.initial_states(B, dev), False))
@@ -904,7 +1115,7 @@ def ctc_lm_beam_search(
         n_ph = torch.where(is_ext, g(h), g(ph))
         n_states = [torch.where(is_ext, torch.gather(nx.reshape(B, K * V), 1, src * V + tokc), g(st))
                     for nx, st in zip(nexts, states)]
-        dead = top == NEG_INF
+        dead = top == NEG_INF  # no candidate, or one the lexicon forbids
         n_pb = torch.where(dead, ninf, n_pb)
         n_pnb = torch.where(dead, ninf, n_pnb)
         # rows past their kept frames keep their beams

@@ -383,3 +383,144 @@ def test_blank_last_output_with_blank_id_zero_warns():
         ctc_beam_search(lp, torch.tensor([40, 40]), CtcBeamSearchConfig(beam_size=3, blank_id=6))
         lp0 = random_log_probs(2, 40, 7, seed=1, peaky=3.0, blank=0)  # blank-first, blank_id=0: no warning
         ctc_beam_search(lp0, torch.tensor([40, 40]), CtcBeamSearchConfig(beam_size=3, blank_id=0))
+
+
+# ------------------------------------------------------------------------------ word-level LM with a lexicon
+WORD_TEXT = ["ab ba", "ab ab ba", "ba", "a ab", "ba a ab", "ab", "a ba ba"]
+
+
+@pytest.fixture(scope="module")
+def word_lm(tmp_path_factory):
+    """Words {a, ab, ba, b} (b is in the lexicon but never in the text: unigram from KN's uniform share), char
+    tokens with a space separator, the word ARPA by the project's KN estimator."""
+    import numpy as np
+
+    from recipes.lm import build_arpa
+
+    d = tmp_path_factory.mktemp("wlm")
+    words = ["a", "ab", "ba", "b"]
+    ids = {w: i for i, w in enumerate(words)}
+    sents = [[ids[w] for w in line.split()] for line in WORD_TEXT]
+    flat = np.array([i for s in sents for i in s], dtype=np.int64)
+    offsets = np.cumsum([0] + [len(s) for s in sents]).astype(np.int64)
+    build_arpa(flat, offsets, words, d / "words.arpa")
+    return d / "words.arpa", words
+
+
+def _word_lexicon(tokens, words):
+    return {w: [tokens.encode(w)] for w in words}
+
+
+def _word_fusion(arpa_path, tokens, lexicon, lm_weight, word_score, bonus):
+    """Independent scorer for a full token sequence: split at separators, every word must be in the lexicon, the
+    word LM via recipes.lm.ArpaModel."""
+    model = ArpaModel(arpa_path)
+    spell = {tuple(s[0]): w for w, s in lexicon.items()}
+    sep = tokens.encode(" ")[0]
+
+    def f(y):
+        words, cur = [], []
+        for c in list(y) + [sep]:
+            if c == sep:
+                if cur:
+                    if tuple(cur) not in spell:
+                        return float("-inf")
+                    words.append(spell[tuple(cur)])
+                cur = []
+            else:
+                cur.append(c)
+        lm = model.sentence_log10_prob(words) * math.log(10)
+        return lm_weight * lm + word_score * len(words) + bonus * len(y)
+    return f
+
+
+@pytest.mark.parametrize("blank", ["first", "last"])
+def test_word_lm_reference_with_a_full_beam_equals_brute_force(word_lm, blank):
+    from decoders.ctc_lm import LexiconWordLM
+
+    arpa, words = word_lm
+    tokens = TokenSet.from_chars("ab", blank=blank)
+    lex = _word_lexicon(tokens, words)
+    wlm = LexiconWordLM.from_files(arpa, lex, tokens.tokens, tokens.blank_id, "char", lm_weight=0.9, word_score=0.4)
+    cfg = CtcLmConfig(beam_size=128, insertion_bonus=0.2, blank_id=tokens.blank_id, blank_skip_threshold=1.0, nbest=4)
+    oracle_f = _word_fusion(arpa, tokens, lex, 0.9, 0.4, 0.2)
+    for seed in range(3):
+        lp = random_log_probs(1, 4, tokens.vocab_size, seed=seed, peaky=1.0, blank=tokens.blank_id)
+        res = reference_prefix_beam_search(lp, torch.tensor([4]), cfg, lm=wlm)
+        oracle = brute_force_best(lp[0], 4, tokens.blank_id, oracle_f)
+        best = [kv for kv in sorted(oracle.items(), key=lambda kv: -kv[1]) if kv[1] > float("-inf")][:4]
+        assert [tuple(t) for t in res.tokens[0]] == [y for y, _ in best]
+        assert res.scores[0].tolist() == pytest.approx([s for _, s in best], abs=1e-4)
+
+
+@pytest.mark.parametrize("blank", ["first", "last"])
+@pytest.mark.parametrize("beam", [2, 5])
+def test_word_lm_batched_equals_reference(word_lm, blank, beam):
+    from decoders.ctc_lm import LexiconWordLM
+
+    arpa, words = word_lm
+    tokens = TokenSet.from_chars("ab", blank=blank)
+    wlm = LexiconWordLM.from_files(arpa, _word_lexicon(tokens, words), tokens.tokens, tokens.blank_id, "char",
+                                   lm_weight=0.7, word_score=0.5)
+    cfg = CtcLmConfig(beam_size=beam, insertion_bonus=0.1, blank_id=tokens.blank_id, blank_skip_threshold=0.9,
+                      nbest=2)
+    rng = random.Random(beam)
+    for seed in range(4):
+        lp = random_log_probs(3, 19, tokens.vocab_size, seed=seed, peaky=2.5, blank=tokens.blank_id)
+        lengths = torch.tensor([19, 12, 0])
+        rows = _random_boost(tokens, rng, 3)
+        for kwargs in ({"lm": wlm}, {"lm": wlm, "boost": PhraseBoost(rows, tokens.vocab_size, tokens.blank_id)}):
+            ref = reference_prefix_beam_search(lp, lengths, cfg, **kwargs)
+            got = ctc_lm_beam_search(lp, lengths, cfg, **kwargs)
+            assert got.tokens == ref.tokens
+            torch.testing.assert_close(got.scores, ref.scores, atol=1e-4, rtol=1e-5)
+            for row in ref.tokens:  # every hypothesis spells lexicon words
+                for hyp in row:
+                    assert set(tokens.decode(hyp).split()) <= set(words)
+
+
+def test_word_lm_bpe_mode_on_the_workload_pieces(tmp_path):
+    """BPE mode: words start at a '\u2581' piece; lexicon spellings are the tokenizer's encodings."""
+    import numpy as np
+
+    from decoders.ctc_lm import LexiconWordLM
+    from recipes.lm import build_arpa
+
+    sp = pytest.importorskip("sentencepiece")
+    text = ["the cat sat", "a cat sat on the mat", "the hat", "that cat", "on a mat"] * 20
+    (tmp_path / "c.txt").write_text("\n".join(text))
+    sp.SentencePieceTrainer.train(input=str(tmp_path / "c.txt"), model_prefix=str(tmp_path / "bpe"), vocab_size=20,
+                                  model_type="bpe", character_coverage=1.0, minloglevel=2)
+    tokens = TokenSet.from_sentencepiece(tmp_path / "bpe.model", blank="last")
+    words = sorted({w for line in text for w in line.split()})
+    ids = {w: i for i, w in enumerate(words)}
+    sents = [[ids[w] for w in line.split()] for line in text]
+    build_arpa(np.array([i for s in sents for i in s]), np.cumsum([0] + [len(s) for s in sents]), words,
+               tmp_path / "w.arpa")
+    lex = {w: [tokens.encode(w)] for w in words}
+    wlm = LexiconWordLM.from_files(tmp_path / "w.arpa", lex, tokens.tokens, tokens.blank_id, "bpe", lm_weight=0.8)
+    lp = random_log_probs(2, 30, tokens.vocab_size, seed=4, peaky=3.0, blank=tokens.blank_id)
+    cfg = CtcLmConfig(beam_size=6, insertion_bonus=0.0, blank_id=tokens.blank_id, blank_skip_threshold=1.0, nbest=2)
+    ref = reference_prefix_beam_search(lp, torch.tensor([30, 22]), cfg, lm=wlm)
+    got = ctc_lm_beam_search(lp, torch.tensor([30, 22]), cfg, lm=wlm)
+    assert got.tokens == ref.tokens
+    torch.testing.assert_close(got.scores, ref.scores, atol=1e-4, rtol=1e-5)
+    for row in ref.tokens:
+        for hyp in row:
+            assert set(tokens.decode(hyp).split()) <= set(words)
+
+
+def test_word_lm_bad_input(word_lm):
+    from decoders.ctc_lm import LexiconWordLM
+
+    arpa, words = word_lm
+    tokens = TokenSet.from_chars("ab", blank="last")
+    lex = _word_lexicon(tokens, words)
+    with pytest.raises(ValueError, match="lm_weight must be finite"):
+        LexiconWordLM.from_files(arpa, lex, tokens.tokens, tokens.blank_id, "char", lm_weight=float("nan"))
+    with pytest.raises(ValueError, match="lexicon is empty"):
+        LexiconWordLM.from_files(arpa, {}, tokens.tokens, tokens.blank_id, "char", lm_weight=1.0)
+    with pytest.raises(ValueError, match="has the blank/separator"):
+        LexiconWordLM.from_files(arpa, {"a": [[tokens.blank_id]]}, tokens.tokens, tokens.blank_id, "char", 1.0)
+    with pytest.raises(ValueError, match="LM vocabulary does not match"):  # an ARPA over other words
+        LexiconWordLM.from_files(arpa, {"zz": [tokens.encode("a")]}, tokens.tokens, tokens.blank_id, "char", 1.0)

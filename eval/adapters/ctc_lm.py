@@ -7,6 +7,8 @@ LM. Word boosts {word: boost} become phrases of the word's tokens (`TokenSet.enc
 with its word-start marker); words the token set cannot spell, or that are outside the workload's word list, are
 counted in `pop_stats()["unknown_boost_words"]` (boosted anyway when spellable) and warned about once.
 Runs on the log-probs' device (`ctc_lm@cuda`: the batched torch path on the GPU).
+`lm_level=word`: word-level fusion instead (decoders.ctc_lm.LexiconWordLM: the workload's word ARPA, a lexicon of its
+word list spelled by the token set, `lm_weight` and `word_score` per word; torchaudio/Flashlight's convention).
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from eval.adapters.base import DecodingContext, adapter_schema, library_config, 
 CONFIG_SCHEMA = adapter_schema("ctc_lm", CtcLmConfig, [
     ("name", str, "ctc_lm"),
     ("use_lm", bool, True),
+    ("lm_level", str, "token"),
+    ("word_score", float, 0.0),
     ("token_lm", Optional[str], None),
     ("lm_text", Optional[str], None),
     ("lm_cache_dir", Optional[str], None),
@@ -43,6 +47,30 @@ def load_token_lm(cfg, ctx: DecodingContext) -> NgramLM:
     return _LM_CACHE[key]
 
 
+def load_word_lm(cfg, ctx: DecodingContext, lm_weight: float):
+    """Word-level fusion: the workload's word ARPA (data.arpa_path) + a lexicon of its word list (data.words_path)
+    spelled by the token set (torchaudio's convention: the tokenizer's encoding of each word)."""
+    from decoders.ctc_lm import LexiconWordLM, read_arpa
+
+    if ctx.arpa_path is None or ctx.words_path is None:
+        raise ValueError("lm_level=word needs data.arpa_path (a word ARPA) and data.words_path (the lexicon's words)")
+    key = ("word", str(Path(ctx.arpa_path).resolve()), str(Path(ctx.words_path).resolve()), tuple(ctx.tokens.tokens),
+           ctx.tokens.blank_id, float(lm_weight), float(cfg.word_score))
+    if key not in _LM_CACHE:
+        with open(ctx.words_path, encoding="utf-8") as f:
+            words = [line.split()[0] for line in f if line.strip()]
+        lexicon = {}
+        for w in words:
+            try:
+                lexicon[w] = [ctx.tokens.encode(w)]
+            except ValueError:
+                continue  # not spellable with these tokens
+        mode = "bpe" if ctx.tokens.kind == "bpe" else "char"
+        _LM_CACHE[key] = LexiconWordLM(read_arpa(ctx.arpa_path), lexicon, ctx.tokens.tokens, ctx.tokens.blank_id, mode,
+                                       lm_weight=float(lm_weight), word_score=float(cfg.word_score))
+    return _LM_CACHE[key]
+
+
 class CtcLmDecoder:
     name = "ctc_lm"
 
@@ -51,7 +79,14 @@ class CtcLmDecoder:
         self.tokens = ctx.tokens
         self.device = ctx.device
         self.config = library_config(CtcLmConfig, cfg, blank_id=ctx.tokens.blank_id, nbest=1)
-        self.lm = load_token_lm(cfg, ctx) if cfg.use_lm else None
+        if cfg.lm_level not in ("token", "word"):
+            raise ValueError(f"ctc_lm: lm_level must be 'token' or 'word', got {cfg.lm_level!r}")
+        if not cfg.use_lm:
+            self.lm = None
+        elif cfg.lm_level == "word":
+            self.lm = load_word_lm(cfg, ctx, self.config.lm_weight)
+        else:
+            self.lm = load_token_lm(cfg, ctx)
         self.vocabulary: Optional[set] = None
         if ctx.words_path is not None and Path(ctx.words_path).is_file():
             with open(ctx.words_path, encoding="utf-8") as f:
