@@ -22,6 +22,9 @@ Score of a prefix y (what the beam ranks, and what the result reports):
   as one certain blank (every beam collapses into its blank-ending path), as in decoders/ctc.py. The batched path
   compacts each row's kept frames, so the frame loop runs max-over-rows(kept frames) steps.
 
+Streaming: `CtcLmStreamingDecoder` (create_state / decode_chunk / finalize) runs the batched search chunk by chunk;
+the state carries the beams' LM and automaton states, and chunked decoding equals offline decoding (tested).
+
 Three implementations with one semantics:
 - `reference_prefix_beam_search`: plain Python over prefix tuples, float64, every extension of every beam
   considered; the executable spec (tests check it against a brute-force sum over all alignments).
@@ -1020,7 +1023,7 @@ def ctc_lm_beam_search(
     log_probs: torch.Tensor,
     lengths: torch.Tensor,
     config: Optional[CtcLmConfig] = None,
-    lm: Optional[NgramLM] = None,
+    lm=None,
     boost: Optional[PhraseBoost] = None,
     scorer=None,
 ) -> CtcLmResult:
@@ -1028,121 +1031,243 @@ def ctc_lm_beam_search(
     config = config or CtcLmConfig()
     _check(log_probs, lengths, config)
     B, T, V = log_probs.shape
-    _check_scorer_vocab(lm, boost, V)
-    dev = log_probs.device
-    K = config.beam_size
-    blank = config.blank_id
-    lp_all = log_probs.float()
-    if bool(torch.isnan(lp_all).any()) or bool((lp_all == math.inf).any()):
-        raise ValueError("log_probs contains NaN or +inf; log-probs must be finite or -inf")
-    lengths = lengths.to(dev)
-    parts = []
-    if scorer is not None:
-        parts.append((1.0, scorer.to(dev), scorer.initial_states(B, dev), False))
-    else:
-        if isinstance(lm, LexiconWordLM):
-            parts.append((1.0, lm.to(dev), lm.initial_states(B, dev), False))
-        elif lm is not None and config.lm_weight != 0:
-            parts.append((float(config.lm_weight), lm.to(dev), lm.initial_states(B, dev), not config.lm_eos))
-        if boost is not None:
-            parts.append((1.0, boost.to(dev), boost.initial_states(B, dev), False))
-    lp, collapse, kept = _compact_frames(lp_all, lengths, blank, float(config.blank_skip_threshold))
-    Tk = lp.shape[1]
-    f32 = torch.float32
-    ninf = torch.tensor(NEG_INF, dtype=f32, device=dev)
-    pb = torch.full((B, K), NEG_INF, dtype=f32, device=dev)
-    pb[:, 0] = 0.0
-    pnb = torch.full((B, K), NEG_INF, dtype=f32, device=dev)
-    fusion = torch.zeros((B, K), dtype=f32, device=dev)
-    last = torch.full((B, K), -1, dtype=torch.int64, device=dev)
-    length = torch.zeros((B, K), dtype=torch.int64, device=dev)
-    h = torch.zeros((B, K), dtype=torch.int64, device=dev)
-    ph = torch.full((B, K), -1, dtype=torch.int64, device=dev)  # parent hash (unused for the empty prefix)
-    states = [init[:, None].expand(B, K).contiguous() for _, _, init, _ in parts]
-    bp_src = torch.zeros((B, max(Tk, 1), K), dtype=torch.int64, device=dev)
-    bp_tok = torch.full((B, max(Tk, 1), K), -1, dtype=torch.int64, device=dev)
-    cols = torch.arange(V, device=dev)
-    not_blank = cols != blank
-    ar_k = torch.arange(K, device=dev)
-    bonus = float(config.insertion_bonus)
-    for t in range(Tk):
-        active = (t < kept)[:, None]  # (B, 1)
-        col = collapse[:, t][:, None]
-        pb = torch.where(col, torch.logaddexp(pb, pnb), pb)
-        pnb = torch.where(col, ninf, pnb)
-        x = lp[:, t]  # (B, V)
-        tot = torch.logaddexp(pb, pnb)  # (B, K)
-        s_pb = tot + x[:, blank][:, None]
-        x_last = torch.gather(x, 1, last.clamp(min=0))
-        s_pnb = torch.where(last >= 0, pnb + x_last, ninf)
-        # extensions (B, K, V)
-        is_last = cols[None, None, :] == last[:, :, None]
-        e_pnb = torch.where(is_last, pb[:, :, None], tot[:, :, None]) + x[:, None, :]
-        e_pnb = torch.where(not_blank[None, None, :], e_pnb, ninf)
-        delta = torch.full((B, K, V), bonus, dtype=f32, device=dev)
-        nexts = []
-        for (w, sc, _, _), st in zip(parts, states):
-            sw, sd = sc.advance(st.reshape(-1))
-            delta = delta + w * sw.view(B, K, V)
-            nexts.append(sd.view(B, K, V))
-        # merge: extension (i, c) == beam j  when ph[j] == h[i], last[j] == c, length[j] == length[i] + 1
-        alive = tot > NEG_INF
-        match = ((ph[:, None, :] == h[:, :, None]) & (length[:, None, :] == length[:, :, None] + 1)
-                 & alive[:, :, None] & alive[:, None, :] & (last[:, None, :] >= 0))  # (B, Ki, Kj)
-        lastj = last.clamp(min=0)[:, None, :].expand(B, K, K)
-        contrib = torch.gather(e_pnb, 2, lastj)  # (B, Ki, Kj): e_pnb[i, last_j]
-        contrib = torch.where(match, contrib, ninf)
-        s_pnb = torch.logaddexp(s_pnb, torch.logsumexp(contrib, dim=1))
-        # remove merged extensions
-        merged = torch.zeros((B, K, V), dtype=torch.int64, device=dev).scatter_add_(2, lastj, match.to(torch.int64)) > 0
-        e_pnb = torch.where(merged, ninf, e_pnb)
-        stay_score = torch.logaddexp(s_pb, s_pnb) + fusion
-        ext_score = e_pnb + fusion[:, :, None] + delta
-        cand = torch.cat([stay_score, ext_score.reshape(B, K * V)], 1)
-        top, idx = torch.topk(cand, K, dim=1)
-        is_ext = idx >= K
-        src = torch.where(is_ext, (idx - K) // V, idx)
-        tok = torch.where(is_ext, (idx - K) % V, torch.full_like(idx, -1))
-        g = lambda a: torch.gather(a, 1, src)  # noqa: E731
-        tokc = tok.clamp(min=0)
-        n_pb = torch.where(is_ext, ninf, g(s_pb))
-        n_pnb = torch.where(is_ext, torch.gather(e_pnb.reshape(B, K * V), 1, src * V + tokc), g(s_pnb))
-        n_fusion = torch.where(is_ext, g(fusion) + torch.gather(delta.reshape(B, K * V), 1, src * V + tokc),
-                               g(fusion))
-        n_last = torch.where(is_ext, tok, g(last))
-        n_len = g(length) + is_ext.to(torch.int64)
-        n_h = torch.where(is_ext, _mix(g(h), tokc), g(h))
-        n_ph = torch.where(is_ext, g(h), g(ph))
-        n_states = [torch.where(is_ext, torch.gather(nx.reshape(B, K * V), 1, src * V + tokc), g(st))
-                    for nx, st in zip(nexts, states)]
-        dead = top == NEG_INF  # no candidate, or one the lexicon forbids
-        n_pb = torch.where(dead, ninf, n_pb)
-        n_pnb = torch.where(dead, ninf, n_pnb)
-        # rows past their kept frames keep their beams
-        pb = torch.where(active, n_pb, pb)
-        pnb = torch.where(active, n_pnb, pnb)
-        fusion = torch.where(active, n_fusion, fusion)
-        last = torch.where(active, n_last, last)
-        length = torch.where(active, n_len, length)
-        h = torch.where(active, n_h, h)
-        ph = torch.where(active, n_ph, ph)
-        states = [torch.where(active, ns, st) for ns, st in zip(n_states, states)]
-        bp_src[:, t] = torch.where(active, src, ar_k[None, :])
-        bp_tok[:, t] = torch.where(active & ~dead, tok, torch.full_like(tok, -1))
-    final = torch.logaddexp(pb, pnb) + fusion
-    for (w, sc, _, skip_final), st in zip(parts, states):
-        if not skip_final:
-            final = final + w * sc.final(st.reshape(-1)).view(B, K)
-    final = torch.where(torch.logaddexp(pb, pnb) > NEG_INF, final, ninf)
-    nb = config.nbest
-    scores, slot = torch.topk(final, nb, dim=1)
-    out = torch.full((B, nb, max(Tk, 1)), -1, dtype=torch.int64, device=dev)
-    cur = slot
-    for t in range(Tk - 1, -1, -1):
-        out[:, :, t] = torch.gather(bp_tok[:, t], 1, cur)
-        cur = torch.gather(bp_src[:, t], 1, cur)
-    out_c = out.cpu().tolist()
-    scores_c = scores.float().cpu()
-    toks = [[[c for c in out_c[b][n] if c >= 0] if scores_c[b, n] > NEG_INF else [] for n in range(nb)]
-            for b in range(B)]
-    return CtcLmResult(tokens=toks, scores=scores_c)
+    search = _BatchedSearch(config, V, lm, boost, scorer, log_probs.device)
+    state = search.init_state(B)
+    search.advance(state, log_probs, lengths.to(log_probs.device))
+    return search.finalize(state)
+
+
+@dataclass
+class CtcLmStreamState:
+    """A caller-owned streaming state of `CtcLmStreamingDecoder`: the beams (B, beam) with their CTC and fusion
+    scores, prefix hashes, and the LM / automaton states they carry, plus the back-pointers of every decoded frame
+    (the token history, read back by `finalize`)."""
+
+    pb: torch.Tensor
+    pnb: torch.Tensor
+    fusion: torch.Tensor
+    last: torch.Tensor
+    length: torch.Tensor
+    h: torch.Tensor
+    ph: torch.Tensor
+    states: list
+    bp_src: list
+    bp_tok: list
+    vocab_size: int
+
+    @property
+    def batch(self) -> int:
+        return int(self.pb.shape[0])
+
+
+class CtcLmStreamingDecoder:
+    """Streaming CTC prefix beam search with the LM and boosting: the state carries the beams' LM and automaton
+    states, so decoding chunk by chunk equals decoding the whole utterance at once (tested).
+
+        dec = CtcLmStreamingDecoder(CtcLmConfig(beam_size=10, blank_id=V - 1), lm=lm, boost=boost)
+        state = dec.create_state(batch=B, vocab_size=V, device="cuda")
+        for chunk in chunks:                 # (B, chunk_T, V), optional per-row valid frames
+            dec.decode_chunk(state, chunk)
+        result = dec.finalize(state)         # the state stays valid; more chunks may follow
+
+    Blank skipping (`blank_skip_threshold`) applies per frame as offline; a skipped run crossing a chunk boundary
+    acts as one certain blank, as offline.
+    """
+
+    def __init__(self, config: Optional[CtcLmConfig] = None, lm=None, boost: Optional[PhraseBoost] = None,
+                 scorer=None):
+        self.config = config or CtcLmConfig()
+        self.lm, self.boost, self.scorer = lm, boost, scorer
+        self._search: dict = {}
+
+    def _s(self, vocab_size: int, device) -> "_BatchedSearch":
+        key = (vocab_size, str(device))
+        if key not in self._search:
+            self._search[key] = _BatchedSearch(self.config, vocab_size, self.lm, self.boost, self.scorer,
+                                               torch.device(device))
+        return self._search[key]
+
+    def create_state(self, batch: int, vocab_size: int, device="cpu") -> CtcLmStreamState:
+        if not isinstance(batch, int) or batch < 0:
+            raise ValueError(f"batch must be a non-negative int, got {batch!r}")
+        if not 0 <= self.config.blank_id < vocab_size:
+            raise ValueError(f"blank_id={self.config.blank_id} is outside the vocabulary [0, V={vocab_size})")
+        return self._s(vocab_size, device).init_state(batch)
+
+    def decode_chunk(self, state: CtcLmStreamState, log_probs: torch.Tensor,
+                     lengths: Optional[torch.Tensor] = None) -> None:
+        if not isinstance(log_probs, torch.Tensor) or log_probs.dim() != 3:
+            raise ValueError(f"log_probs must be a (B, T, V) chunk, got {getattr(log_probs, 'shape', log_probs)}")
+        B, T, V = log_probs.shape
+        if B != state.batch or V != state.vocab_size:
+            raise ValueError(f"chunk (B={B}, V={V}) does not match the state (B={state.batch}, V={state.vocab_size})")
+        if lengths is None:
+            lengths = torch.full((B,), T, dtype=torch.int64, device=log_probs.device)
+        _check(log_probs, lengths, self.config)
+        self._s(V, log_probs.device).advance(state, log_probs, lengths.to(log_probs.device))
+
+    def finalize(self, state: CtcLmStreamState) -> CtcLmResult:
+        return self._s(state.vocab_size, state.pb.device).finalize(state)
+
+
+class _BatchedSearch:
+    """The batched search's fixed parts (config, scorers on the device) and its three steps."""
+
+    def __init__(self, config: CtcLmConfig, V: int, lm, boost, scorer, dev):
+        _check_scorer_vocab(lm, boost, V)
+        self.config, self.V, self.dev = config, V, dev
+        parts = []  # (weight, scorer, skip its final score)
+        if scorer is not None:
+            parts.append((1.0, scorer.to(dev), False))
+        else:
+            if isinstance(lm, LexiconWordLM):
+                parts.append((1.0, lm.to(dev), False))
+            elif lm is not None and config.lm_weight != 0:
+                parts.append((float(config.lm_weight), lm.to(dev), not config.lm_eos))
+            if boost is not None:
+                parts.append((1.0, boost.to(dev), False))
+        self.parts = parts
+
+    def init_state(self, B: int) -> CtcLmStreamState:
+        K, dev = self.config.beam_size, self.dev
+        f32 = torch.float32
+        pb = torch.full((B, K), NEG_INF, dtype=f32, device=dev)
+        pb[:, 0] = 0.0
+        return CtcLmStreamState(
+            pb=pb, pnb=torch.full((B, K), NEG_INF, dtype=f32, device=dev),
+            fusion=torch.zeros((B, K), dtype=f32, device=dev),
+            last=torch.full((B, K), -1, dtype=torch.int64, device=dev),
+            length=torch.zeros((B, K), dtype=torch.int64, device=dev),
+            h=torch.zeros((B, K), dtype=torch.int64, device=dev),
+            ph=torch.full((B, K), -1, dtype=torch.int64, device=dev),  # parent hash (unused for the empty prefix)
+            states=[sc.initial_states(B, dev)[:, None].expand(B, K).contiguous() for _, sc, _ in self.parts],
+            bp_src=[], bp_tok=[], vocab_size=self.V)
+
+    def advance(self, st: CtcLmStreamState, log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
+        config = self.config
+        B, T, V = log_probs.shape
+        dev = self.dev
+        K = config.beam_size
+        blank = config.blank_id
+        lp_all = log_probs.float()
+        if bool(torch.isnan(lp_all).any()) or bool((lp_all == math.inf).any()):
+            raise ValueError("log_probs contains NaN or +inf; log-probs must be finite or -inf")
+        lp, collapse, kept = _compact_frames(lp_all, lengths, blank, float(config.blank_skip_threshold))
+        Tk = lp.shape[1]
+        f32 = torch.float32
+        ninf = torch.tensor(NEG_INF, dtype=f32, device=dev)
+        pb, pnb, fusion, last, length, h, ph, states = (st.pb, st.pnb, st.fusion, st.last, st.length, st.h, st.ph,
+                                                        st.states)
+        bp_src = torch.zeros((B, Tk, K), dtype=torch.int64, device=dev)
+        bp_tok = torch.full((B, Tk, K), -1, dtype=torch.int64, device=dev)
+        cols = torch.arange(V, device=dev)
+        not_blank = cols != blank
+        ar_k = torch.arange(K, device=dev)
+        bonus = float(config.insertion_bonus)
+        for t in range(Tk):
+            active = (t < kept)[:, None]  # (B, 1)
+            col = collapse[:, t][:, None]
+            pb = torch.where(col, torch.logaddexp(pb, pnb), pb)
+            pnb = torch.where(col, ninf, pnb)
+            x = lp[:, t]  # (B, V)
+            tot = torch.logaddexp(pb, pnb)  # (B, K)
+            s_pb = tot + x[:, blank][:, None]
+            x_last = torch.gather(x, 1, last.clamp(min=0))
+            s_pnb = torch.where(last >= 0, pnb + x_last, ninf)
+            # extensions (B, K, V)
+            is_last = cols[None, None, :] == last[:, :, None]
+            e_pnb = torch.where(is_last, pb[:, :, None], tot[:, :, None]) + x[:, None, :]
+            e_pnb = torch.where(not_blank[None, None, :], e_pnb, ninf)
+            delta = torch.full((B, K, V), bonus, dtype=f32, device=dev)
+            nexts = []
+            for (w, sc, _), s_ in zip(self.parts, states):
+                sw, sd = sc.advance(s_.reshape(-1))
+                delta = delta + w * sw.view(B, K, V)
+                nexts.append(sd.view(B, K, V))
+            # merge: extension (i, c) == beam j  when ph[j] == h[i], last[j] == c, length[j] == length[i] + 1
+            alive = tot > NEG_INF
+            match = ((ph[:, None, :] == h[:, :, None]) & (length[:, None, :] == length[:, :, None] + 1)
+                     & alive[:, :, None] & alive[:, None, :] & (last[:, None, :] >= 0))  # (B, Ki, Kj)
+            lastj = last.clamp(min=0)[:, None, :].expand(B, K, K)
+            contrib = torch.gather(e_pnb, 2, lastj)  # (B, Ki, Kj): e_pnb[i, last_j]
+            contrib = torch.where(match, contrib, ninf)
+            s_pnb = torch.logaddexp(s_pnb, torch.logsumexp(contrib, dim=1))
+            # the merged extensions leave the candidate list
+            merged = torch.zeros((B, K, V), dtype=torch.int64, device=dev).scatter_add_(
+                2, lastj, match.to(torch.int64)) > 0
+            e_pnb = torch.where(merged, ninf, e_pnb)
+            stay_score = torch.logaddexp(s_pb, s_pnb) + fusion
+            ext_score = e_pnb + fusion[:, :, None] + delta
+            cand = torch.cat([stay_score, ext_score.reshape(B, K * V)], 1)
+            top, idx = torch.topk(cand, K, dim=1)
+            is_ext = idx >= K
+            src = torch.where(is_ext, (idx - K) // V, idx)
+            tok = torch.where(is_ext, (idx - K) % V, torch.full_like(idx, -1))
+            g = lambda a: torch.gather(a, 1, src)  # noqa: E731
+            tokc = tok.clamp(min=0)
+            flat = src * V + tokc
+            n_pb = torch.where(is_ext, ninf, g(s_pb))
+            n_pnb = torch.where(is_ext, torch.gather(e_pnb.reshape(B, K * V), 1, flat), g(s_pnb))
+            n_fusion = torch.where(is_ext, g(fusion) + torch.gather(delta.reshape(B, K * V), 1, flat), g(fusion))
+            n_last = torch.where(is_ext, tok, g(last))
+            n_len = g(length) + is_ext.to(torch.int64)
+            n_h = torch.where(is_ext, _mix(g(h), tokc), g(h))
+            n_ph = torch.where(is_ext, g(h), g(ph))
+            n_states = [torch.where(is_ext, torch.gather(nx.reshape(B, K * V), 1, flat), g(s_))
+                        for nx, s_ in zip(nexts, states)]
+            dead = top == NEG_INF  # no candidate, or one the lexicon forbids
+            n_pb = torch.where(dead, ninf, n_pb)
+            n_pnb = torch.where(dead, ninf, n_pnb)
+            # rows past their kept frames keep their beams
+            pb = torch.where(active, n_pb, pb)
+            pnb = torch.where(active, n_pnb, pnb)
+            fusion = torch.where(active, n_fusion, fusion)
+            last = torch.where(active, n_last, last)
+            length = torch.where(active, n_len, length)
+            h = torch.where(active, n_h, h)
+            ph = torch.where(active, n_ph, ph)
+            states = [torch.where(active, ns, s_) for ns, s_ in zip(n_states, states)]
+            bp_src[:, t] = torch.where(active, src, ar_k[None, :])
+            bp_tok[:, t] = torch.where(active & ~dead, tok, torch.full_like(tok, -1))
+        # skipped frames after a row's last kept frame: the certain blank (matters when more chunks follow)
+        valid = torch.arange(T, device=dev)[None, :] < lengths[:, None]
+        idx_last = torch.where(valid, torch.arange(T, device=dev)[None, :], torch.full_like(valid, -1, dtype=torch.int64))
+        last_valid = idx_last.max(1).values if T else torch.full((B,), -1, dtype=torch.int64, device=dev)
+        if T:
+            thr = float(config.blank_skip_threshold)
+            skip_t = (lp_all[:, :, blank] > math.log(thr)) if 0 < thr < 1 else torch.full(
+                (B, T), thr <= 0, dtype=torch.bool, device=dev)
+            tail = (last_valid >= 0) & torch.gather(skip_t, 1, last_valid.clamp(min=0)[:, None])[:, 0]
+            pb = torch.where(tail[:, None], torch.logaddexp(pb, pnb), pb)
+            pnb = torch.where(tail[:, None], ninf, pnb)
+        st.pb, st.pnb, st.fusion, st.last, st.length, st.h, st.ph, st.states = (pb, pnb, fusion, last, length, h, ph,
+                                                                                states)
+        if Tk:
+            st.bp_src.append(bp_src)
+            st.bp_tok.append(bp_tok)
+
+    def finalize(self, st: CtcLmStreamState) -> CtcLmResult:
+        B, K = st.pb.shape
+        dev = self.dev
+        ninf = torch.tensor(NEG_INF, dtype=torch.float32, device=dev)
+        tot = torch.logaddexp(st.pb, st.pnb)
+        final = tot + st.fusion
+        for (w, sc, skip_final), s_ in zip(self.parts, st.states):
+            if not skip_final:
+                final = final + w * sc.final(s_.reshape(-1)).view(B, K)
+        final = torch.where(tot > NEG_INF, final, ninf)
+        nb = self.config.nbest
+        scores, slot = torch.topk(final, nb, dim=1)
+        bp_src = torch.cat(st.bp_src, 1) if st.bp_src else torch.zeros((B, 0, K), dtype=torch.int64, device=dev)
+        bp_tok = torch.cat(st.bp_tok, 1) if st.bp_tok else torch.zeros((B, 0, K), dtype=torch.int64, device=dev)
+        Tk = bp_src.shape[1]
+        out = torch.full((B, nb, max(Tk, 1)), -1, dtype=torch.int64, device=dev)
+        cur = slot
+        for t in range(Tk - 1, -1, -1):
+            out[:, :, t] = torch.gather(bp_tok[:, t], 1, cur)
+            cur = torch.gather(bp_src[:, t], 1, cur)
+        out_c = out.cpu().tolist()
+        scores_c = scores.float().cpu()
+        toks = [[[c for c in out_c[b][n] if c >= 0] if scores_c[b, n] > NEG_INF else [] for n in range(nb)]
+                for b in range(B)]
+        return CtcLmResult(tokens=toks, scores=scores_c)

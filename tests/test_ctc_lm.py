@@ -524,3 +524,41 @@ def test_word_lm_bad_input(word_lm):
         LexiconWordLM.from_files(arpa, {"a": [[tokens.blank_id]]}, tokens.tokens, tokens.blank_id, "char", 1.0)
     with pytest.raises(ValueError, match="LM vocabulary does not match"):  # an ARPA over other words
         LexiconWordLM.from_files(arpa, {"zz": [tokens.encode("a")]}, tokens.tokens, tokens.blank_id, "char", 1.0)
+
+
+# ------------------------------------------------------------------------------------------------ streaming
+@pytest.mark.parametrize("threshold", [1.0, 0.6])
+def test_streaming_with_lm_and_boosting_equals_offline(char_lm, word_lm, threshold):
+    """The stream state carries the beams' LM and automaton states: random chunkings (rows ending in different
+    chunks, skipped runs crossing chunk boundaries) give the offline result."""
+    from decoders.ctc_lm import CtcLmStreamingDecoder, LexiconWordLM
+
+    tokens, _, lm = char_lm["last"]
+    V, b = tokens.vocab_size, tokens.blank_id
+    arpa, words = word_lm
+    wlm = LexiconWordLM.from_files(arpa, _word_lexicon(tokens, words), tokens.tokens, b, "char", lm_weight=0.7,
+                                   word_score=0.5)
+    rng = random.Random(int(threshold * 10))
+    cfg = CtcLmConfig(beam_size=4, lm_weight=0.8, insertion_bonus=0.3, blank_id=b, blank_skip_threshold=threshold,
+                      nbest=2)
+    B, T = 3, 31
+    lengths = torch.tensor([31, 17, 0])
+    for seed in range(3):
+        lp = random_log_probs(B, T, V, seed=seed, peaky=2.5, blank=b)
+        rows = _random_boost(tokens, rng, B)
+        for use in ({"lm": lm, "boost": PhraseBoost(rows, V, b)}, {"lm": wlm}):
+            offline = ctc_lm_beam_search(lp, lengths, cfg, **use)
+            dec = CtcLmStreamingDecoder(cfg, **use)
+            state = dec.create_state(B, V)
+            start = 0
+            while start < T:
+                size = rng.randint(1, 9)
+                chunk = lp[:, start:start + size]
+                chunk_len = (lengths - start).clamp(min=0, max=chunk.shape[1])
+                dec.decode_chunk(state, chunk, chunk_len)
+                start += size
+            got = dec.finalize(state)
+            assert got.tokens == offline.tokens
+            torch.testing.assert_close(got.scores, offline.scores, atol=1e-4, rtol=1e-5)
+    with pytest.raises(ValueError, match="does not match the state"):
+        dec.decode_chunk(state, lp[:2, :3], torch.tensor([3, 3]))
