@@ -33,7 +33,8 @@ Three implementations with one semantics:
   is no host round trip until the final copy of the results. Prefixes are identified by 64-bit hashes (+ length
   and last token) for the one merge a prefix beam search needs (beam i extended by c equals beam j).
   PARTIAL: no hand-written CUDA kernel yet (decoders/include/ctc_*.cuh have none for fusion); on a GPU this path
-  runs as torch kernels, one batch of launches per (compacted) frame.
+  runs as torch kernels, the per-frame step captured once as a CUDA graph and replayed per kept frame
+  (`cuda_graphs`, default on; eager launches otherwise).
 - ties: candidates with exactly equal scores may be ranked differently by the two (the reference ranks stays
   before extensions, lower beam and lower token first; torch.topk's order among equal values is unspecified).
 
@@ -765,6 +766,8 @@ class CtcLmConfig:
     blank_id: blank column.
     blank_skip_threshold: frames with P(blank) above it are skipped (>= 1.0 disables).
     nbest: hypotheses returned per row, 1..beam_size.
+    cuda_graphs: on a GPU, run the frame loop as a captured CUDA graph replayed per frame (same kernels, same
+        results; falls back to eager launches with a warning if capture fails). Ignored on the CPU.
     """
 
     beam_size: int = 10
@@ -774,6 +777,7 @@ class CtcLmConfig:
     blank_id: int = 0
     blank_skip_threshold: float = 0.98
     nbest: int = 1
+    cuda_graphs: bool = True
 
     def __post_init__(self):
         if not isinstance(self.beam_size, int) or not 1 <= self.beam_size <= 128:
@@ -1127,6 +1131,8 @@ class _BatchedSearch:
             if boost is not None:
                 parts.append((1.0, boost.to(dev), False))
         self.parts = parts
+        self._graphs: dict = {}
+        self._graphs_failed = False
 
     def init_state(self, B: int) -> CtcLmStreamState:
         K, dev = self.config.beam_size, self.dev
@@ -1154,81 +1160,29 @@ class _BatchedSearch:
             raise ValueError("log_probs contains NaN or +inf; log-probs must be finite or -inf")
         lp, collapse, kept = _compact_frames(lp_all, lengths, blank, float(config.blank_skip_threshold))
         Tk = lp.shape[1]
-        f32 = torch.float32
-        ninf = torch.tensor(NEG_INF, dtype=f32, device=dev)
+        ninf = torch.tensor(NEG_INF, dtype=torch.float32, device=dev)
         pb, pnb, fusion, last, length, h, ph, states = (st.pb, st.pnb, st.fusion, st.last, st.length, st.h, st.ph,
                                                         st.states)
         bp_src = torch.zeros((B, Tk, K), dtype=torch.int64, device=dev)
         bp_tok = torch.full((B, Tk, K), -1, dtype=torch.int64, device=dev)
-        cols = torch.arange(V, device=dev)
-        not_blank = cols != blank
-        ar_k = torch.arange(K, device=dev)
-        bonus = float(config.insertion_bonus)
-        for t in range(Tk):
-            active = (t < kept)[:, None]  # (B, 1)
-            col = collapse[:, t][:, None]
-            pb = torch.where(col, torch.logaddexp(pb, pnb), pb)
-            pnb = torch.where(col, ninf, pnb)
-            x = lp[:, t]  # (B, V)
-            tot = torch.logaddexp(pb, pnb)  # (B, K)
-            s_pb = tot + x[:, blank][:, None]
-            x_last = torch.gather(x, 1, last.clamp(min=0))
-            s_pnb = torch.where(last >= 0, pnb + x_last, ninf)
-            # extensions (B, K, V)
-            is_last = cols[None, None, :] == last[:, :, None]
-            e_pnb = torch.where(is_last, pb[:, :, None], tot[:, :, None]) + x[:, None, :]
-            e_pnb = torch.where(not_blank[None, None, :], e_pnb, ninf)
-            delta = torch.full((B, K, V), bonus, dtype=f32, device=dev)
-            nexts = []
-            for (w, sc, _), s_ in zip(self.parts, states):
-                sw, sd = sc.advance(s_.reshape(-1))
-                delta = delta + w * sw.view(B, K, V)
-                nexts.append(sd.view(B, K, V))
-            # merge: extension (i, c) == beam j  when ph[j] == h[i], last[j] == c, length[j] == length[i] + 1
-            alive = tot > NEG_INF
-            match = ((ph[:, None, :] == h[:, :, None]) & (length[:, None, :] == length[:, :, None] + 1)
-                     & alive[:, :, None] & alive[:, None, :] & (last[:, None, :] >= 0))  # (B, Ki, Kj)
-            lastj = last.clamp(min=0)[:, None, :].expand(B, K, K)
-            contrib = torch.gather(e_pnb, 2, lastj)  # (B, Ki, Kj): e_pnb[i, last_j]
-            contrib = torch.where(match, contrib, ninf)
-            s_pnb = torch.logaddexp(s_pnb, torch.logsumexp(contrib, dim=1))
-            # the merged extensions leave the candidate list
-            merged = torch.zeros((B, K, V), dtype=torch.int64, device=dev).scatter_add_(
-                2, lastj, match.to(torch.int64)) > 0
-            e_pnb = torch.where(merged, ninf, e_pnb)
-            stay_score = torch.logaddexp(s_pb, s_pnb) + fusion
-            ext_score = e_pnb + fusion[:, :, None] + delta
-            cand = torch.cat([stay_score, ext_score.reshape(B, K * V)], 1)
-            top, idx = torch.topk(cand, K, dim=1)
-            is_ext = idx >= K
-            src = torch.where(is_ext, (idx - K) // V, idx)
-            tok = torch.where(is_ext, (idx - K) % V, torch.full_like(idx, -1))
-            g = lambda a: torch.gather(a, 1, src)  # noqa: E731
-            tokc = tok.clamp(min=0)
-            flat = src * V + tokc
-            n_pb = torch.where(is_ext, ninf, g(s_pb))
-            n_pnb = torch.where(is_ext, torch.gather(e_pnb.reshape(B, K * V), 1, flat), g(s_pnb))
-            n_fusion = torch.where(is_ext, g(fusion) + torch.gather(delta.reshape(B, K * V), 1, flat), g(fusion))
-            n_last = torch.where(is_ext, tok, g(last))
-            n_len = g(length) + is_ext.to(torch.int64)
-            n_h = torch.where(is_ext, _mix(g(h), tokc), g(h))
-            n_ph = torch.where(is_ext, g(h), g(ph))
-            n_states = [torch.where(is_ext, torch.gather(nx.reshape(B, K * V), 1, flat), g(s_))
-                        for nx, s_ in zip(nexts, states)]
-            dead = top == NEG_INF  # no candidate, or one the lexicon forbids
-            n_pb = torch.where(dead, ninf, n_pb)
-            n_pnb = torch.where(dead, ninf, n_pnb)
-            # rows past their kept frames keep their beams
-            pb = torch.where(active, n_pb, pb)
-            pnb = torch.where(active, n_pnb, pnb)
-            fusion = torch.where(active, n_fusion, fusion)
-            last = torch.where(active, n_last, last)
-            length = torch.where(active, n_len, length)
-            h = torch.where(active, n_h, h)
-            ph = torch.where(active, n_ph, ph)
-            states = [torch.where(active, ns, s_) for ns, s_ in zip(n_states, states)]
-            bp_src[:, t] = torch.where(active, src, ar_k[None, :])
-            bp_tok[:, t] = torch.where(active & ~dead, tok, torch.full_like(tok, -1))
+        beams = (pb, pnb, fusion, last, length, h, ph, *states)
+        graphed = False
+        if self._graph_mode(dev) and Tk > 0 and B > 0:
+            try:
+                beams = self._run_graphed(beams, lp, collapse, kept, bp_src, bp_tok, capture=dev.type == "cuda")
+                graphed = True
+            except RuntimeError as err:  # capture failed before any replay: the inputs are untouched
+                import warnings
+
+                self._graphs_failed = True
+                warnings.warn(f"ctc_lm: CUDA graph capture failed ({str(err).splitlines()[0][:200]}); "
+                              "decoding with eager launches", stacklevel=2)
+        if not graphed:
+            for t in range(Tk):
+                beams, src, tok = self._step(beams, lp[:, t], collapse[:, t], t < kept)
+                bp_src[:, t] = src
+                bp_tok[:, t] = tok
+        pb, pnb, fusion, last, length, h, ph, *states = beams
         # skipped frames after a row's last kept frame: the certain blank (matters when more chunks follow)
         valid = torch.arange(T, device=dev)[None, :] < lengths[:, None]
         idx_last = torch.where(valid, torch.arange(T, device=dev)[None, :], torch.full_like(valid, -1, dtype=torch.int64))
@@ -1245,6 +1199,144 @@ class _BatchedSearch:
         if Tk:
             st.bp_src.append(bp_src)
             st.bp_tok.append(bp_tok)
+
+    def _step(self, beams: tuple, x: torch.Tensor, col: torch.Tensor, active: torch.Tensor):
+        """One kept frame: beams -> beams, back-pointers (src, tok). x (B, V) log-probs, col (B,) collapse first
+        (a skipped run precedes), active (B,) the row has this frame. No host synchronisation (CUDA-graph safe)."""
+        config = self.config
+        pb, pnb, fusion, last, length, h, ph, *states = beams
+        B, V = x.shape
+        K = config.beam_size
+        dev = x.device
+        blank = config.blank_id
+        f32 = torch.float32
+        ninf = torch.full((), NEG_INF, dtype=f32, device=dev)
+        cols = torch.arange(V, device=dev)
+        not_blank = cols != blank
+        ar_k = torch.arange(K, device=dev)
+        bonus = float(config.insertion_bonus)
+        active = active[:, None]
+        col = col[:, None]
+        pb = torch.where(col, torch.logaddexp(pb, pnb), pb)
+        pnb = torch.where(col, ninf, pnb)
+        tot = torch.logaddexp(pb, pnb)  # (B, K)
+        s_pb = tot + x[:, blank][:, None]
+        x_last = torch.gather(x, 1, last.clamp(min=0))
+        s_pnb = torch.where(last >= 0, pnb + x_last, ninf)
+        # extensions (B, K, V)
+        is_last = cols[None, None, :] == last[:, :, None]
+        e_pnb = torch.where(is_last, pb[:, :, None], tot[:, :, None]) + x[:, None, :]
+        e_pnb = torch.where(not_blank[None, None, :], e_pnb, ninf)
+        delta = torch.full((B, K, V), bonus, dtype=f32, device=dev)
+        nexts = []
+        for (w, sc, _), s_ in zip(self.parts, states):
+            sw, sd = sc.advance(s_.reshape(-1))
+            delta = delta + w * sw.view(B, K, V)
+            nexts.append(sd.view(B, K, V))
+        # merge: extension (i, c) == beam j  when ph[j] == h[i], last[j] == c, length[j] == length[i] + 1
+        alive = tot > NEG_INF
+        match = ((ph[:, None, :] == h[:, :, None]) & (length[:, None, :] == length[:, :, None] + 1)
+                 & alive[:, :, None] & alive[:, None, :] & (last[:, None, :] >= 0))  # (B, Ki, Kj)
+        lastj = last.clamp(min=0)[:, None, :].expand(B, K, K)
+        contrib = torch.gather(e_pnb, 2, lastj)  # (B, Ki, Kj): e_pnb[i, last_j]
+        contrib = torch.where(match, contrib, ninf)
+        s_pnb = torch.logaddexp(s_pnb, torch.logsumexp(contrib, dim=1))
+        # the merged extensions leave the candidate list
+        merged = torch.zeros((B, K, V), dtype=torch.int64, device=dev).scatter_add_(
+            2, lastj, match.to(torch.int64)) > 0
+        e_pnb = torch.where(merged, ninf, e_pnb)
+        stay_score = torch.logaddexp(s_pb, s_pnb) + fusion
+        ext_score = e_pnb + fusion[:, :, None] + delta
+        cand = torch.cat([stay_score, ext_score.reshape(B, K * V)], 1)
+        top, idx = torch.topk(cand, K, dim=1)
+        is_ext = idx >= K
+        src = torch.where(is_ext, (idx - K) // V, idx)
+        tok = torch.where(is_ext, (idx - K) % V, torch.full_like(idx, -1))
+        g = lambda a: torch.gather(a, 1, src)  # noqa: E731
+        tokc = tok.clamp(min=0)
+        flat = src * V + tokc
+        n_pb = torch.where(is_ext, ninf, g(s_pb))
+        n_pnb = torch.where(is_ext, torch.gather(e_pnb.reshape(B, K * V), 1, flat), g(s_pnb))
+        n_fusion = torch.where(is_ext, g(fusion) + torch.gather(delta.reshape(B, K * V), 1, flat), g(fusion))
+        n_last = torch.where(is_ext, tok, g(last))
+        n_len = g(length) + is_ext.to(torch.int64)
+        n_h = torch.where(is_ext, _mix(g(h), tokc), g(h))
+        n_ph = torch.where(is_ext, g(h), g(ph))
+        n_states = [torch.where(is_ext, torch.gather(nx.reshape(B, K * V), 1, flat), g(s_))
+                    for nx, s_ in zip(nexts, states)]
+        dead = top == NEG_INF  # no candidate, or one the lexicon forbids
+        n_pb = torch.where(dead, ninf, n_pb)
+        n_pnb = torch.where(dead, ninf, n_pnb)
+        # rows past their kept frames keep their beams
+        new = tuple(torch.where(active, n, o) for n, o in zip(
+            (n_pb, n_pnb, n_fusion, n_last, n_len, n_h, n_ph, *n_states),
+            (pb, pnb, fusion, last, length, h, ph, *states)))
+        out_src = torch.where(active, src, ar_k[None, :])
+        out_tok = torch.where(active & ~dead, tok, torch.full_like(tok, -1))
+        return new, out_src, out_tok
+
+    def _graph_mode(self, dev) -> bool:
+        return bool(self.config.cuda_graphs) and dev.type == "cuda" and not self._graphs_failed
+
+    def _run_graphed(self, beams: tuple, lp, collapse, kept, bp_src, bp_tok, capture: bool = True) -> tuple:
+        """The frame loop as one captured CUDA graph of `_step`, replayed once per kept frame (the frame index
+        lives on the device and the graph advances it), so a frame costs one graph launch instead of ~70 kernel
+        launches from Python. Graphs are cached per (B, capacity); inputs are copied into static buffers."""
+        B, Tk, V = lp.shape
+        K = self.config.beam_size
+        cap = 1 << max(Tk - 1, 0).bit_length()  # capacity: next power of two, so few captures
+        key = (B, cap)
+        if key not in self._graphs:
+            dev = lp.device
+            static = {
+                "lp": torch.zeros((B, cap, V), dtype=torch.float32, device=dev),
+                "collapse": torch.zeros((B, cap), dtype=torch.bool, device=dev),
+                "kept": torch.zeros((B,), dtype=torch.int64, device=dev),
+                "t": torch.zeros((), dtype=torch.int64, device=dev),
+                "beams": tuple(b.clone() for b in beams),
+                "bp_src": torch.zeros((B, cap, K), dtype=torch.int64, device=dev),
+                "bp_tok": torch.zeros((B, cap, K), dtype=torch.int64, device=dev),
+            }
+
+            def body():
+                t = static["t"]
+                x = static["lp"].index_select(1, t.view(1))[:, 0]
+                col = static["collapse"].index_select(1, t.view(1))[:, 0]
+                new, src, tok = self._step(static["beams"], x, col, t < static["kept"])
+                for dst, v in zip(static["beams"], new):
+                    dst.copy_(v)
+                static["bp_src"].index_copy_(1, t.view(1), src[:, None])
+                static["bp_tok"].index_copy_(1, t.view(1), tok[:, None])
+                t.add_(1)
+
+            if capture:
+                saved = tuple(b.clone() for b in static["beams"])
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):  # warm-up outside capture (allocator, library handles)
+                    body()
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    body()
+                for dst, v in zip(static["beams"], saved):
+                    dst.copy_(v)
+                replay = graph.replay
+            else:  # the same static-buffer program run eagerly (tests it on the CPU)
+                replay = body
+            self._graphs[key] = (replay, static)
+        replay, static = self._graphs[key]
+        static["lp"][:, :Tk].copy_(lp)
+        static["collapse"][:, :Tk].copy_(collapse)
+        static["kept"].copy_(kept)
+        static["t"].zero_()
+        for dst, v in zip(static["beams"], beams):
+            dst.copy_(v)
+        for _ in range(Tk):
+            replay()
+        bp_src.copy_(static["bp_src"][:, :Tk])
+        bp_tok.copy_(static["bp_tok"][:, :Tk])
+        return tuple(b.clone() for b in static["beams"])
 
     def finalize(self, st: CtcLmStreamState) -> CtcLmResult:
         B, K = st.pb.shape
