@@ -105,7 +105,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for src in args.sources:
         try:
             if src == "speech":
-                data = (LogProbSet.load(args.speech_lp_file) if args.speech_lp_file
+                data = (LogProbSet.load(args.speech_lp_file).head(args.max_utts) if args.speech_lp_file
                         else speech_set(args.speech_manifest, args.speech_model, args.max_utts))
             else:
                 data = workload_set("tiny", "bpe", "other", args.max_utts)
