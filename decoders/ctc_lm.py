@@ -1185,7 +1185,8 @@ class _BatchedSearch:
         pb, pnb, fusion, last, length, h, ph, *states = beams
         # skipped frames after a row's last kept frame: the certain blank (matters when more chunks follow)
         valid = torch.arange(T, device=dev)[None, :] < lengths[:, None]
-        idx_last = torch.where(valid, torch.arange(T, device=dev)[None, :], torch.full_like(valid, -1, dtype=torch.int64))
+        frame = torch.arange(T, device=dev)[None, :].expand(B, T)
+        idx_last = torch.where(valid, frame, torch.full_like(frame, -1))
         last_valid = idx_last.max(1).values if T else torch.full((B,), -1, dtype=torch.int64, device=dev)
         if T:
             thr = float(config.blank_skip_threshold)

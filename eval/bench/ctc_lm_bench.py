@@ -25,7 +25,15 @@ from typing import Optional
 
 import torch
 
-from eval.bench.common import BenchRun, LogProbSet, decode_pass, describe_error, print_rows, release_device_memory, workload_set
+from eval.bench.common import (
+    BenchRun,
+    LogProbSet,
+    decode_pass,
+    describe_error,
+    print_rows,
+    release_device_memory,
+    workload_set,
+)
 
 OURS, THEIRS, FLOOR = "ctc_lm", "nemo_beam", "nemo_greedy"
 SPEECH_MODEL = "models/conformer_ctc_speech/conformer_ctc_speech.nemo"
