@@ -1035,10 +1035,30 @@ def ctc_lm_beam_search(
     config = config or CtcLmConfig()
     _check(log_probs, lengths, config)
     B, T, V = log_probs.shape
-    search = _BatchedSearch(config, V, lm, boost, scorer, log_probs.device)
+    search = _search_for(config, V, lm, boost, scorer, log_probs.device)
     state = search.init_state(B)
     search.advance(state, log_probs, lengths.to(log_probs.device))
     return search.finalize(state)
+
+
+_SEARCH_CACHE: dict = {}
+_SEARCH_CACHE_SIZE = 8
+
+
+def _search_for(config: CtcLmConfig, V: int, lm, boost, scorer, dev) -> "_BatchedSearch":
+    """A `_BatchedSearch` reused across calls with the same config, vocabulary, device and LM object (so its
+    captured CUDA graphs are too); calls with boosting or a scorer (per-call tables) get a fresh one."""
+    if boost is not None or scorer is not None:
+        return _BatchedSearch(config, V, lm, boost, scorer, dev)
+    key = (tuple(sorted(config.__dict__.items())), V, str(dev), id(lm))
+    hit = _SEARCH_CACHE.get(key)
+    if hit is not None and hit.lm is lm:
+        return hit
+    search = _BatchedSearch(config, V, lm, None, None, dev)
+    if len(_SEARCH_CACHE) >= _SEARCH_CACHE_SIZE:
+        _SEARCH_CACHE.pop(next(iter(_SEARCH_CACHE)))
+    _SEARCH_CACHE[key] = search
+    return search
 
 
 @dataclass
@@ -1119,7 +1139,7 @@ class _BatchedSearch:
 
     def __init__(self, config: CtcLmConfig, V: int, lm, boost, scorer, dev):
         _check_scorer_vocab(lm, boost, V)
-        self.config, self.V, self.dev = config, V, dev
+        self.config, self.V, self.dev, self.lm = config, V, dev, lm
         parts = []  # (weight, scorer, skip its final score)
         if scorer is not None:
             parts.append((1.0, scorer.to(dev), False))
@@ -1133,6 +1153,7 @@ class _BatchedSearch:
         self.parts = parts
         self._graphs: dict = {}
         self._graphs_failed = False
+        self._fp: tuple = ()
 
     def init_state(self, B: int) -> CtcLmStreamState:
         K, dev = self.config.beam_size, self.dev
@@ -1149,8 +1170,26 @@ class _BatchedSearch:
             states=[sc.initial_states(B, dev)[:, None].expand(B, K).contiguous() for _, sc, _ in self.parts],
             bp_src=[], bp_tok=[], vocab_size=self.V)
 
+    def _fingerprint(self) -> tuple:
+        """Addresses of every scorer table: a captured graph reads them, so a scorer moved (shared LM objects move
+        to the device of the search using them) invalidates the graphs."""
+        ptrs = []
+        for _, sc, _ in self.parts:
+            for obj in (sc, getattr(sc, "table", None), getattr(sc, "lm", None), getattr(getattr(sc, "lm", None),
+                                                                                         "table", None)):
+                if obj is None:
+                    continue
+                ptrs += [v.data_ptr() for v in vars(obj).values() if isinstance(v, torch.Tensor)]
+        return tuple(ptrs)
+
     def advance(self, st: CtcLmStreamState, log_probs: torch.Tensor, lengths: torch.Tensor) -> None:
         config = self.config
+        for _, sc, _ in self.parts:  # a shared scorer may have been moved by another search
+            sc.to(self.dev)
+        fp = self._fingerprint()
+        if fp != self._fp:
+            self._graphs.clear()
+            self._fp = fp
         B, T, V = log_probs.shape
         dev = self.dev
         K = config.beam_size

@@ -608,3 +608,26 @@ def test_gpu_cuda_graphs_equal_eager_and_reference(char_lm):
             assert got.tokens == ref.tokens, graphs
             torch.testing.assert_close(got.scores, ref.scores, atol=1e-3, rtol=1e-5)
         lm.to("cpu")
+
+
+def test_search_reuse_and_graph_invalidation_when_tables_move(char_lm, monkeypatch):
+    """Calls without boosting reuse one search (and its captured graphs); when a shared LM's tables get new
+    storage (another search moved them), the cached graphs are dropped instead of reading stale addresses."""
+    from decoders import ctc_lm as mod
+
+    tokens, _, lm = char_lm["last"]
+    V, b = tokens.vocab_size, tokens.blank_id
+    cfg = CtcLmConfig(beam_size=3, blank_id=b, blank_skip_threshold=1.0)
+    lp = random_log_probs(2, 12, V, seed=4, blank=b)
+    lengths = torch.tensor([12, 7])
+    monkeypatch.setattr(mod._BatchedSearch, "_graph_mode", lambda self, dev: True)
+    first = ctc_lm_beam_search(lp, lengths, cfg, lm=lm)
+    s1 = mod._search_for(cfg, V, lm, None, None, torch.device("cpu"))
+    assert s1._graphs
+    assert ctc_lm_beam_search(lp, lengths, cfg, lm=lm).tokens == first.tokens
+    assert mod._search_for(cfg, V, lm, None, None, torch.device("cpu")) is s1
+    old = s1._graphs.copy()
+    lm.table.keys = lm.table.keys.clone()  # new storage, as after a move to another device and back
+    again = ctc_lm_beam_search(lp, lengths, cfg, lm=lm)
+    assert again.tokens == first.tokens
+    assert all(s1._graphs[k] is not old[k] for k in s1._graphs)
