@@ -231,7 +231,7 @@ class NemoBeamDecoder:
         self._base_models = list(algo.fusion_models or [])
         self._base_alphas = list(algo.fusion_models_alpha or [])
         self._trees: dict = {}
-        self.unknown_boost_words: list[str] = []
+        self._set_fusion(None)
 
     def _tree(self, words: tuple, value: float):
         key = (words, value)
@@ -248,6 +248,11 @@ class NemoBeamDecoder:
         return self._trees[key]
 
     def _set_fusion(self, tree) -> None:
+        """Fusion models = the LM (+ this boosting tree). Unchanged -> nothing to do (NeMo keeps its captured
+        graphs); changed -> NeMo's graphs are reset (they hold the previous models)."""
+        if getattr(self, "_current_tree", "unset") is tree:
+            return
+        self._current_tree = tree
         algo = self.infer.search_algorithm
         models, alphas = list(self._base_models), list(self._base_alphas)
         if tree is not None:
@@ -255,6 +260,13 @@ class NemoBeamDecoder:
             alphas.append(float(self.cfg.boosting_tree_alpha))
         algo.fusion_models = models or None
         algo.fusion_models_alpha = alphas or None
+        # NeMo's RNN-T/TDT label-looping decoders turn CUDA graphs off when a fusion model cannot be captured (its
+        # pure-PyTorch LM advance, used without Triton, synchronises with the host); its CTC beam search does not
+        # check, so the adapter applies the same rule.
+        if self.cfg.allow_cuda_graphs and all(m.compatible_with_cuda_graphs() for m in models):
+            algo.maybe_enable_cuda_graphs()
+        else:
+            algo.disable_cuda_graphs()
         algo.reset_cuda_graphs_state()  # captured graphs hold the previous fusion models
 
     def _decode_group(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[Hypothesis]:
