@@ -131,11 +131,64 @@ class CtcResult:
     hit_max_seq_len: torch.Tensor
     page_pool_exhausted: Optional[torch.Tensor] = None
 
-    def hypotheses(self, row: int) -> list[Hypothesis]:
+    def hypotheses(self, row: int, tokens=None) -> list[Hypothesis]:
+        """The row's N-best; with `tokens` (see `detokenize`) each carries its words."""
         return [
-            Hypothesis(tokens=t, words=[], score=float(s))
+            Hypothesis(tokens=t, words=detokenize(t, tokens).split() if tokens is not None else [], score=float(s))
             for t, s in zip(self.tokens[row], self.scores[row].tolist())
         ]
+
+    def texts(self, tokens, n: int = 0) -> list[str]:
+        """The n-th hypothesis of every row as text (`detokenize` with `tokens`)."""
+        return [detokenize(row[n], tokens) for row in self.tokens]
+
+
+def detokenize(ids: Sequence[int], tokens) -> str:
+    """Column ids -> text. `tokens`: an object with `decode(column_ids)` (recipes.tokens.TokenSet, or a tokenizer
+    whose ids are the columns), or the token table (a sequence of strings, one per column, blank included):
+    pieces are joined, sentencepiece's word marker "\u2581" and torchaudio's "|" separate words."""
+    if hasattr(tokens, "decode") and not isinstance(tokens, (list, tuple)):
+        return str(tokens.decode(list(ids)))
+    if isinstance(tokens, (list, tuple)):
+        if any(not 0 <= int(i) < len(tokens) for i in ids):
+            raise ValueError(f"token ids {list(ids)[:8]} outside the token table of {len(tokens)} entries")
+        text = "".join(str(tokens[int(i)]) for i in ids).replace("\u2581", " ").replace("|", " ")
+        return " ".join(text.split())
+    raise TypeError(f"tokens must be a token table (list of str) or have decode(ids), got {type(tokens).__name__}")
+
+
+def check_log_prob_values(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int,
+                          name: str = "log_probs", sample_frames: int = 64) -> None:
+    """Checks on the values, from the first `sample_frames` valid frames of each row (one small device->host copy):
+
+    - ValueError when they are probabilities, not log-probabilities: every sampled row is >= 0 and sums to 1
+      (a normalised log-prob row is <= 0 and sums to 1 only after exp; for V >= 2 the two cannot be confused);
+    - a warning (not an error: a constructed input may legitimately look so) when blank_id = 0 but column V-1 is the
+      argmax of most sampled frames and column 0 of almost none -- the signature of a NeMo (blank-last) model
+      decoded with torchaudio's blank_id=0 (issue 13: the output then has the blank between every token).
+    """
+    B, T, V = log_probs.shape
+    t = min(T, sample_frames)
+    if B == 0 or t == 0:
+        return
+    x = log_probs[:, :t].float()
+    valid = torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]  # (B, t)
+    prob_row = (x >= 0).all(-1) & ((x.sum(-1) - 1.0).abs() < 1e-2)
+    arg = x.argmax(-1)
+    stats = torch.stack([valid.sum(), (prob_row & valid).sum(), ((arg == V - 1) & valid).sum(),
+                         ((arg == 0) & valid).sum()]).cpu().tolist()
+    n, n_prob, n_last, n_first = stats
+    if n == 0:
+        return
+    if n_prob == n:
+        raise ValueError(f"{name} look like probabilities (rows are >= 0 and sum to 1), not natural-log "
+                         f"posteriors; pass probs.log() or logits.log_softmax(-1)")
+    if blank_id == 0 and V > 2 and n >= 16 and n_last > 0.5 * n and n_first < 0.05 * n:
+        import warnings
+
+        warnings.warn(f"blank_id=0, but column V-1={V - 1} is the argmax of {100 * n_last / n:.0f}% of the sampled "
+                      f"frames and column 0 of {100 * n_first / n:.0f}%: the model looks blank-last (NeMo's "
+                      f"convention); pass blank_id={V - 1}", stacklevel=3)
 
 
 def _ops():
@@ -241,7 +294,8 @@ def ctc_beam_search(
 ) -> CtcResult:
     """Offline batched CTC prefix beam search. CUDA kernels for GPU inputs, the CPU reference otherwise.
 
-    The CUDA path has no device->host synchronisation until the results are copied back for the lists.
+    The CUDA path has no device->host synchronisation until the results are copied back for the lists, except two
+    small ones in the input checks (lengths range; `check_log_prob_values`).
     """
     config = config or CtcBeamSearchConfig()
     _check_log_probs(log_probs)
@@ -255,6 +309,7 @@ def ctc_beam_search(
     # lengths on the GPU cost one small device->host sync here (the decode itself has none)
     if bool(((lengths < 0) | (lengths > T)).any()):
         raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
+    check_log_prob_values(log_probs, lengths, config.blank_id)  # a second small sync
     if log_probs.is_cuda:
         lengths = lengths.to(device=log_probs.device, dtype=torch.int32)
     # default: never cuts (a prefix has at most T tokens); even, so the kernels copy token slots as whole words

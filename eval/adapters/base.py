@@ -36,6 +36,9 @@ ADAPTER_MODULES: dict[str, str] = {
     "ctc_beam": "eval.adapters.ctc_beam",
     "wfst": "eval.adapters.wfst",
     "torchaudio_ctc": "eval.adapters.torchaudio_ctc",
+    "ctc_lm": "eval.adapters.ctc_lm",
+    "nemo_greedy": "eval.adapters.nemo_greedy",
+    "nemo_beam": "eval.adapters.nemo_ctc",
 }
 
 _REGISTRY: dict[str, Callable[..., "Decoder"]] = {}
@@ -117,6 +120,10 @@ def typed_config(name: str, cfg: Any):
 CONTEXT_FIELDS: dict[str, dict[str, str]] = {
     "wfst": {"blank_id": "the acoustic source's token set (DecodingContext.tokens.blank_id)"},
     "ctc_beam": {
+        "blank_id": "the acoustic source's token set (DecodingContext.tokens.blank_id)",
+        "nbest": "1: the harness scores the best hypothesis",
+    },
+    "ctc_lm": {
         "blank_id": "the acoustic source's token set (DecodingContext.tokens.blank_id)",
         "nbest": "1: the harness scores the best hypothesis",
     },

@@ -2,7 +2,8 @@
 
 No LM and no lexicon: words are `ctx.tokens.decode(tokens).split()` of the best prefix. Score: the CTC
 posterior log P(prefix | x) summed over alignments (see decoders/ctc.py). Runs on the log-probs' device
-(CUDA kernels on a GPU, the C++ CPU reference otherwise). No word boosting.
+(CUDA kernels on a GPU, the C++ CPU reference otherwise). No word boosting: `ctc_lm` (eval/adapters/ctc_lm.py) is
+the same search with an n-gram LM and phrase boosting.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class CtcBeamDecoder:
         self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts: Optional[Sequence[dict]] = None
     ) -> list[Hypothesis]:
         if boosts and any(boosts):
-            raise NotImplementedError("ctc_beam has no LM or lexicon, so it cannot apply word boosts")
+            raise NotImplementedError("ctc_beam has no LM or lexicon, so it cannot apply word boosts (ctc_lm can)")
         if log_probs.dtype not in (torch.float32, torch.float16):
             log_probs = log_probs.float()
         if str(self.device).startswith("cuda") and not log_probs.is_cuda:
