@@ -21,12 +21,14 @@ from typing import Optional, Sequence
 import kaldifst
 
 from decoders.graph import IMAGE_VERSION, image_version
+from decoders.openfst import read_openfst, write_openfst_vector
 
 from recipes.graphs.compile import (
     compile_G, compile_HLG, compile_L, compile_LG, compile_TLG, estimate_epsfree_arcs, prepare_LG_for_HLG,
 )
 from recipes.graphs.convert import hlg_to_graph, tlg_to_graph
 from recipes.graphs.fstutil import fst_size
+from recipes.graphs.hlg import log_arrays
 from recipes.graphs.info import word_label_positions
 from recipes.graphs.symbols import TokenTable, WordTable, read_arpa_words
 from recipes.graphs.topologies import TOPOLOGIES
@@ -97,7 +99,7 @@ def build_lang(
         log.info("lang stage: %s exists, skipping", lang_dir)
         LG = kaldifst.StdVectorFst.read(str(lang_dir / "LG.fst"))
         skipped = meta.get("hlg_skipped")
-        LGp = None if skipped else kaldifst.StdVectorFst.read(str(lang_dir / "LG_epsfree.fst"))
+        LGp = None if skipped else read_openfst(lang_dir / "LG_epsfree.fst")
         words = WordTable(meta["words"])
         table = TokenTable(tokens, meta["num_disambig"])
         return LangArtifacts(lang_dir, table, words, LG, LGp, [tuple(c) for c in meta["compounds"]],
@@ -138,8 +140,8 @@ def build_lang(
         LGp, compounds = None, []
     else:
         LGp, compounds = prepare_LG_for_HLG(LG, table, words)
-        sizes["LG_epsfree"] = fst_size(LGp)
-        LGp.write(str(lang_dir / "LG_epsfree.fst"))
+        sizes["LG_epsfree"] = log_arrays("LG'", LGp)
+        write_openfst_vector(lang_dir / "LG_epsfree.fst", LGp)
     rep = {"num_words": report.num_words, "num_oov": len(report.oov_words), "oov_words": report.oov_words[:50],
            "max_disambig": max_disambig, "optional_space": optional_space}
     build_s = time.perf_counter() - t0
