@@ -160,7 +160,7 @@ def estimate_epsfree_arcs(LG, table: TokenTable) -> int:
     """Arcs of LG after removing its disambiguation (back-off) arcs: every state inherits the arcs of the
     states its #k chain reaches (the classic blow-up of epsilon removal on a back-off LM). Computed on the
     back-off DAG without building anything, so huge HLGs can be refused before they exhaust memory."""
-    a = fst_to_arrays(LG)
+    a = LG if isinstance(LG, FstArrays) else fst_to_arrays(LG)
     dis = a.ilabel >= table.first_disambig_label
     real = np.bincount(a.src[~dis], minlength=a.num_states).astype(np.float64)
     fin = np.isfinite(a.final).astype(np.float64)  # explicit final arcs
