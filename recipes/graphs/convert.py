@@ -5,7 +5,7 @@ from typing import Optional
 
 import numpy as np
 
-from decoders.graph import EPSILON, FINAL, WfstGraph, expand_compounds
+from decoders.graph import EPSILON, FINAL, WfstGraph
 from recipes.graphs.fstutil import FstArrays, fst_to_arrays
 from recipes.graphs.symbols import TokenTable, column_of_kaldi_token
 
@@ -47,6 +47,7 @@ def hlg_to_graph(fst_or_arrays, table: TokenTable, words: list[str], compounds: 
     from recipes.graphs.hlg import merge_parallel_arcs
 
     a: FstArrays = fst_or_arrays if isinstance(fst_or_arrays, FstArrays) else fst_to_arrays(fst_or_arrays)
+    del fst_or_arrays  # called as hlg_to_graph(compile_HLG(...)), the composition's arrays are freed below
     final_label = table.first_disambig_label
     if np.any(a.ilabel == 0):
         raise ValueError("hlg_to_graph: HLG still has epsilon arcs")
@@ -59,27 +60,51 @@ def hlg_to_graph(fst_or_arrays, table: TokenTable, words: list[str], compounds: 
     if np.any(np.isfinite(a.final) & (np.arange(a.num_states) != finals[0])):
         raise ValueError("hlg_to_graph: states other than the super-final one are final")
     N = a.num_states
-    new_of_old = _start_first_final_last(N, a.start, int(finals[0]))
-    a = merge_parallel_arcs(FstArrays(start=0, num_states=N, src=new_of_old[a.src].astype(np.int32),
-                                      dest=new_of_old[a.dest].astype(np.int32), ilabel=a.ilabel, olabel=a.olabel,
-                                      cost=a.cost, final=a.final))
+    a = merge_parallel_arcs(a, renumber=_start_first_final_last(N, a.start, int(finals[0])))
     row_splits = np.zeros(N + 1, dtype=np.int64)
     np.cumsum(np.bincount(a.src, minlength=N), out=row_splits[1:])
-    base = len(words)
-    olabel = a.olabel.astype(np.int32)
-    aux_splits = aux_words = None
-    if np.any(olabel >= base):
-        r = expand_compounds(olabel, base, compounds)
-        lens = np.diff(r["row_splits"])
-        olabel = np.zeros(olabel.shape[0], np.int32)
-        olabel[lens > 0] = r["values"][r["row_splits"][:-1][lens > 0]]  # the first word of each arc
-        if lens.max() > 1:
-            aux_splits, aux_words = r["row_splits"].astype(np.int32), r["values"].astype(np.int32)
+    src = a.src
+    a.src = None  # the graph keeps row_splits only
+    del src
+    olabel, aux_splits, aux_words = _words_csr(a.olabel, len(words), compounds)
     return WfstGraph(num_states=N, start_state=0, final_state=N - 1, num_tokens=table.vocab_size,
                      row_splits=row_splits.astype(np.int32), dest=a.dest.astype(np.int32),
                      ilabel=np.where(a.ilabel == final_label, FINAL, a.ilabel - 1).astype(np.int32), olabel=olabel,
                      weight=(-a.cost).astype(np.float32), words=words, info=dict(info or {}),
                      aux_splits=aux_splits, aux_words=aux_words).validate()
+
+
+def _words_csr(olabel: np.ndarray, base: int, compounds: list[tuple]):
+    """(first word per arc, aux_splits, aux_words) for output ids where id >= base is compounds[id - base];
+    aux is None when no arc has 2+ words. int32 throughout (decoders.graph.expand_compounds works in int64 over
+    every arc, ~5x the memory on a 50M-arc HLG)."""
+    olabel = np.asarray(olabel, dtype=np.int32)
+    comp = np.nonzero(olabel >= base)[0]
+    if comp.size == 0:
+        return olabel, None, None
+    cid = olabel[comp] - base
+    clens = np.fromiter((len(c) for c in compounds), dtype=np.int32, count=len(compounds))
+    cstart = np.zeros(len(compounds) + 1, dtype=np.int64)
+    np.cumsum(clens, out=cstart[1:])
+    cvals = np.fromiter((w for c in compounds for w in c), dtype=np.int32, count=int(cstart[-1]))
+    lens = (olabel > 0).astype(np.int32)
+    lens[comp] = clens[cid]
+    splits = np.zeros(olabel.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=splits[1:])
+    del lens
+    if splits[-1] >= 2**31:
+        raise ValueError("hlg_to_graph: more than 2^31 output words")
+    splits = splits.astype(np.int32)
+    words = np.zeros(int(splits[-1]), dtype=np.int32)
+    single = (olabel > 0) & (olabel < base)
+    words[splits[:-1][single]] = olabel[single]
+    del single
+    n = clens[cid].astype(np.int64)
+    within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    words[np.repeat(splits[comp].astype(np.int64), n) + within] = cvals[np.repeat(cstart[cid], n) + within]
+    first = olabel.copy()
+    first[comp] = cvals[cstart[cid]]
+    return first, splits, words
 
 
 def _start_first_final_last(N: int, start: int, final: int) -> np.ndarray:
