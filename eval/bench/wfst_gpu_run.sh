@@ -15,15 +15,14 @@
 # wfst_bench (wfst + riva + oasr on both topologies, batch 1 (B1 utts) / 32 / 200) writing the run directories
 # runs/bench/wfst_vs_riva/<SCALE> and runs/bench/wfst_vs_oasr/<SCALE> (OASR beside a copy of ours' rows) ->
 # [k2py on K2_UTTS utterances of the HLG, after the GPU runs] -> the run directories copied to $OUT/runs.
-# Env: SCALE (tiny|small|bench; bench: TLG only, its graphs take ~4 min), UTTS (200), B1 (30), K2_UTTS (0 = no k2py),
-#   DECODERS (wfst riva oasr; oasr only when OASR_ROOT, default .anchors/oasr, holds its source), MAX_HLG_ARCS (library default; 0 = no HLG, the default at bench scale),
+# Env: SCALE (tiny|small|bench; bench: TLGs and HLGs (~52M arcs each), its graphs take ~5 min on a 2-core machine), UTTS (200), B1 (30), K2_UTTS (0 = no k2py),
+#   DECODERS (wfst riva oasr; oasr only when OASR_ROOT, default .anchors/oasr, holds its source), MAX_HLG_ARCS (library default; 0 = no HLG),
 #   WHEELS (.whl; empty = use the packages python3 has). Stages are cached (workload params.json, graph_info.json,
 #   the log-prob file): a call cut short can be run again on the still-warm machine and continues.
 # Host timings seen before (H200, 16 cores): small = workload 9 s, graphs 93 s, log-probs 6 s, benchmark ~40 s.
 set -o pipefail
 SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-0}
 case $SCALE in tiny|small|bench) ;; *) echo "SCALE must be tiny, small or bench, got '$SCALE'"; exit 2;; esac
-[ "$SCALE" = bench ] && MAX_HLG_ARCS=${MAX_HLG_ARCS-0}
 OUT=${OUT:-/tmp/wfst_gpu_out}; mkdir -p "$OUT" data/lp || exit 1
 exec > >(tee -a "$OUT/wfst_gpu_$SCALE.log") 2>&1
 export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst TQDM_MININTERVAL=${TQDM_MININTERVAL:-15}
