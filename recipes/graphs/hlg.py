@@ -16,6 +16,17 @@ whose ragged aux_labels concatenate the words of removed arcs), connect, arc sor
   30-state FST, instead of from H o LG' (20 s of RmEpsilon on 14M arcs at small scale, and 2x the memory):
   since LG' reads a token on every arc, rmepsilon(H) o LG' = rmepsilon(H o LG').
 
+Measured on the 2-core shared CPU machine (nice 19, `/usr/bin/time -v`; char tokens, blank last; the whole
+`build_token_set_graphs` for compact + normal: lang stage, both TLGs, both HLGs, every file):
+  small: 188 s -> 86 s wall, peak RSS 3.4 -> 3.2 GB (HLG.k2.txt's writer is the peak there); HLG 13.9M arcs.
+  bench: previously refused by the guard / stopped past 11 min and 10 GB; now 5:00-5:20 wall, peak RSS 7.7 GB;
+         LG 3.7M arcs -> LG' 19.4M arcs (epsilon removal ~10 s), HLG compact 52.6M / normal 51.6M arcs
+         (composition + array conversion 31-43 s, to canonical graph 15-22 s, HLG.bin 5 s, HLG.pt 2-5 s each;
+         HLG.k2.txt not written above max_k2_text_arcs). The rest is the lang stage (L o G, determinize,
+         minimize: ~85 s) and the two TLGs (~20 s each).
+Equivalence with the previous builder: tests/test_hlg_equivalence.py (same states, arcs and word sequences on the
+toy LM and the tiny workload, same best paths).
+
 Costs are OpenFst's (tropical: lower is better); FstArrays is the array form of an OpenFst graph
 (decoders.openfst). Sizes are logged after every step (icefall style) from the arrays, without another FST copy.
 """
