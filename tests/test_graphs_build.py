@@ -215,3 +215,21 @@ def test_gzipped_arpa(tmp_path):
     WordTable.from_words(TOY_WORDS).write(tmp_path / "words.txt")
     a, b = compile_G(arpa, tmp_path / "words.txt"), compile_G(gz, tmp_path / "words.txt")
     assert a.num_states == b.num_states and a.to_str() == b.to_str()
+
+
+def test_k2_text_skipped_above_max_k2_text_arcs(tmp_path):
+    """HLG.k2.txt (k2py's text, ~200 bytes of Python objects per arc while written) is left out above
+    max_k2_text_arcs, with the reason in graph_info; the staged re-run does not ask for it; HLG.bin/.pt are
+    written and record the build steps' times."""
+    tokens = toy_tokens()
+    arpa = write_toy_arpa(tmp_path / "toy.arpa")
+    out = tmp_path / "out"
+    info = build_token_set_graphs(out, tokens, TOY_WORDS, arpa, topologies=["compact"], max_k2_text_arcs=10)["compact"]
+    assert "max_k2_text_arcs=10" in info["HLG"]["k2_text"] and info["HLG"]["arcs"] > 10
+    assert not (out / "compact" / "HLG.k2.txt").exists() and (out / "compact" / "HLG.pt").is_file()
+    assert set(info["HLG"]["steps_s"]) == {"compose_s", "to_graph_s", "write_HLG.bin_s", "write_HLG.pt_s"}
+    again = build_token_set_graphs(out, tokens, TOY_WORDS, arpa, topologies=["compact"], max_k2_text_arcs=10)
+    assert again["compact"]["build_s"] == info["build_s"]  # skipped, not rebuilt for the missing text file
+    full = build_token_set_graphs(out, tokens, TOY_WORDS, arpa, topologies=["compact"])["compact"]
+    assert full["HLG"]["k2_text"] is True and (out / "compact" / "HLG.k2.txt").is_file()
+    assert "write_HLG.k2.txt_s" in full["HLG"]["steps_s"]

@@ -1,6 +1,8 @@
-"""WFST decoder benchmark: ours vs riva-asrlib-decoder (and k2py on the CPU) on the same graphs and log-probs.
+"""WFST decoder benchmark: ours vs riva-asrlib-decoder and the seed system's decoder (OASR), and k2py on the CPU,
+on the same graphs and log-probs.
 
-Every decoder runs through its harness adapter (eval.adapters: "wfst", "riva", "k2py") on the same cached
+Every decoder runs through its harness adapter (eval.adapters: "wfst", "riva", "k2py"; OASR through
+eval.bench.oasr_wfst, which writes our graph in OASR's graph image and calls OASR's C API) on the same cached
 log-probs, per graph (compact / normal topology; TLG, and HLG where built: Riva only takes the TLG) and batch
 size. Timing, WER and memory come from eval.metrics (Stopwatch around each decode call after one untimed
 warm-up pass; word_error_stats; MemoryProbe: the CUDA allocator peak over warm-up and timed passes, so it
@@ -12,11 +14,20 @@ like "wfst@cuda[compact TLG, b=32]"; ours and Riva on the same TLG and batch siz
 `run_mate` and carry the same `params` ({"graph": "compact TLG", "scale": "small"}) and `batch_size`, so
 `reports.tables.side_by_side_table(rows, "wfst", "riva", by=["graph", "batch_size"])` pairs them.
 
+The OASR column (`--decoders wfst riva oasr`; TLG and HLG) is measured in the same process, on the same inputs and
+across the same boundary ("api"), right after ours and Riva in each configuration. A row names one run mate and the
+reports pair rows that name each other, so OASR's rows go to a second run directory (default
+runs/bench/wfst_vs_oasr/<scale>) together with a copy of ours' row of the same configuration naming OASR as its
+mate (the same measurement, not a second one; hyps copied likewise): `reports.cli` on each directory renders
+ours vs Riva and ours vs OASR. Without CUDA, tvm_ffi or the OASR source (.anchors/oasr, OASR_ROOT) its rows are
+unavailable rows with the reason.
+
     python -m eval.bench.wfst_bench --scale small --set other --max-utts 200 \
         --graph-dir compact=data/graphs/small/char_blanklast/compact \
         --graph-dir normal=data/graphs/small/char_blanklast/normal
     python -m eval.bench.wfst_bench --scale small --dump-lp data/lp/small_other_char_200.pt   # log-probs only
     python -m eval.bench.wfst_bench --lp-file data/lp/small_other_char_200.pt --decoders k2py --graph-dir ...
+    python -m eval.bench.wfst_bench --lp-file ... --graph-dir ... --decoders wfst riva oasr   # + the OASR column
     SCALE=small bash eval/bench/wfst_gpu_run.sh        # on the GPU host: workload, graphs, this benchmark
 
 Without a CUDA device the GPU decoders are rows marked unavailable and ours runs its CPU reference when
@@ -25,6 +36,7 @@ Without a CUDA device the GPU decoders are rows marked unavailable and ours runs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Optional
@@ -41,8 +53,10 @@ SEARCH_BEAM, OUTPUT_BEAM, MAX_ACTIVE = 17.0, 8.0, 10000
 # Stated, not inherited from conf/decoder/*.yaml (which tune it for the harness's WER tables): the benchmark's
 # earlier H200 measurements ran both decoders at 1.0, and a speed comparison must keep the search identical.
 ACOUSTIC_SCALE = 1.0
-GRAPH_FILES = {"wfst": {"TLG": "TLG.bin", "HLG": "HLG.bin"}, "riva": {"TLG": "TLG.fst"}, "k2py": {"HLG": "HLG.k2.txt"}}
-DEFAULT_DEVICE = {"wfst": None, "riva": "cuda", "k2py": "cpu"}  # None: --device
+GRAPH_FILES = {"wfst": {"TLG": "TLG.bin", "HLG": "HLG.bin"}, "riva": {"TLG": "TLG.fst"}, "k2py": {"HLG": "HLG.k2.txt"},
+               "oasr": {"TLG": "TLG.bin", "HLG": "HLG.bin"}}  # OASR: exported to <graph>.oasr.img beside it
+DEFAULT_DEVICE = {"wfst": None, "riva": "cuda", "k2py": "cpu", "oasr": "cuda"}  # None: --device
+DECODERS = ("wfst", "riva", "oasr", "k2py")
 
 
 def decoder_config(name: str, graph: str, batch: int) -> dict:
@@ -56,17 +70,38 @@ def decoder_config(name: str, graph: str, batch: int) -> dict:
     if name == "k2py":
         return {"search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active_states": MAX_ACTIVE,
                 "acoustic_scale": ACOUSTIC_SCALE}
-    raise ValueError(f"--decoders: unknown decoder {name!r}; expected wfst, riva or k2py")
+    if name == "oasr":
+        # what ours searches with, read from ours' resolved config (conf/decoder/wfst.yaml) where the benchmark
+        # does not state it: min_active, allow_partial and ours' epsilon-pass limit
+        from eval.adapters.base import typed_config
+
+        ours = typed_config("wfst", decoder_config("wfst", graph, batch))
+        return {"graph": graph, "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
+                "acoustic_scale": ACOUSTIC_SCALE, "min_active": int(ours.min_active),
+                "allow_partial": bool(ours.allow_partial), "max_eps_iterations": int(ours.eps_iterations),
+                "max_lanes": max(batch, 1)}
+    raise ValueError(f"--decoders: unknown decoder {name!r}; expected one of {list(DECODERS)}")
 
 
 def label(name: str, device: str, graph: str, batch: int) -> str:
     return f"{name}@{device.split(':')[0]}[{graph}, b={batch}]"
 
 
+def build(name: str, cfg: dict, ctx):
+    """The decoder `name` on `ctx`: a harness adapter, or OASR's decoder (eval.bench.oasr_wfst)."""
+    if name == "oasr":
+        from eval.bench.oasr_wfst import build_oasr_decoder
+
+        return build_oasr_decoder(cfg, ctx)
+    from eval.adapters.base import build_decoder
+
+    return build_decoder(name, cfg, ctx)
+
+
 def run_one(run: BenchRun, name: str, device: str, data: LogProbSet, graph_dir: Path, graph_name: str, kind: str,
-            batch: int, repeats: int, scale: str, run_mate: Optional[str]) -> bool:
-    """Build one adapter, measure it, add its row (or an unavailable row). True when it measured."""
-    from eval.adapters.base import DecodingContext, build_decoder
+            batch: int, repeats: int, scale: str, run_mate: Optional[str]):
+    """Build one decoder, measure it, add its row (or an unavailable row). Returns the row when it measured."""
+    from eval.adapters.base import DecodingContext
 
     graph = f"{graph_name} {kind}"
     lab = label(name, device, graph, batch)
@@ -80,13 +115,17 @@ def run_one(run: BenchRun, name: str, device: str, data: LogProbSet, graph_dir: 
         # VRAM like for like: what the decoder holds on the device from before it is built (graph upload
         # included), whichever allocator it uses; the log-probs are already resident for both decoders
         baseline = cuda_free_bytes(device) if device.startswith("cuda") else None
-        dec = build_decoder(name, cfg, ctx)
+        dec = build(name, cfg, ctx)
+        cfg = getattr(dec, "resolved_config", cfg)  # OASR: the epsilon passes and capacities it was built with
         result = decode_pass(dec, lp, data.lengths, batch, device, repeats=repeats,
                              device_free_baseline_bytes=baseline)
     except Exception as e:  # noqa: BLE001 - a decoder this machine lacks is a row, not a crash
         run.unavailable(decoder=lab, decoder_name=name, device=device, reason=describe_error(e), params=params)
-        return False
+        return None
     finally:
+        close = getattr(locals().get("dec"), "close", None)
+        if callable(close):  # OASR holds device memory outside torch: free it before the next decoder is built
+            close()
         dec = lp = None  # noqa: F841 - free the decoder before the next one is measured
         release_device_memory()
     row = run.scored(decoder=lab, decoder_name=name, device=device, data=data, result=result, batch_size=batch,
@@ -94,7 +133,14 @@ def run_one(run: BenchRun, name: str, device: str, data: LogProbSet, graph_dir: 
     print(f"{lab}: RTFx {row.rtfx_decoder}, WER {100 * row.wer:.2f} %, CUDA peak {row.cuda_peak_bytes}, "
           f"device used {row.cuda_device_used_bytes}, "
           f"rescued {row.rescued_count}, overflow {row.overflow_count}", flush=True)
-    return True
+    return row
+
+
+def copy_row(src: BenchRun, row, dst: BenchRun, run_mate: Optional[str]) -> None:
+    """Ours' row (and hypotheses) of one configuration into the OASR pairing run, naming OASR as its mate: the
+    same measurement, so reports pair ours with OASR as with Riva (a row names one run mate)."""
+    dst.rows.append(dataclasses.replace(row, experiment=dst.experiment, run=dst.run, run_mate=run_mate))
+    dst.hyps += [h for h in src.hyps if h["decoder"] == row.decoder]
 
 
 def main(argv=None) -> int:
@@ -110,12 +156,14 @@ def main(argv=None) -> int:
     ap.add_argument("--graphs", nargs="+", default=["TLG", "HLG"], choices=["TLG", "HLG"])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32, 200])
     ap.add_argument("--b1-utts", type=int, default=30, help="utterances decoded at batch 1 (time budget)")
-    ap.add_argument("--decoders", nargs="+", default=["wfst", "riva"], choices=["wfst", "riva", "k2py"])
+    ap.add_argument("--decoders", nargs="+", default=["wfst", "riva"], choices=list(DECODERS),
+                    help="oasr: the seed system's decoder (eval/bench/oasr_wfst.py), rows in --oasr-experiment")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device of ours")
     ap.add_argument("--k2py-utts", type=int, default=None, help="utterances k2py decodes (CPU; default: all)")
     ap.add_argument("--repeats", type=int, default=1, help="timed passes per configuration (mean reported)")
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_vs_riva")
+    ap.add_argument("--oasr-experiment", default="wfst_vs_oasr", help="run directory of the OASR pairing")
     ap.add_argument("--run", default=None, help="run name (default: the scale)")
     args = ap.parse_args(argv)
     for b in args.batches:
@@ -143,6 +191,12 @@ def main(argv=None) -> int:
         "b1_utts": args.b1_utts, "decoders": args.decoders, "device": args.device, "repeats": args.repeats,
         "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
     }, output_dir=args.output_dir)
+    oasr_run = None
+    if "oasr" in args.decoders:
+        oasr_run = BenchRun(args.oasr_experiment, run.run, config={
+            **run.config, "decoders": [d for d in args.decoders if d in ("wfst", "oasr")],
+            "wfst_rows": f"copies of the rows of {args.experiment}/{run.run} (the same measurements, same process)",
+        }, output_dir=args.output_dir)
 
     for graph_name, gdir in graph_dirs:
         for kind in args.graphs:
@@ -153,19 +207,33 @@ def main(argv=None) -> int:
                            and kind in GRAPH_FILES[d] and (gdir / GRAPH_FILES[d][kind]).is_file()]
                 devices = {d: DEFAULT_DEVICE[d] or args.device for d in present}
                 labels = {d: label(d, devices[d], f"{graph_name} {kind}", b) for d in present}
+                ours_row = None
                 for d in present:
-                    # ours and Riva on the same graph file and batch size: each names the other
-                    mate = [labels[o] for o in present if o != d]
-                    run_one(run, d, devices[d], sub, gdir, graph_name, kind, b, args.repeats, args.scale,
-                            mate[0] if mate else None)
+                    # ours and Riva on the same graph file and batch size name each other; OASR names ours (its
+                    # pairing run holds a copy of ours' row naming OASR)
+                    mate = [labels[o] for o in present if o != d and "oasr" not in (d, o)]
+                    if d == "oasr":
+                        mate = [labels["wfst"]] if "wfst" in labels else []
+                    row = run_one(oasr_run if d == "oasr" else run, d, devices[d], sub, gdir, graph_name, kind, b,
+                                  args.repeats, args.scale, mate[0] if mate else None)
+                    if d == "wfst":
+                        ours_row = row
+                if oasr_run is not None and ours_row is not None:
+                    copy_row(run, ours_row, oasr_run, labels.get("oasr"))
                 run.checkpoint()
+                if oasr_run is not None:
+                    oasr_run.checkpoint()
         if "k2py" in args.decoders and (gdir / GRAPH_FILES["k2py"]["HLG"]).is_file():
             n = len(data) if args.k2py_utts is None else min(len(data), args.k2py_utts)
             run_one(run, "k2py", "cpu", data.head(n), gdir, graph_name, "HLG", 1, 1, args.scale, None)
             run.checkpoint()
     path = run.close()
     print_rows(run.rows, pairs=[("wfst", "riva", ["graph", "batch_size"])])
-    if not any(r.ok for r in run.rows):
+    if oasr_run is not None:
+        oasr_run.close()
+        print()
+        print_rows(oasr_run.rows, pairs=[("wfst", "oasr", ["graph", "batch_size"])])
+    if not any(r.ok for r in run.rows + (oasr_run.rows if oasr_run else [])):
         print(f"no configuration measured (see the unavailable rows in {path})", file=sys.stderr)
         return 1
     return 0

@@ -3,24 +3,26 @@
 # workload and graphs regenerated ON THE HOST from their seeds (graph images exceed the 64 MiB carry limit).
 #
 #   here, once:  ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt     (-> .whl/)
-#   there:       SCALE=small bash eval/bench/wfst_gpu_run.sh     (carry: .whl; timeout_s 600)
+#   here, once:  mkdir -p .anchors/oasr && tar -xJf ../shared/anchors/oasr-9c1a3ce.tar.xz -C .anchors/oasr
+#                (the seed system's source for the OASR column; .anchors/ is git-excluded, so carry it)
+#   there:       SCALE=small bash eval/bench/wfst_gpu_run.sh     (carry: .whl .anchors; timeout_s 600)
 #   then here:   python -m reports.cli <the run directory it printed>   (copied back from $OUT/runs)
 #
 # Stages, each logged as "STAGE name rc= wall_s=" in $OUT/wfst_gpu_<SCALE>.log: wheels -> [extension build,
 # background] -> workload (recipes.workload) -> [log-probs of UTTS 'other' utterances, char, background:
 # wfst_bench --dump-lp] -> graphs (char, blank last: compact and normal TLG, HLG up to MAX_HLG_ARCS) ->
-# wfst_bench (wfst + riva on both topologies, batch 1 (B1 utts) / 32 / 200) writing the run directory
-# runs/bench/wfst_vs_riva/<SCALE> -> [k2py on K2_UTTS utterances of the HLG, after the GPU runs] -> the run
-# directory copied to $OUT/runs.
-# Env: SCALE (tiny|small|bench; bench: TLG only, its graphs take ~4 min), UTTS (200), B1 (30), K2_UTTS (0 = no k2py),
-#   DECODERS (wfst riva), MAX_HLG_ARCS (library default; 0 = no HLG, the default at bench scale),
+# [OASR's WFST decoder JIT build, background, when .anchors/oasr is there] ->
+# wfst_bench (wfst + riva + oasr on both topologies, batch 1 (B1 utts) / 32 / 200) writing the run directories
+# runs/bench/wfst_vs_riva/<SCALE> and runs/bench/wfst_vs_oasr/<SCALE> (OASR beside a copy of ours' rows) ->
+# [k2py on K2_UTTS utterances of the HLG, after the GPU runs] -> the run directories copied to $OUT/runs.
+# Env: SCALE (tiny|small|bench; bench: TLGs and HLGs (~52M arcs each), its graphs take ~5 min on a 2-core machine), UTTS (200), B1 (30), K2_UTTS (0 = no k2py),
+#   DECODERS (wfst riva oasr; oasr only when OASR_ROOT, default .anchors/oasr, holds its source), MAX_HLG_ARCS (library default; 0 = no HLG),
 #   WHEELS (.whl; empty = use the packages python3 has). Stages are cached (workload params.json, graph_info.json,
 #   the log-prob file): a call cut short can be run again on the still-warm machine and continues.
 # Host timings seen before (H200, 16 cores): small = workload 9 s, graphs 93 s, log-probs 6 s, benchmark ~40 s.
 set -o pipefail
 SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-0}
 case $SCALE in tiny|small|bench) ;; *) echo "SCALE must be tiny, small or bench, got '$SCALE'"; exit 2;; esac
-[ "$SCALE" = bench ] && MAX_HLG_ARCS=${MAX_HLG_ARCS-0}
 OUT=${OUT:-/tmp/wfst_gpu_out}; mkdir -p "$OUT" data/lp || exit 1
 exec > >(tee -a "$OUT/wfst_gpu_$SCALE.log") 2>&1
 export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst TQDM_MININTERVAL=${TQDM_MININTERVAL:-15}
@@ -32,6 +34,15 @@ if [ -n "${WHEELS-.whl}" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 stage ext_build python3 -c "from decoders._ext import ops; ops()" > "$OUT/ext_build.log" 2>&1 & EXT=$!
+DECODERS=${DECODERS:-wfst riva oasr}; OASR=
+if [[ " $DECODERS " == *" oasr "* ]]; then
+  if [ -f "${OASR_ROOT:-.anchors/oasr}/oasr/jit/wfst_decoder.py" ]; then  # OASR's JIT build (~1 min) beside the graphs
+    stage oasr_build python3 -c "from eval.bench.oasr_wfst import load_oasr_module; load_oasr_module()" \
+      > "$OUT/oasr_build.log" 2>&1 & OASR=$!
+  else
+    echo "note: no OASR source at ${OASR_ROOT:-.anchors/oasr} (carry .anchors): its rows will say so"
+  fi
+fi
 stage workload python3 -m recipes.workload scale=$SCALE || exit 1
 LP=data/lp/${SCALE}_other_char_$UTTS.pt
 [ -f $LP ] || { stage logprobs python3 -m eval.bench.wfst_bench --scale $SCALE --kind char --set other \
@@ -41,14 +52,16 @@ HLG_ARG=${MAX_HLG_ARCS:+, max_hlg_arcs=$MAX_HLG_ARCS}
 stage graphs python3 -c "from recipes.build_graphs import build_graphs
 build_graphs(scale='$SCALE', token_kinds=['char'], blanks=['last'], topologies=['compact', 'normal']$HLG_ARG)" || exit 1
 wait $LPJ 2>/dev/null; wait $EXT; tail -3 "$OUT/ext_build.log"
+[ -n "$OASR" ] && { wait $OASR; tail -3 "$OUT/oasr_build.log"; }
 [ -f $LP ] || { cat "$OUT/logprobs.log"; exit 1; }
 G=data/graphs/$SCALE/char_blanklast
 GDIRS="--graph-dir compact=$G/compact --graph-dir normal=$G/normal"
 stage bench python3 -m eval.bench.wfst_bench --lp-file $LP --scale $SCALE --max-utts $UTTS --b1-utts ${B1:-30} \
-  $GDIRS --decoders ${DECODERS:-wfst riva} --run $SCALE
+  $GDIRS --decoders $DECODERS --run $SCALE
 if [ "$K2_UTTS" -gt 0 ]; then  # CPU baseline after the GPU runs, so it cannot disturb their timing
   stage k2py python3 -m eval.bench.wfst_bench --lp-file $LP --scale $SCALE --max-utts $UTTS --decoders k2py \
     --k2py-utts $K2_UTTS $GDIRS --experiment wfst_k2py --run $SCALE
 fi
-mkdir -p "$OUT/runs" && cp -r runs/bench/wfst_vs_riva "$OUT/runs/" && { [ ! -d runs/bench/wfst_k2py ] || cp -r runs/bench/wfst_k2py "$OUT/runs/"; }
+mkdir -p "$OUT/runs" && cp -r runs/bench/wfst_vs_riva "$OUT/runs/" && for d in wfst_vs_oasr wfst_k2py; do
+  [ ! -d runs/bench/$d ] || cp -r runs/bench/$d "$OUT/runs/"; done
 echo "total_s=$SECONDS"; sleep 1  # let tee flush the log

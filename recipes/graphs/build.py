@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import kaldifst
+import numpy as np
 
 from decoders.graph import IMAGE_VERSION, image_version
+from decoders.openfst import read_openfst, write_openfst_vector
 
 from recipes.graphs.compile import (
     compile_G, compile_HLG, compile_L, compile_LG, compile_TLG, estimate_epsfree_arcs, prepare_LG_for_HLG,
 )
 from recipes.graphs.convert import hlg_to_graph, tlg_to_graph
-from recipes.graphs.fstutil import fst_size
+from recipes.graphs.fstutil import fst_size, fst_to_arrays
+from recipes.graphs.hlg import log_arrays
 from recipes.graphs.info import word_label_positions
 from recipes.graphs.symbols import TokenTable, WordTable, read_arpa_words
 from recipes.graphs.topologies import TOPOLOGIES
@@ -38,7 +41,10 @@ log = logging.getLogger(__name__)
 GRAPH_FILES = ("TLG.fst", "TLG.bin", "HLG.bin", "HLG.pt", "HLG.k2.txt", "words.txt", "tokens.txt",
                "tokens_k2.txt", "lexicon.txt", "graph_info.json")
 HLG_FILES = ("HLG.bin", "HLG.pt", "HLG.k2.txt")
-DEFAULT_MAX_HLG_ARCS = 20_000_000  # estimated epsilon-free LG arcs above which the HLG is not built
+DEFAULT_MAX_HLG_ARCS = 20_000_000  # estimated epsilon-free LG arcs above which the HLG is not built (bench char: 19.8M
+# estimated, 19.4M built -> 52M-arc HLGs in ~7.7 GB; raise it with the memory to match)
+# HLG.k2.txt (k2py's CPU baseline; text, ~35 bytes and a Python f-string per arc) is written up to this many arcs
+DEFAULT_MAX_K2_TEXT_ARCS = 20_000_000
 
 
 def file_sha256(path) -> str:
@@ -49,6 +55,18 @@ def file_sha256(path) -> str:
             h.update(chunk)
     return h.hexdigest()[:16]
 
+
+
+def graph_sizes(g) -> dict:
+    """A graph's size as graph_info.json records it."""
+    return {"states": g.num_states, "arcs": g.num_arcs, "epsilon_arcs": g.num_epsilon_arcs,
+            "final_arcs": g.num_final_arcs, "multiword_arcs": g.num_multiword_arcs}
+
+
+def arrays_size(a) -> dict:
+    """An OpenFst graph's size (fstutil.fst_size's fields) from its arrays."""
+    return {"states": a.num_states, "arcs": a.num_arcs, "epsilon_arcs": int(np.count_nonzero(a.ilabel == 0)),
+            "final_states": int(np.count_nonzero(np.isfinite(a.final)))}
 
 
 def token_set_dir_name(tokens: TokenSet) -> str:
@@ -97,7 +115,7 @@ def build_lang(
         log.info("lang stage: %s exists, skipping", lang_dir)
         LG = kaldifst.StdVectorFst.read(str(lang_dir / "LG.fst"))
         skipped = meta.get("hlg_skipped")
-        LGp = None if skipped else kaldifst.StdVectorFst.read(str(lang_dir / "LG_epsfree.fst"))
+        LGp = None if skipped else read_openfst(lang_dir / "LG_epsfree.fst")
         words = WordTable(meta["words"])
         table = TokenTable(tokens, meta["num_disambig"])
         return LangArtifacts(lang_dir, table, words, LG, LGp, [tuple(c) for c in meta["compounds"]],
@@ -128,7 +146,8 @@ def build_lang(
     LG = compile_LG(L, G, push_labels=push_labels)
     sizes["LG"] = fst_size(LG)
     LG.write(str(lang_dir / "LG.fst"))
-    est = estimate_epsfree_arcs(LG, table)
+    LGa = fst_to_arrays(LG)  # one array copy for the estimate and LG'
+    est = estimate_epsfree_arcs(LGa, table)
     sizes["LG_epsfree_estimated_arcs"] = est
     skipped = None
     if est > max_hlg_arcs:
@@ -137,9 +156,9 @@ def build_lang(
         log.warning(skipped)
         LGp, compounds = None, []
     else:
-        LGp, compounds = prepare_LG_for_HLG(LG, table, words)
-        sizes["LG_epsfree"] = fst_size(LGp)
-        LGp.write(str(lang_dir / "LG_epsfree.fst"))
+        LGp, compounds = prepare_LG_for_HLG(LGa, table, words)
+        sizes["LG_epsfree"] = log_arrays("LG'", LGp)
+        write_openfst_vector(lang_dir / "LG_epsfree.fst", LGp)
     rep = {"num_words": report.num_words, "num_oov": len(report.oov_words), "oov_words": report.oov_words[:50],
            "max_disambig": max_disambig, "optional_space": optional_space}
     build_s = time.perf_counter() - t0
@@ -158,13 +177,17 @@ def build_topology_graphs(
     sources: dict,
     arpa_path: Optional[Path] = None,
     force: bool = False,
+    max_k2_text_arcs: int = DEFAULT_MAX_K2_TEXT_ARCS,
 ) -> dict:
-    """Stage 2 (per topology): TLG and HLG in every format + graph_info.json. Returns graph_info."""
+    """Stage 2 (per topology): TLG and HLG in every format + graph_info.json (HLG.k2.txt only up to
+    max_k2_text_arcs arcs). Returns graph_info."""
     if topology not in TOPOLOGIES:
         raise ValueError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
     out_dir = Path(out_dir)
     info_path = out_dir / "graph_info.json"
     needed = [f for f in GRAPH_FILES if not (lang.hlg_skipped and f in HLG_FILES)]
+    if info_path.exists() and json.loads(info_path.read_text()).get("HLG", {}).get("k2_text", True) is not True:
+        needed.remove("HLG.k2.txt")  # too large for k2 text when it was built (graph_info says so)
     # an image of an older format version is rebuilt, not skipped (the decoder would refuse it)
     stale = [f for f in needed if f.endswith(".bin") and (out_dir / f).exists()
              and image_version(out_dir / f) != IMAGE_VERSION]
@@ -182,26 +205,40 @@ def build_topology_graphs(
                  "vocab_size": tokens.vocab_size}
     TLG = compile_TLG(lang.LG, topology, table)
     TLG.write(str(out_dir / "TLG.fst"))
+    TLG = fst_to_arrays(TLG)
     t_tlg = time.perf_counter() - t0
     tlg = tlg_to_graph(TLG, table, symbols, info={**base_info, "kind": "TLG"})
     tlg.save(out_dir / "TLG.bin")
+    tlg_info = {**graph_sizes(tlg), "openfst": arrays_size(TLG), "build_s": round(t_tlg, 3)}
+    del tlg, TLG
     t1 = time.perf_counter()
-    hlg = None
+    hlg_info = None
     if lang.LG_epsfree is not None:
-        HLG = compile_HLG(lang.LG_epsfree, topology, table)
-        hlg = hlg_to_graph(HLG, table, symbols, lang.compounds, info={**base_info, "kind": "HLG"})
-        del HLG
-        hlg.save(out_dir / "HLG.bin")
-        hlg.save_k2(out_dir / "HLG.pt")
-        hlg.write_k2_text(out_dir / "HLG.k2.txt")  # multi-word arcs: compound ids in HLG.k2.txt.aux.json
+        steps = {}
+        t = time.perf_counter()
+        hlg = hlg_to_graph(compile_HLG(lang.LG_epsfree, topology, table, timings=steps), table, symbols,
+                           lang.compounds, info={**base_info, "kind": "HLG"})  # no reference kept to the arrays
+        steps["to_graph_s"] = time.perf_counter() - t - steps["compose_s"]
+        outputs = [("HLG.bin", hlg.save), ("HLG.pt", hlg.save_k2)]
+        k2_text = hlg.num_arcs <= max_k2_text_arcs
+        if k2_text:  # multi-word arcs: compound ids in HLG.k2.txt.aux.json
+            outputs.append(("HLG.k2.txt", hlg.write_k2_text))
+        else:
+            for stale in (out_dir / "HLG.k2.txt", out_dir / "HLG.k2.txt.aux.json"):
+                stale.unlink(missing_ok=True)
+        for name, write in outputs:
+            t = time.perf_counter()
+            write(out_dir / name)
+            steps[f"write_{name}_s"] = time.perf_counter() - t
+        hlg_info = {**graph_sizes(hlg), "k2_text": k2_text if k2_text else
+                    f"not written: {hlg.num_arcs} arcs > max_k2_text_arcs={max_k2_text_arcs}",
+                    "steps_s": {k: round(v, 3) for k, v in steps.items()}}
+        log.info("HLG[%s] steps (s): %s", topology, hlg_info["steps_s"])
+        del hlg
     t_hlg = time.perf_counter() - t1
     for name in ("words.txt", "tokens.txt", "lexicon.txt"):
         shutil.copyfile(lang.lang_dir / name, out_dir / name)
     tokens.write_tokens_txt(out_dir / "tokens_k2.txt")
-
-    def sizes(g):
-        return {"states": g.num_states, "arcs": g.num_arcs, "epsilon_arcs": g.num_epsilon_arcs,
-                "final_arcs": g.num_final_arcs, "multiword_arcs": g.num_multiword_arcs}
 
     info = {
         **base_info,
@@ -209,8 +246,8 @@ def build_topology_graphs(
         "num_disambig": table.num_disambig,
         "numbering": {"TLG.fst": "Kaldi: <eps>=0, token id = column + 1, then #k (tokens.txt)",
                       "HLG.*": "k2: label = column, -1 = final (tokens_k2.txt)"},
-        "TLG": {**sizes(tlg), "openfst": fst_size(TLG), "build_s": round(t_tlg, 3)},
-        "HLG": {**sizes(hlg), "build_s": round(t_hlg, 3)} if hlg is not None else
+        "TLG": tlg_info,
+        "HLG": {**hlg_info, "build_s": round(t_hlg, 3)} if hlg_info is not None else
                {"skipped": lang.hlg_skipped, "estimated_arcs": lang.sizes.get("LG_epsfree_estimated_arcs")},
         "word_label_position_LG": word_label_positions(lang.LG, table, symbols, lang.lang_dir / "lexicon.txt"),
         "lang": {"sizes": lang.sizes, "lexicon": lang.lexicon_report, "build_s": round(lang.build_s, 3)},
@@ -219,7 +256,7 @@ def build_topology_graphs(
         "source_paths": {"arpa": str(arpa_path) if arpa_path else None, "sp_model": tokens.sp_model_path},
     }
     info_path.write_text(json.dumps(info, indent=1))
-    log.info("%s: TLG %s | HLG %s", out_dir, sizes(tlg), sizes(hlg) if hlg is not None else lang.hlg_skipped)
+    log.info("%s: TLG %s | HLG %s", out_dir, tlg_info, hlg_info if hlg_info is not None else lang.hlg_skipped)
     return info
 
 
@@ -234,6 +271,7 @@ def build_token_set_graphs(
     max_order: int = -1,
     max_hlg_arcs: int = DEFAULT_MAX_HLG_ARCS,
     push_labels: bool = False,
+    max_k2_text_arcs: int = DEFAULT_MAX_K2_TEXT_ARCS,
 ) -> dict[str, dict]:
     """All stages for one token set; returns {topology: graph_info}."""
     out_dir = Path(out_dir)
@@ -242,7 +280,8 @@ def build_token_set_graphs(
                "tokens_sha256": hashlib.sha256("\n".join(tokens.tokens).encode()).hexdigest()[:16],
                "blank_id": tokens.blank_id,
                "words_sha256": hashlib.sha256("\n".join(word_list).encode()).hexdigest()[:16],
-               "max_order": max_order, "max_hlg_arcs": max_hlg_arcs, "push_labels": push_labels}
+               "max_order": max_order, "max_hlg_arcs": max_hlg_arcs, "push_labels": push_labels,
+               "max_k2_text_arcs": max_k2_text_arcs}
     if tokens.sp_model_path:
         sources["sp_model_sha256"] = file_sha256(tokens.sp_model_path)
     from filelock import FileLock
@@ -253,5 +292,5 @@ def build_token_set_graphs(
         lang = build_lang(out_dir / "lang", tokens, word_list, arpa_path, force=force, max_order=max_order,
                           max_hlg_arcs=max_hlg_arcs, sources=sources, push_labels=push_labels)
         return {t: build_topology_graphs(out_dir / t, lang, tokens, t, sources=sources, arpa_path=arpa_path,
-                                         force=force)
+                                         force=force, max_k2_text_arcs=max_k2_text_arcs)
                 for t in topologies}

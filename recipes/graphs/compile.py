@@ -1,19 +1,20 @@
-"""G, L, LG, TLG and HLG with kaldifst/kaldilm (OpenFst algorithms; nothing hand-written but relabelling).
+"""G, L, LG, TLG and HLG with kaldifst/kaldilm (OpenFst algorithms) and array operations for the HLG's
+epsilon removal (recipes/graphs/hlg.py).
 
-Recipe (Kaldi/EESEN/Riva for TLG, icefall for HLG):
+Recipe (Kaldi/EESEN/Riva for TLG, icefall's compile_hlg.py order for HLG):
   G   = arpa2fst(ARPA, disambig #0 on back-off arcs)                          (kaldilm)
   L   = lexicon transducer with #k disambiguation, #0:#0 loop, optional space (char sets)
   LG  = minimize_encoded(determinize_star(L o G)), ilabel-sorted              (kaldifst)
   TLG = T o LG  with T's eps:#k loops: keeps epsilon arcs, no #k on its input (what Riva's decoder reads)
-  HLG = H o LG' where LG' = LG with #k -> eps, finals made explicit arcs, eps:eps removed (rmepsilon);
-        then rmepsilon again (compact's eps) and connect: every arc reads one frame (k2-style).
+  HLG = rmepsilon(H) o LG' where LG' = LG with #k -> eps (after determinization), finals made explicit arcs,
+        every epsilon removed (words of removed arcs prepended to the arcs that follow, as
+        k2.remove_epsilon's ragged aux_labels), connected; H's own epsilons (compact) are removed on H
+        (30 states) rather than on H o LG' (millions of arcs): every HLG arc reads one frame (k2-style).
 
-The one non-OpenFst step: after `#k -> eps`, determinization has left some words on arcs whose input
-was a disambiguation symbol (a word that is a prefix of another word, e.g. "a"/"ab", is only known once #1
-is read). OpenFst's rmepsilon removes eps:eps arcs only (and kaldifst has no gallic semiring), so those
-eps:word arcs are folded forward into the arcs that follow them, concatenating word sequences -- what
-k2.remove_epsilon does with ragged aux_labels. An arc may then carry 2+ words (stored as a compound
-output id during composition, expanded into the graph's aux CSR afterwards; counted in graph_info).
+Determinization leaves some words on arcs whose input was a disambiguation symbol (a word that is a prefix of
+another word, e.g. "a"/"ab", is only known once #1 is read); epsilon removal prepends them to the following
+arcs' outputs, so an arc may carry 2+ words (a compound output id during composition, expanded into the
+graph's aux CSR afterwards; counted in graph_info).
 """
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import kaldifst
 import numpy as np
 
 from recipes.graphs.fstutil import FstArrays, arrays_to_fst, fst_to_arrays, log_size
+from recipes.graphs.hlg import WordSequences, connect_arrays, epsilon_free_topology, log_arrays, remove_epsilons
 from recipes.graphs.symbols import TokenTable, WordTable
-from recipes.graphs.topologies import build_topology
+from recipes.graphs.topologies import build_topology, topology_arrays
 
 log = logging.getLogger(__name__)
 
@@ -154,18 +156,11 @@ def compile_TLG(LG, topology: str, table: TokenTable) -> "kaldifst.StdVectorFst"
     return TLG
 
 
-def _csr(src: np.ndarray, num_states: int) -> tuple[np.ndarray, np.ndarray]:
-    order = np.argsort(src, kind="stable")
-    splits = np.zeros(num_states + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=num_states), out=splits[1:])
-    return order, splits
-
-
 def estimate_epsfree_arcs(LG, table: TokenTable) -> int:
     """Arcs of LG after removing its disambiguation (back-off) arcs: every state inherits the arcs of the
     states its #k chain reaches (the classic blow-up of epsilon removal on a back-off LM). Computed on the
     back-off DAG without building anything, so huge HLGs can be refused before they exhaust memory."""
-    a = fst_to_arrays(LG)
+    a = LG if isinstance(LG, FstArrays) else fst_to_arrays(LG)
     dis = a.ilabel >= table.first_disambig_label
     real = np.bincount(a.src[~dis], minlength=a.num_states).astype(np.float64)
     fin = np.isfinite(a.final).astype(np.float64)  # explicit final arcs
@@ -178,13 +173,15 @@ def estimate_epsfree_arcs(LG, table: TokenTable) -> int:
     return int(clos.sum())
 
 
-def prepare_LG_for_HLG(LG, table: TokenTable, words: WordTable) -> tuple["kaldifst.StdVectorFst", list[tuple]]:
-    """LG -> LG': disambiguation symbols to eps, finals as explicit `final_label` arcs into one final state,
-    eps:eps arcs removed (OpenFst rmepsilon), residual eps:word arcs folded forward (see module doc).
+def prepare_LG_for_HLG(LG, table: TokenTable, words: WordTable) -> tuple[FstArrays, list[tuple]]:
+    """LG -> LG' (arrays): disambiguation symbols to eps (after determinization, as icefall), finals as explicit
+    `final_label` arcs into one final state, then every epsilon removed (`recipes.graphs.hlg.remove_epsilons`:
+    words on removed arcs are prepended to the arcs that follow, as k2.remove_epsilon's ragged aux_labels),
+    trimmed (connect); arcs sorted by input label.
 
     Returns (LG', compounds): output ids >= len(words.symbols()) index `compounds` (tuples of word ids).
     """
-    a = fst_to_arrays(LG)
+    a = LG if isinstance(LG, FstArrays) else fst_to_arrays(LG)
     final_label = table.first_disambig_label  # free once #k are gone
     ilabel = a.ilabel.copy()
     ilabel[ilabel >= table.first_disambig_label] = 0
@@ -199,86 +196,36 @@ def prepare_LG_for_HLG(LG, table: TokenTable, words: WordTable) -> tuple["kaldif
     cost = np.concatenate([a.cost, a.final[fin]])
     final = np.full(a.num_states + 1, np.inf, np.float32)
     final[super_final] = 0.0
-    LGp = arrays_to_fst(FstArrays(a.start, a.num_states + 1, src, dest, ilabel, olabel, cost, final))
-    kaldifst.rmepsilon(LGp)
-    kaldifst.connect(LGp)
-    log_size("LG' (eps:eps removed)", LGp)
-    b = fst_to_arrays(LGp)
-    compounds: list[tuple] = []
-    base = len(words.symbols())
-    b, compounds, num_folded = _fold_word_epsilons(b, base)
-    LGf = arrays_to_fst(b)
-    kaldifst.connect(LGf)
-    kaldifst.arcsort(LGf, sort_type="ilabel")
-    size = log_size("LG' (eps-free)", LGf)
-    size["folded_word_eps_arcs"] = num_folded
-    log.info("LG': %d eps:word arcs folded forward, %d compound word labels", num_folded, len(compounds))
-    return LGf, compounds
+    b = FstArrays(a.start, a.num_states + 1, src, dest, ilabel, olabel, cost, final)
+    seqs = WordSequences(base=len(words.symbols()))
+    b, stats = remove_epsilons(b, seqs)
+    b = connect_arrays(b)  # keeps the input-label order remove_epsilons left
+    size = log_arrays("LG' (eps-free)", b)
+    log.info("LG': %d epsilon arcs removed (%d with a word; paths up to %d deep), %d compound word labels",
+             stats["epsilon_arcs_removed"], stats["word_epsilon_arcs"], stats["max_depth"], len(seqs.compounds))
+    size.update(stats)
+    return b, seqs.compounds
 
 
-def _fold_word_epsilons(a: FstArrays, base: int, max_rounds: int = 64):
-    """Replace every arc s -eps:w/c-> t by s -x:(w v)/(c+c')-> u for each arc t -x:v/c'-> u."""
-    compounds: list[tuple] = []
-    cindex: dict[tuple, int] = {}
+def compile_HLG(LGp, topology: str, table: TokenTable, timings: Optional[dict] = None) -> FstArrays:
+    """HLG = rmepsilon(H) o LG' (kaldifst composition), H's finality as explicit final_label arcs; epsilon-free
+    because LG' reads a token on every arc and H's epsilons were removed on H itself. Returns arrays
+    (`timings["compose_s"]`: the seconds it took, when a dict is given)."""
+    import time
 
-    def seq(label: int) -> tuple:
-        if label == 0:
-            return ()
-        if label >= base:
-            return compounds[label - base]
-        return (label,)
-
-    def label_of(s: tuple) -> int:
-        if not s:
-            return 0
-        if len(s) == 1:
-            return s[0]
-        if s not in cindex:
-            cindex[s] = base + len(compounds)
-            compounds.append(s)
-        return cindex[s]
-
-    num_folded = 0
-    for _ in range(max_rounds):
-        eps = np.nonzero(a.ilabel == 0)[0]
-        if eps.size == 0:
-            return a, compounds, num_folded
-        num_folded += int(eps.size)
-        order, splits = _csr(a.src, a.num_states)
-        keep = a.ilabel != 0
-        ns, nd, ni, no, nc = [], [], [], [], []
-        for e in eps.tolist():
-            s, t, w, c = int(a.src[e]), int(a.dest[e]), int(a.olabel[e]), float(a.cost[e])
-            if np.isfinite(a.final[t]):
-                raise RuntimeError("_fold_word_epsilons: finals must be explicit arcs before folding")
-            for f in order[splits[t]:splits[t + 1]].tolist():
-                ns.append(s)
-                nd.append(int(a.dest[f]))
-                ni.append(int(a.ilabel[f]))
-                no.append(label_of(seq(w) + seq(int(a.olabel[f]))))
-                nc.append(np.float32(c) + a.cost[f])
-        a = FstArrays(
-            a.start,
-            a.num_states,
-            np.concatenate([a.src[keep], np.asarray(ns, np.int32)]),
-            np.concatenate([a.dest[keep], np.asarray(nd, np.int32)]),
-            np.concatenate([a.ilabel[keep], np.asarray(ni, np.int32)]),
-            np.concatenate([a.olabel[keep], np.asarray(no, np.int32)]),
-            np.concatenate([a.cost[keep], np.asarray(nc, np.float32)]),
-            a.final,
-        )
-    raise RuntimeError("_fold_word_epsilons: epsilon chains did not terminate (epsilon cycle with words?)")
-
-
-def compile_HLG(LGp, topology: str, table: TokenTable) -> "kaldifst.StdVectorFst":
-    """HLG = H o LG' with H's finality as explicit final_label arcs; eps:eps removed (compact)."""
+    t0 = time.perf_counter()
     final_label = table.first_disambig_label
-    H = build_topology(topology, table, with_disambig=False, final_label=final_label)
-    log_size(f"H[{topology}]", H)
-    HLG = kaldifst.compose(H, LGp, connect=True)
-    log_size(f"H o LG'[{topology}]", HLG)
-    kaldifst.rmepsilon(HLG)
-    kaldifst.connect(HLG)
-    kaldifst.arcsort(HLG, sort_type="ilabel")
-    log_size(f"HLG[{topology}]", HLG)
-    return HLG
+    H = epsilon_free_topology(topology_arrays(topology, table, with_disambig=False, final_label=final_label))
+    log_size(f"H[{topology}] (eps-free)", H)
+    LGf = arrays_to_fst(LGp) if isinstance(LGp, FstArrays) else LGp
+    HLG = kaldifst.compose(H, LGf, connect=True)
+    del LGf
+    HLG = kaldifst.StdConstFst(HLG)  # the vector FST is freed here: one copy of the largest graph at a time
+    a = fst_to_arrays(HLG)
+    del HLG
+    log_arrays(f"HLG[{topology}]", a)
+    if np.any(a.ilabel == 0):
+        raise RuntimeError("compile_HLG: the composition has epsilon arcs (the topology's were not removed)")
+    if timings is not None:
+        timings["compose_s"] = time.perf_counter() - t0
+    return a
