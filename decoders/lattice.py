@@ -219,9 +219,16 @@ class WfstLattices:
             raise TypeError(f"nbest: k must be an int, got {type(k).__name__}")
         if k < 1:
             raise ValueError(f"nbest: k must be >= 1, got {k}")
-        return [self._nbest_one(i, int(k)) for i in range(len(self))]
+        out = []
+        for i in range(len(self)):
+            u = self._utt(i)
+            out.append([self._path_hypothesis(u, path, score) for path, score in self.nbest_paths(i, int(k))])
+        return out
 
-    def _nbest_one(self, i: int, k: int) -> list[Hypothesis]:
+    def nbest_paths(self, i: int, k: int) -> list[tuple[list[int], float]]:
+        """The paths behind nbest(k)[i]: (lattice arc indices of utterance i in path order, score), best first."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"nbest: k must be an int >= 1, got {k!r}")
         u = self._utt(i)
         S = len(u["frame"])
         if S == 0:
@@ -243,7 +250,7 @@ class WfstLattices:
         node_arc: list[int] = []
         heap = [(-(0.0 + h[0]), 0, 0, 0, 0.0, -1, -1)]  # (-priority, tiebreak, state, prefix, g, parent, arc)
         seen: set[tuple[int, int]] = set()
-        results: list[Hypothesis] = []
+        results: list[tuple[list[int], float]] = []
         counter = 1
         while heap and len(results) < k:
             _, _, s, p, g, parent, arc = heapq.heappop(heap)
@@ -260,7 +267,7 @@ class WfstLattices:
                     path.append(node_arc[n])
                     n = node_parent[n]
                 path.reverse()
-                results.append(self._path_hypothesis(u, path, g))
+                results.append((path, g))
                 continue
             for a in range(out_begin[s], out_begin[s + 1]):
                 d = dst[a]
