@@ -295,7 +295,11 @@ def sharded_row(parts: list[ResultRow], environment: Optional[dict] = None) -> R
 
 
 def hypothesis_record(*, decoder: str, dataset: str, utterance_id: str, ref: str, hyp: str, score: float,
-                      tokens: Iterable[int]) -> str:
-    """One hyps.jsonl line (decoder, dataset, id, ref, hyp, score, tokens): what a run's WER is recomputed from."""
-    return json.dumps({"decoder": decoder, "dataset": dataset, "id": utterance_id, "ref": ref, "hyp": hyp,
-                       "score": float(score), "tokens": [int(t) for t in tokens]}) + "\n"
+                      tokens: Iterable[int], extra: Optional[dict] = None) -> str:
+    """One hyps.jsonl line (decoder, dataset, id, ref, hyp, score, tokens): what a run's WER is recomputed from;
+    `extra` adds optional per-hypothesis fields (word times, confidences, n-best list; eval.runner.hypothesis_extra)."""
+    rec = {"decoder": decoder, "dataset": dataset, "id": utterance_id, "ref": ref, "hyp": hyp,
+           "score": float(score), "tokens": [int(t) for t in tokens]}
+    for k, v in (extra or {}).items():
+        rec.setdefault(k, v)  # never overrides a core field
+    return json.dumps(rec) + "\n"

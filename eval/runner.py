@@ -219,6 +219,21 @@ def hypothesis_text(h: Hypothesis, tokens) -> str:
     return tokens.decode(h.tokens) if h.tokens else ""
 
 
+def hypothesis_extra(h: Hypothesis) -> dict:
+    """The optional fields of a hypothesis for hyps.jsonl: word start/end frames, word confidences, and the
+    n-best list (hyp text, score and word times of each entry); {} when the decoder gave none."""
+    out: dict = {}
+    for name in ("word_start_frames", "word_end_frames", "word_confidences"):
+        v = getattr(h, name, None)
+        if v is not None:
+            out[name] = [float(x) for x in v]
+    nb = getattr(h, "nbest", None)
+    if nb is not None:
+        out["nbest"] = [{"hyp": " ".join(x.words), "score": float(x.score),
+                         **{k: v for k, v in hypothesis_extra(x._replace(nbest=None)).items()}} for x in nb]
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The decode loop
 # ---------------------------------------------------------------------------------------------------------
@@ -300,7 +315,8 @@ def decode_dataset(
                 r.refs.append(u.text)
                 r.hyps.append(text)
                 hyps_file.write(hypothesis_record(decoder=r.label, dataset=dataset, utterance_id=u.id, ref=u.text,
-                                                  hyp=text, score=h.score, tokens=h.tokens))
+                                                  hyp=text, score=h.score, tokens=h.tokens,
+                                                  extra=hypothesis_extra(h)))
     return [
         measured_row(
             experiment=info.experiment, run=info.run, decoder=r.label, decoder_name=r.name, device=r.device,
