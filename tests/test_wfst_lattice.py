@@ -392,3 +392,46 @@ def test_k2_dict_and_openfst_export(tmp_path):
         for arc in kaldifst.ArcIterator(best, state):
             cost += float(arc.weight.value)
     assert -cost == pytest.approx(float(lats.scores[0]), abs=1e-4)
+
+
+def test_harness_output_modes_and_hyps_record(tmp_path):
+    """eval/adapters/wfst.py `output`: nbest / mbr / lattice_rescore hypotheses equal the lattice API's, and
+    hyps.jsonl carries word times, confidences and the n-best list (eval.runner.hypothesis_extra)."""
+    import json
+    from types import SimpleNamespace
+
+    from eval.adapters.base import DecodingContext
+    from eval.adapters.wfst import WfstAdapter
+    from eval.rescore import NgramLM, lattice_rescore
+    from eval.results import hypothesis_record
+    from eval.runner import hypothesis_extra
+    from test_wfst_lattice_rescore import write_arpa4
+
+    rng = np.random.default_rng(15)
+    g = acyclic_eps_graph(rng, num_states=7, finals="all")
+    g.save(tmp_path / "TLG.bin")
+    write_arpa4(tmp_path / "lm.arpa", g.words[1:], rng)
+    ctx = DecodingContext(tokens=SimpleNamespace(blank_id=0, vocab_size=g.num_tokens), graph_dir=tmp_path,
+                          arpa_path=tmp_path / "lm.arpa")
+    lp = random_log_probs(rng, 2, 5, g.num_tokens)
+    lengths = torch.tensor([5, 4])
+    base = {"graph": "TLG", "acoustic_scale": 1.0, "output_beam": 6.0}
+    lats = WfstDecoder(g, WfstDecoderConfig(search_beam=17.0, output_beam=6.0, blank_id=0)).decode_lattice(lp, lengths)
+    nb = WfstAdapter({**base, "output": "nbest", "nbest_size": 3}, ctx).decode(lp, lengths)
+    want = lats.nbest(3)
+    assert [[x.words for x in h.nbest] for h in nb] == [[x.words for x in w] for w in want]
+    assert [h.words for h in nb] == [w[0].words for w in want]
+    mbr = WfstAdapter({**base, "output": "mbr"}, ctx).decode(lp, lengths)
+    assert [h.words for h in mbr] == [h.words for h in lats.mbr()]
+    rs = WfstAdapter({**base, "output": "lattice_rescore", "rescore_lm_scale": 0.5}, ctx).decode(lp, lengths)
+    assert [h.score for h in rs] == pytest.approx([h.score for h in lattice_rescore(lats, NgramLM(ctx.arpa_path), 0.5)])
+    rec = json.loads(hypothesis_record(decoder="wfst", dataset="d", utterance_id="u", ref="r", hyp="h",
+                                       score=nb[0].score, tokens=nb[0].tokens, extra=hypothesis_extra(nb[0])))
+    assert rec["hyp"] == "h" and len(rec["nbest"]) == len(nb[0].nbest)
+    assert rec["word_start_frames"] == list(nb[0].word_start_frames)
+    assert rec["nbest"][0]["hyp"] == " ".join(nb[0].words)
+    rec = json.loads(hypothesis_record(decoder="wfst", dataset="d", utterance_id="u", ref="r", hyp="h",
+                                       score=mbr[0].score, tokens=[], extra=hypothesis_extra(mbr[0])))
+    assert rec["word_confidences"] == pytest.approx(list(mbr[0].word_confidences))
+    with pytest.raises(ValueError, match="output"):
+        WfstAdapter({**base, "output": "sausage"}, ctx)
