@@ -208,9 +208,40 @@ class WfstLattices:
         return Hypothesis(tokens=tokens, words=self._word_strings(words), score=float(score), timesteps=steps,
                           word_start_frames=[float(s) for s in starts], word_end_frames=[float(e) for e in ends])
 
+    def best_path(self, i: int) -> list[int]:
+        """Lattice arc indices (utterance i, in order) of the best path: traced back from the final state through
+        arcs whose float32 forward(src) + score equals forward(dst) (the arc that won the forward pass's max;
+        exact ties: the first in arc order). [] for an empty lattice."""
+        u = self._utt(i)
+        S = len(u["frame"])
+        if S == 0:
+            return []
+        fwd = u["fwd"]
+        tight = (fwd[u["src"]] + u["score"]).astype(np.float32) == fwd[u["dst"]]
+        first_in = np.full(S, -1, dtype=np.int64)
+        idx = np.nonzero(tight)[0]
+        # the first tight arc into each state (arcs are sorted by source, so reversed assignment keeps the first)
+        first_in[u["dst"][idx[::-1]]] = idx[::-1]
+        path, s = [], S - 1
+        while s != 0:
+            a = int(first_in[s])
+            if a < 0:  # cannot happen on a lattice from the forward pass; fall back to the exact search
+                return self.nbest_paths(i, 1)[0][0]
+            path.append(a)
+            s = int(u["src"][a])
+        path.reverse()
+        return path
+
     def best(self) -> list[Hypothesis]:
-        """The lattice's best path per utterance (equals decode()'s), with word times."""
-        return [h[0] if h else Hypothesis(tokens=[], words=[], score=-math.inf) for h in self.nbest(1)]
+        """The lattice's best path per utterance (equals decode()'s), with word times; no words and -inf for an
+        empty lattice."""
+        out = []
+        for i in range(len(self)):
+            if self.num_states(i) == 0:
+                out.append(Hypothesis(tokens=[], words=[], score=-math.inf))
+                continue
+            out.append(self._path_hypothesis(self._utt(i), self.best_path(i), float(self.scores[i])))
+        return out
 
     def nbest(self, k: int) -> list[list[Hypothesis]]:
         """Per utterance the k best distinct word sequences (tropical: each scored by its best path), best
