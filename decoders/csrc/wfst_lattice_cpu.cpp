@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "wfst_defs.h"
+#include "wfst_lattice_host.h"
 #include "wfst_lattice_ops.h"
 #include "wfst_ops.h"
 
@@ -94,33 +95,18 @@ struct Tok {
   float score;
 };
 
-struct RawArc {
-  int32_t src;  // token ids (index into the utterance's token arrays)
-  int32_t dst;
-  int32_t arc;  // graph arc
-  float ll;     // acoustic_scale * log-prob + weight + boosts
-};
-
-struct UttLattice {
-  float score = kNegInf;
-  int64_t overflow = 0;
-  int64_t flags = 0;
-  int64_t arcs_before = 0;
-  int64_t tokens_before = 0;
-  std::vector<int32_t> state_frame, state_graph;
-  std::vector<float> state_fwd, state_bwd;
-  std::vector<int32_t> arc_src, arc_dst, arc_id;
-  std::vector<float> arc_ll;
-};
+using lattice::RawArc;
+using lattice::RawLattice;
+using lattice::UttLattice;
 
 template <typename scalar_t>
-void lattice_one(const LGraph& g, const LOptions& opt, const scalar_t* lp, int64_t stride_t, int32_t len,
-                 const LBoosts& boost, std::vector<int32_t>& slot_of_state, UttLattice& out) {
-  std::vector<int32_t> tok_state;
-  std::vector<float> tok_score;
-  std::vector<int64_t> frame_begin{0};   // tokens of frame f: [frame_begin[f], frame_begin[f + 1])
-  std::vector<RawArc> raw;
-  std::vector<int64_t> eps_seg_begin, emit_seg_begin;  // per frame: where its epsilon / outgoing arcs start
+void lattice_forward(const LGraph& g, const LOptions& opt, const scalar_t* lp, int64_t stride_t, int32_t len,
+                     const LBoosts& boost, std::vector<int32_t>& slot_of_state, RawLattice& out) {
+  std::vector<int32_t>& tok_state = out.tok_state;
+  std::vector<float>& tok_score = out.tok_score;
+  std::vector<int64_t>& frame_begin = out.frame_begin;  // tokens of frame f: [frame_begin[f], frame_begin[f + 1])
+  std::vector<RawArc>& raw = out.arcs;
+  frame_begin.assign(1, 0);
   auto arc_score = [&](int32_t a, float acoustic) {  // same expression as wfst_cpu.cpp
     float arc_ll = acoustic + g.weight[a];
     if (boost.capacity > 0)
@@ -195,7 +181,6 @@ void lattice_one(const LGraph& g, const LOptions& opt, const scalar_t* lp, int64
   };
 
   std::vector<Tok> front{{g.start_state, 0.0f}}, next;
-  eps_seg_begin.push_back(0);
   if (g.has_eps) {
     slot_of_state[g.start_state] = 0;
     epsilon_closure(front, 0.0f - opt.search_beam);
@@ -272,9 +257,7 @@ void lattice_one(const LGraph& g, const LOptions& opt, const scalar_t* lp, int64
     }
     if (g.has_eps && !final_step) epsilon_closure(next, cutoff);
     const int32_t next_base = static_cast<int32_t>(tok_state.size());
-    emit_seg_begin.push_back(static_cast<int64_t>(raw.size()));  // frame t's outgoing arcs
     for (const Emit& e : emits) raw.push_back({e.src, next_base + e.dst_local, e.arc, e.ll});
-    eps_seg_begin.push_back(static_cast<int64_t>(raw.size()));  // frame t + 1's epsilon arcs
     if (g.has_eps && !final_step) record_eps_arcs(next, next_base, cutoff);
     commit(next);
     for (const Tok& tok : next) slot_of_state[tok.state] = -1;
@@ -282,78 +265,7 @@ void lattice_one(const LGraph& g, const LOptions& opt, const scalar_t* lp, int64
     front_base = next_base;
     redirected = redirect;
   }
-  emit_seg_begin.push_back(static_cast<int64_t>(raw.size()));  // frame len + 1 has no outgoing arcs
-  const int32_t num_frames = len + 2;
-  auto seg_end_eps = [&](int32_t f) { return emit_seg_begin[f]; };          // eps arcs of f end where its
-  auto seg_end_emit = [&](int32_t f) { return eps_seg_begin[f + 1]; };      // emitting arcs start, etc.
-  out.arcs_before = static_cast<int64_t>(raw.size());
-  out.tokens_before = static_cast<int64_t>(tok_state.size());
-
-  int32_t final_tok = -1;
-  for (int64_t i = frame_begin[num_frames - 1]; i < frame_begin[num_frames]; ++i)
-    if (tok_state[i] == g.final_state) final_tok = static_cast<int32_t>(i);
-  if (final_tok < 0) return;  // no path: empty lattice
-  out.score = tok_score[final_tok];
-  out.flags = wfst::kFlagHasPath | (redirected ? 0 : wfst::kFlagReachedFinal);
-
-  // Backward prune (k2 PruneTimeRange over the whole utterance).
-  const int64_t ntok = static_cast<int64_t>(tok_state.size());
-  std::vector<float> bwd(static_cast<size_t>(ntok), kNegInf);
-  std::vector<char> keep(raw.size(), 0);
-  bwd[final_tok] = -tok_score[final_tok];
-  const float neg_beam = -opt.output_beam;
-  auto visit = [&](int64_t k) {
-    const RawArc& r = raw[k];
-    if (bwd[r.dst] == kNegInf) return;
-    const float ab = r.ll + bwd[r.dst];  // k2: backward_loglike at the beginning of the arc
-    if (ab + tok_score[r.src] >= neg_beam) {
-      keep[k] = 1;
-      bwd[r.src] = std::max(bwd[r.src], ab);
-    }
-  };
-  std::vector<int64_t> order;
-  for (int32_t f = num_frames - 2; f >= 0; --f) {
-    for (int64_t k = emit_seg_begin[f]; k < seg_end_emit(f); ++k) visit(k);
-    order.clear();
-    for (int64_t k = eps_seg_begin[f]; k < seg_end_eps(f); ++k) order.push_back(k);
-    if (!order.empty()) {
-      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
-        return g.eps_level[tok_state[raw[x].src]] > g.eps_level[tok_state[raw[y].src]];
-      });
-      for (int64_t k : order) visit(k);
-    }
-  }
-
-  // Kept states, renumbered topologically: by frame, then epsilon level, then creation order.
-  std::vector<int32_t> new_id(static_cast<size_t>(ntok), -1);
-  for (size_t k = 0; k < raw.size(); ++k)
-    if (keep[k]) new_id[raw[k].src] = new_id[raw[k].dst] = 0;
-  std::vector<int32_t> frame_toks;
-  int32_t next_id = 0;
-  for (int32_t f = 0; f < num_frames; ++f) {
-    frame_toks.clear();
-    for (int64_t i = frame_begin[f]; i < frame_begin[f + 1]; ++i)
-      if (new_id[i] == 0) frame_toks.push_back(static_cast<int32_t>(i));
-    std::stable_sort(frame_toks.begin(), frame_toks.end(),
-                     [&](int32_t x, int32_t y) { return g.eps_level[tok_state[x]] < g.eps_level[tok_state[y]]; });
-    for (int32_t i : frame_toks) {
-      new_id[i] = next_id++;
-      out.state_frame.push_back(f);
-      out.state_graph.push_back(tok_state[i]);
-      out.state_fwd.push_back(tok_score[i]);
-      out.state_bwd.push_back(bwd[i]);
-    }
-  }
-  std::vector<int64_t> kept;
-  for (size_t k = 0; k < raw.size(); ++k)
-    if (keep[k]) kept.push_back(static_cast<int64_t>(k));
-  std::stable_sort(kept.begin(), kept.end(), [&](int64_t x, int64_t y) { return new_id[raw[x].src] < new_id[raw[y].src]; });
-  for (int64_t k : kept) {
-    out.arc_src.push_back(new_id[raw[k].src]);
-    out.arc_dst.push_back(new_id[raw[k].dst]);
-    out.arc_id.push_back(raw[k].arc);
-    out.arc_ll.push_back(raw[k].ll);
-  }
+  out.redirected = redirected;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -594,49 +506,105 @@ class Mbr {
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
-                 const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
-                 const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
-                 const at::Tensor& weight, int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
-                 const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
-                 bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
-                 double output_beam) {
-  wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight,
-                    start_state, final_state, boost_keys, boost_values, search_beam, min_active, max_active,
-                    eps_iterations, 1);
-  BEAMDEC_CHECK(log_probs.is_cpu(), "wfst_lattice: log_probs must be on the CPU");
-  const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
-  const int64_t N = row_splits.numel() - 1;
-  BEAMDEC_CHECK(eps_level.scalar_type() == at::kInt && eps_level.is_contiguous() && eps_level.numel() == N &&
-                    eps_level.is_cpu(),
-                "wfst_lattice: eps_level must be a contiguous CPU int32 tensor with one entry per state (", N, ")");
-  BEAMDEC_CHECK(output_beam > 0, "wfst_lattice: output_beam must be > 0 (+inf keeps every arc), got ", output_beam);
-  LGraph g{row_splits.data_ptr<int32_t>(), eps_begin.data_ptr<int32_t>(), final_begin.data_ptr<int32_t>(),
-           dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    aux_splits.data_ptr<int32_t>(),
-           aux_words.data_ptr<int32_t>(),  weight.data_ptr<float>(),      eps_level.data_ptr<int32_t>(),
-           static_cast<int32_t>(N),        static_cast<int32_t>(start_state), static_cast<int32_t>(final_state),
-           false};
-  for (int64_t s = 0; s < N && !g.has_eps; ++s) g.has_eps = g.eps_begin[s] < g.final_begin[s];
-  BEAMDEC_CHECK(!g.has_eps || eps_iterations >= 1, "wfst_lattice: the graph has epsilon arcs, eps_iterations must be >= 1");
-  LOptions opt{static_cast<float>(search_beam), static_cast<float>(min_active), static_cast<float>(max_active),
-               allow_partial, static_cast<float>(acoustic_scale), static_cast<int32_t>(eps_iterations),
-               static_cast<float>(output_beam)};
-  const int64_t C = boost_keys.size(1);
-  const int64_t* len_ptr = lengths.data_ptr<int64_t>();
-  std::vector<UttLattice> lats(static_cast<size_t>(B));
-  AT_DISPATCH_FLOATING_TYPES_AND_HALF(log_probs.scalar_type(), "wfst_lattice_cpu", [&] {
-    const scalar_t* lp = log_probs.data_ptr<scalar_t>();
-    at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-      std::vector<int32_t> slot_of_state(static_cast<size_t>(N), -1);
-      for (int64_t b = begin; b < end; ++b) {
-        LBoosts boost{C ? boost_keys.data_ptr<int32_t>() + b * C : nullptr,
-                      C ? boost_values.data_ptr<float>() + b * C : nullptr, static_cast<int32_t>(C)};
-        lattice_one<scalar_t>(g, opt, lp + b * T * V, V, static_cast<int32_t>(len_ptr[b]), boost, slot_of_state,
-                              lats[b]);
-      }
+namespace lattice {
+
+void prune_lattice(const int32_t* eps_level, int32_t final_state, float output_beam, const RawLattice& raw,
+                   UttLattice& out) {
+  const std::vector<int32_t>& tok_state = raw.tok_state;
+  const std::vector<float>& tok_score = raw.tok_score;
+  const int32_t num_frames = static_cast<int32_t>(raw.frame_begin.size()) - 1;
+  const int64_t ntok = static_cast<int64_t>(tok_state.size());
+  out.overflow = raw.overflow;
+  out.arcs_before = static_cast<int64_t>(raw.arcs.size());
+  out.tokens_before = ntok;
+  if (num_frames < 1) return;
+  std::vector<int32_t> frame_of(static_cast<size_t>(ntok));
+  for (int32_t f = 0; f < num_frames; ++f)
+    for (int64_t i = raw.frame_begin[f]; i < raw.frame_begin[f + 1]; ++i) frame_of[i] = f;
+  int32_t final_tok = -1;
+  for (int64_t i = raw.frame_begin[num_frames - 1]; i < raw.frame_begin[num_frames]; ++i)
+    if (tok_state[i] == final_state) final_tok = static_cast<int32_t>(i);
+  if (final_tok < 0) return;  // no path: empty lattice
+  out.score = tok_score[final_tok];
+  out.flags = wfst::kFlagHasPath | (raw.redirected ? 0 : wfst::kFlagReachedFinal);
+
+  // Arcs by source frame (counting sort), emitting ones (into the next frame) before epsilon ones.
+  const size_t A = raw.arcs.size();
+  std::vector<int64_t> begin(static_cast<size_t>(2 * num_frames + 1), 0), order(A);
+  auto bucket = [&](const RawArc& r) {
+    const int32_t f = frame_of[r.src];
+    return 2 * f + (frame_of[r.dst] == f ? 1 : 0);
+  };
+  for (const RawArc& r : raw.arcs) ++begin[bucket(r) + 1];
+  for (size_t k = 1; k < begin.size(); ++k) begin[k] += begin[k - 1];
+  {
+    std::vector<int64_t> fill(begin.begin(), begin.end() - 1);
+    for (size_t k = 0; k < A; ++k) order[fill[bucket(raw.arcs[k])]++] = static_cast<int64_t>(k);
+  }
+  // Backward prune (k2 PruneTimeRange over the whole utterance).
+  std::vector<float> bwd(static_cast<size_t>(ntok), kNegInf);
+  std::vector<char> keep(A, 0);
+  bwd[final_tok] = -tok_score[final_tok];
+  const float neg_beam = -output_beam;
+  auto visit = [&](int64_t k) {
+    const RawArc& r = raw.arcs[k];
+    if (bwd[r.dst] == kNegInf) return;
+    const float ab = r.ll + bwd[r.dst];  // k2: backward_loglike at the beginning of the arc
+    if (ab + tok_score[r.src] >= neg_beam) {
+      keep[k] = 1;
+      bwd[r.src] = std::max(bwd[r.src], ab);
+    }
+  };
+  for (int32_t f = num_frames - 1; f >= 0; --f) {
+    for (int64_t k = begin[2 * f]; k < begin[2 * f + 1]; ++k) visit(order[k]);
+    // epsilon arcs of the frame: decreasing level of their source (destinations are final by then)
+    std::stable_sort(order.begin() + begin[2 * f + 1], order.begin() + begin[2 * f + 2], [&](int64_t x, int64_t y) {
+      return eps_level[tok_state[raw.arcs[x].src]] > eps_level[tok_state[raw.arcs[y].src]];
     });
+    for (int64_t k = begin[2 * f + 1]; k < begin[2 * f + 2]; ++k) visit(order[k]);
+  }
+
+  // Kept states in canonical order: frame, epsilon level (a topological order of the frame's epsilon arcs),
+  // graph state (unique within a frame) -- independent of the order the forward pass created them in.
+  std::vector<int32_t> new_id(static_cast<size_t>(ntok), -1);
+  for (size_t k = 0; k < A; ++k)
+    if (keep[k]) new_id[raw.arcs[k].src] = new_id[raw.arcs[k].dst] = 0;
+  std::vector<int32_t> frame_toks;
+  int32_t next_id = 0;
+  for (int32_t f = 0; f < num_frames; ++f) {
+    frame_toks.clear();
+    for (int64_t i = raw.frame_begin[f]; i < raw.frame_begin[f + 1]; ++i)
+      if (new_id[i] == 0) frame_toks.push_back(static_cast<int32_t>(i));
+    std::sort(frame_toks.begin(), frame_toks.end(), [&](int32_t x, int32_t y) {
+      const int32_t lx = eps_level[tok_state[x]], ly = eps_level[tok_state[y]];
+      return lx != ly ? lx < ly : tok_state[x] < tok_state[y];
+    });
+    for (int32_t i : frame_toks) {
+      new_id[i] = next_id++;
+      out.state_frame.push_back(f);
+      out.state_graph.push_back(tok_state[i]);
+      out.state_fwd.push_back(tok_score[i]);
+      out.state_bwd.push_back(bwd[i]);
+    }
+  }
+  std::vector<int64_t> kept;
+  for (size_t k = 0; k < A; ++k)
+    if (keep[k]) kept.push_back(static_cast<int64_t>(k));
+  std::sort(kept.begin(), kept.end(), [&](int64_t x, int64_t y) {
+    const int32_t sx = new_id[raw.arcs[x].src], sy = new_id[raw.arcs[y].src];
+    return sx != sy ? sx < sy : raw.arcs[x].arc < raw.arcs[y].arc;
   });
+  for (int64_t k : kept) {
+    out.arc_src.push_back(new_id[raw.arcs[k].src]);
+    out.arc_dst.push_back(new_id[raw.arcs[k].dst]);
+    out.arc_id.push_back(raw.arcs[k].arc);
+    out.arc_ll.push_back(raw.arcs[k].ll);
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+pack_lattices(const std::vector<UttLattice>& lats) {
+  const int64_t B = static_cast<int64_t>(lats.size());
   auto i64 = at::TensorOptions().dtype(at::kLong);
   auto i32 = at::TensorOptions().dtype(at::kInt);
   auto f32 = at::TensorOptions().dtype(at::kFloat);
@@ -679,6 +647,57 @@ wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const a
     }
   }
   return {scores, header, state_splits, states, state_scores, arc_splits, arcs, arc_scores};
+}
+
+}  // namespace lattice
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                 const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                 const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+                 const at::Tensor& weight, int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
+                 const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
+                 bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
+                 double output_beam) {
+  wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight,
+                    start_state, final_state, boost_keys, boost_values, search_beam, min_active, max_active,
+                    eps_iterations, 1);
+  BEAMDEC_CHECK(log_probs.is_cpu(), "wfst_lattice: log_probs must be on the CPU");
+  const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
+  const int64_t N = row_splits.numel() - 1;
+  BEAMDEC_CHECK(eps_level.scalar_type() == at::kInt && eps_level.is_contiguous() && eps_level.numel() == N &&
+                    eps_level.is_cpu(),
+                "wfst_lattice: eps_level must be a contiguous CPU int32 tensor with one entry per state (", N, ")");
+  BEAMDEC_CHECK(output_beam > 0, "wfst_lattice: output_beam must be > 0 (+inf keeps every arc), got ", output_beam);
+  LGraph g{row_splits.data_ptr<int32_t>(), eps_begin.data_ptr<int32_t>(), final_begin.data_ptr<int32_t>(),
+           dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    aux_splits.data_ptr<int32_t>(),
+           aux_words.data_ptr<int32_t>(),  weight.data_ptr<float>(),      eps_level.data_ptr<int32_t>(),
+           static_cast<int32_t>(N),        static_cast<int32_t>(start_state), static_cast<int32_t>(final_state),
+           false};
+  for (int64_t s = 0; s < N && !g.has_eps; ++s) g.has_eps = g.eps_begin[s] < g.final_begin[s];
+  BEAMDEC_CHECK(!g.has_eps || eps_iterations >= 1, "wfst_lattice: the graph has epsilon arcs, eps_iterations must be >= 1");
+  LOptions opt{static_cast<float>(search_beam), static_cast<float>(min_active), static_cast<float>(max_active),
+               allow_partial, static_cast<float>(acoustic_scale), static_cast<int32_t>(eps_iterations),
+               static_cast<float>(output_beam)};
+  const int64_t C = boost_keys.size(1);
+  const int64_t* len_ptr = lengths.data_ptr<int64_t>();
+  std::vector<UttLattice> lats(static_cast<size_t>(B));
+  const float output_beam_f = static_cast<float>(output_beam);
+  AT_DISPATCH_FLOATING_TYPES_AND_HALF(log_probs.scalar_type(), "wfst_lattice_cpu", [&] {
+    const scalar_t* lp = log_probs.data_ptr<scalar_t>();
+    at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+      std::vector<int32_t> slot_of_state(static_cast<size_t>(N), -1);
+      for (int64_t b = begin; b < end; ++b) {
+        LBoosts boost{C ? boost_keys.data_ptr<int32_t>() + b * C : nullptr,
+                      C ? boost_values.data_ptr<float>() + b * C : nullptr, static_cast<int32_t>(C)};
+        RawLattice raw;
+        lattice_forward<scalar_t>(g, opt, lp + b * T * V, V, static_cast<int32_t>(len_ptr[b]), boost, slot_of_state,
+                                  raw);
+        lattice::prune_lattice(g.eps_level, g.final_state, output_beam_f, raw, lats[b]);
+      }
+    });
+  });
+  return lattice::pack_lattices(lats);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_mbr_cpu(
