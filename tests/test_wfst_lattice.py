@@ -435,3 +435,17 @@ def test_harness_output_modes_and_hyps_record(tmp_path):
     assert rec["word_confidences"] == pytest.approx(list(mbr[0].word_confidences))
     with pytest.raises(ValueError, match="output"):
         WfstAdapter({**base, "output": "sausage"}, ctx)
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+def test_cuda_lattice_launcher_compiles_with_nvcc(tmp_path):
+    """Compile-check of the torch-free lattice launcher + kernels (nothing runs without a GPU; the GPU == CPU
+    tests are tests/test_wfst_lattice_gpu.py)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = ["nvcc", "-std=c++17", "-arch=sm_90", "-c", str(root / "decoders/csrc/wfst_lattice_launch.cu"), "-I",
+           str(root / "decoders/include"), "-o", str(tmp_path / "wfst_lattice_launch.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

@@ -54,7 +54,8 @@ TORCH_LIBRARY(beamdec, m) {
       "wfst_lattice(Tensor log_probs, Tensor lengths, Tensor row_splits, Tensor eps_begin, Tensor final_begin, "
       "Tensor dest, Tensor ilabel, Tensor aux_splits, Tensor aux_words, Tensor weight, int start_state, "
       "int final_state, Tensor boost_keys, Tensor boost_values, float search_beam, int min_active, int max_active, "
-      "bool allow_partial, float acoustic_scale, int eps_iterations, Tensor eps_level, float output_beam) "
+      "bool allow_partial, float acoustic_scale, int eps_iterations, Tensor eps_level, float output_beam, "
+      "int frontier_capacity, int candidate_capacity, int token_capacity, int arc_capacity) "
       "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "wfst_lattice_mbr(Tensor state_splits, Tensor states, Tensor arc_splits, Tensor arcs, Tensor arc_scores, "
@@ -95,6 +96,7 @@ TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: CUDA ----
   m.impl("wfst_decode", &beamdec::wfst_decode_cuda);
+  m.impl("wfst_lattice", &beamdec::wfst_lattice_cuda);
 #endif
 }
 #endif

@@ -658,7 +658,8 @@ wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const a
                  const at::Tensor& weight, int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
                  const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
                  bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
-                 double output_beam) {
+                 double output_beam, int64_t /*frontier_capacity*/, int64_t /*candidate_capacity*/,
+                 int64_t /*token_capacity*/, int64_t /*arc_capacity*/) {
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight,
                     start_state, final_state, boost_keys, boost_values, search_beam, min_active, max_active,
                     eps_iterations, 1);

@@ -13,9 +13,9 @@ memory per utterance is the `lattice_bytes` counter (decoder_stats) over the utt
 the pruned lattice) and, for the GPU's own footprint, the rows' CUDA peak. Timing, WER and memory come from
 eval.metrics through eval.bench.common (warm-up pass, then timed passes).
 
-Lattice generation runs on the CPU reference for both devices (decoders/lattice.py: the GPU lattice kernels are not
-written yet), so the `lattice` and `mbr` rows of wfst@cuda time a device->host copy plus the CPU lattice; their
-`params` say `lattice_backend: cpu`.
+On cuda our lattice comes from the GPU forward pass (decoders/include/wfst_lattice_kernels.cuh) plus the host prune,
+n-best and MBR (decoders/lattice.py); `--lattice-backend cpu` (BEAMDEC_WFST_LATTICE_BACKEND=cpu) measures the CPU
+reference lattice behind a CUDA 1-best instead. Rows carry `lattice_backend` in their params.
 
     python -m eval.bench.wfst_mbr_bench --scale tiny --kind bpe --set other --max-utts 200 --batch 200 \
         --graph-dir compact=data/graphs/tiny/bpe_blanklast/compact
@@ -23,6 +23,7 @@ written yet), so the `lattice` and `mbr` rows of wfst@cuda time a device->host c
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -108,7 +109,8 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
     lab = f"{name}@{device.split(':')[0]}[{graph}, {output}]"
     params = {"graph": graph, "output": output, "scale": scale}
     if name == "wfst" and output != "best":
-        params["lattice_backend"] = "cpu"
+        params["lattice_backend"] = "cpu" if not device.startswith("cuda") or \
+            os.environ.get("BEAMDEC_WFST_LATTICE_BACKEND", "").lower() == "cpu" else "cuda"
     if name == "wfst":
         cfg = {"graph": "TLG", "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
                "acoustic_scale": acoustic_scale}
@@ -154,11 +156,15 @@ def main(argv=None) -> int:
     ap.add_argument("--outputs", nargs="+", default=["best", "lattice", "mbr"], choices=["best", "lattice", "mbr"])
     ap.add_argument("--acoustic-scale", type=float, default=1.0,
                     help="log-prob scale for both decoders (eval.bench.wfst_bench's 1.0; the harness YAML uses 3)")
+    ap.add_argument("--lattice-backend", choices=["cuda", "cpu"], default="cuda",
+                    help="where our lattice is generated when --device is cuda")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_mbr")
     ap.add_argument("--run", default=None)
     args = ap.parse_args(argv)
+    if args.lattice_backend == "cpu":
+        os.environ["BEAMDEC_WFST_LATTICE_BACKEND"] = "cpu"
     if args.batch <= 0:
         ap.error(f"--batch must be positive, got {args.batch}")
     if not args.graph_dir:
@@ -177,7 +183,7 @@ def main(argv=None) -> int:
         "lp_file": args.lp_file, "graph_dirs": {n: str(p) for n, p in graph_dirs}, "batch": args.batch,
         "device": args.device, "decoders": args.decoders, "outputs": args.outputs, "repeats": args.repeats,
         "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
-        "acoustic_scale": args.acoustic_scale,
+        "acoustic_scale": args.acoustic_scale, "lattice_backend": args.lattice_backend,
     }, output_dir=args.output_dir)
     for graph_name, gdir in graph_dirs:
         graph = f"{graph_name} TLG"
