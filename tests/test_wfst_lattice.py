@@ -449,3 +449,42 @@ def test_cuda_lattice_launcher_compiles_with_nvcc(tmp_path):
            str(root / "decoders/include"), "-o", str(tmp_path / "wfst_lattice_launch.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_demo_lattice_opens_in_kaldifst_and_as_k2_dict(tmp_path):
+    """A lattice of the demo's TLG (embedded workload, BPE, compact topology; built by `make demo`) on a simulated
+    test-other utterance: written as OpenFst and read back by kaldifst (same states, arcs and best cost), loaded
+    as a k2-layout dict, and its MBR / n-best outputs are well formed."""
+    kaldifst = pytest.importorskip("kaldifst")
+    from pathlib import Path
+
+    gdir = Path("data/graphs/tiny/bpe_blanklast/compact")
+    if not (gdir / "TLG.bin").is_file():
+        pytest.skip("demo graphs not built (make demo)")
+    from eval.bench.common import workload_set
+
+    data = workload_set("tiny", "bpe", "other", 4)
+    g = WfstGraph.load(gdir / "TLG.bin")
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=17.0, output_beam=8.0, acoustic_scale=3.0,
+                                           blank_id=data.blank_id))
+    lats = dec.decode_lattice(data.log_probs, data.lengths)
+    ref = dec.decode(data.log_probs, data.lengths)
+    assert [h.words for h in lats.best()] == ref.word_strings
+    i = 0
+    d = lats.to_k2_dict(i)
+    S, A = lats.num_states(i), lats.num_arcs(i)
+    assert d["arcs"].shape == (A, 4) and d["arcs"].dtype == torch.int32 and int(d["arcs"][:, 1].max()) == S - 1
+    assert set(d["aux_labels"].tolist()) - {-1, 0} <= set(range(1, g.num_words))
+    path = tmp_path / "lat.fst"
+    lats.to_openfst(i, path, words_path=tmp_path / "words.txt")
+    fst = kaldifst.StdVectorFst.read(str(path))
+    assert fst.num_states == S
+    assert sum(sum(1 for _ in kaldifst.ArcIterator(fst, s)) for s in range(S)) == A
+    best = kaldifst.shortest_path(fst, n=1)
+    cost = sum(float(arc.weight.value) for s in kaldifst.StateIterator(best) for arc in kaldifst.ArcIterator(best, s))
+    assert -cost == pytest.approx(float(lats.scores[i]), abs=1e-3)
+    h = lats.mbr()[i]
+    assert len(h.words) == len(h.word_confidences) == len(h.word_start_frames)
+    assert all(0.0 <= c <= 1.0 + 1e-6 for c in h.word_confidences)
+    nb = lats.nbest(5)[i]
+    assert nb[0].words == ref.word_strings[i] and all(a.score >= b.score for a, b in zip(nb, nb[1:]))
