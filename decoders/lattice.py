@@ -532,4 +532,5 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
                       values.index_select(0, idx) if values.shape[1] else values[: len(flagged)], cfg_r, factor)
             where = {b: k for k, b in enumerate(flagged)}
             lats = _take(lats, [(sub, where[b]) if b in where else (lats, b) for b in range(B)])
+            lats.oov_boost_words = oov  # the sub-batch carried the whole batch's list
     return lats
