@@ -462,7 +462,7 @@ def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: i
         "frontier_capacity": F,
         "candidate_capacity": C,
         "token_capacity": int(min(max(total_steps, 1) * min(F, 1024 * factor), 2**31 - 1)),
-        "arc_capacity": int(min(max(total_steps, 1) * min(C, 2048 * factor), 2**36)),
+        "arc_capacity": int(min(max(total_steps, 1) * min(C, 2048 * factor), 2**30)),
     }
 
 

@@ -42,7 +42,7 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   BEAMDEC_CHECK(candidate_capacity >= 1 && candidate_capacity < (1LL << 30),
                 "wfst_lattice: candidate_capacity out of range");
   BEAMDEC_CHECK(token_capacity >= 1 && token_capacity < (1LL << 31), "wfst_lattice: token_capacity out of range");
-  BEAMDEC_CHECK(arc_capacity >= 1 && arc_capacity < (1LL << 40), "wfst_lattice: arc_capacity out of range");
+  BEAMDEC_CHECK(arc_capacity >= 1 && arc_capacity < (1LL << 31), "wfst_lattice: arc_capacity out of range");
   c10::cuda::CUDAGuard guard(log_probs.device());
   const int64_t* len_host = lengths.data_ptr<int64_t>();
   int64_t max_length = 0;
