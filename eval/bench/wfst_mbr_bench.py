@@ -55,6 +55,9 @@ class RivaBestAdapter:
         for i in range(0, lp.shape[0], a.max_batch):
             res = a.decoder.decode_nbest(lp[i : i + a.max_batch], lengths[i : i + a.max_batch].to("cpu", torch.int64))
             out += [Hypothesis(tokens=[], words=_riva_best_words(r), score=0.0) for r in res]
+        if out and int(lengths.sum()) > 0 and not any(h.words for h in out):
+            # an n-best list left unconfigured would score as 100 % deletions: refuse instead of reporting that
+            raise RuntimeError("riva decode_nbest returned no words for any utterance of the batch")
         return out
 
 
