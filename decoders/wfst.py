@@ -30,7 +30,8 @@ k2/csrc/intersect_dense_pruned.cu, `GetPruningCutoffs` and `GetArcs`):
   `WfstResult.oov_boost_words` (never silently dropped).
 - Scores are deterministic. Exact ties between equal-score paths may resolve differently between the CPU
   reference (first arc met) and the GPU (atomic order), as in k2.
-- `output_beam` only prunes lattices in k2; it does not change the 1-best and is accepted for parity.
+- `output_beam` only prunes lattices (k2's meaning): it does not change the 1-best. `decode_lattice` returns
+  lattices (decoders/lattice.py: n-best, MBR, posteriors, word times, k2 / OpenFst export).
 
 Parity with k2 (tests/test_wfst_cpu.py, tests/test_wfst_agreement.py): identical words and scores (<= 2e-4)
 to k2's offline intersection and to k2py's online intersecter on 100 % of the embedded clean/other sets at
@@ -659,5 +660,13 @@ class WfstDecoder:
             rescued_overflow=list(rescued_overflow or []),
             oov_boost_words=oov,
         )
+
+    def decode_lattice(self, log_probs: torch.Tensor, lengths,
+                       boosts: Optional[Sequence[Optional[BoostTable]]] = None):
+        """Lattices of a batch (same inputs and checks as `decode`): a decoders.lattice.WfstLattices whose best
+        paths are `decode()`'s, pruned with output_beam exactly as k2's intersect_dense_pruned."""
+        from decoders.lattice import decode_lattice
+
+        return decode_lattice(self, log_probs, lengths, boosts)
 
     __call__ = decode

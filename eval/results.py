@@ -319,11 +319,12 @@ def sharded_row(parts: list[ResultRow], environment: Optional[dict] = None) -> R
 def hypothesis_record(*, decoder: str, dataset: str, utterance_id: str, ref: str, hyp: str, score: float,
                       tokens: Iterable[int], audio_filepath: Optional[str] = None, duration: Optional[float] = None,
                       errors: Optional[tuple[int, int]] = None, char_errors: Optional[tuple[int, int]] = None,
-                      timesteps_s: Optional[list] = None) -> str:
+                      timesteps_s: Optional[list] = None, extra: Optional[dict] = None) -> str:
     """One hyps.jsonl line: what a run's WER is recomputed from (decoder, dataset, id, ref, hyp, score, tokens), with
     NeMo's manifest fields (audio_filepath, duration, text = the reference, pred_text = the hypothesis), the
     utterance's own WER and CER and their parts (`errors`, `ref_words`, `char_errors`, `ref_chars`), and the emitted
-    tokens' times in seconds where the decoder tracks them (`token_times_s`)."""
+    tokens' times in seconds where the decoder tracks them (`token_times_s`); `extra` adds optional per-hypothesis fields
+    (word times, confidences, n-best list; eval.runner.hypothesis_extra) and never overrides a core field."""
     rec = {"decoder": decoder, "dataset": dataset, "id": utterance_id, "audio_filepath": audio_filepath,
            "duration": None if duration is None else float(duration), "text": ref, "pred_text": hyp,
            "ref": ref, "hyp": hyp, "score": float(score), "tokens": [int(t) for t in tokens]}
@@ -334,6 +335,8 @@ def hypothesis_record(*, decoder: str, dataset: str, utterance_id: str, ref: str
                    ref_chars=int(char_errors[1]))
     if timesteps_s is not None:
         rec["token_times_s"] = [round(float(t), 4) for t in timesteps_s]
+    for k, v in (extra or {}).items():
+        rec.setdefault(k, v)
     return json.dumps(rec) + "\n"
 
 

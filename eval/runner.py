@@ -245,6 +245,21 @@ def hypothesis_text(h: Hypothesis, tokens) -> str:
     return tokens.decode(h.tokens) if h.tokens else ""
 
 
+def hypothesis_extra(h: Hypothesis) -> dict:
+    """The optional fields of a hypothesis for hyps.jsonl: word start/end frames, word confidences, and the
+    n-best list (hyp text, score and word times of each entry); {} when the decoder gave none."""
+    out: dict = {}
+    for name in ("word_start_frames", "word_end_frames", "word_confidences"):
+        v = getattr(h, name, None)
+        if v is not None:
+            out[name] = [float(x) for x in v]
+    nb = getattr(h, "nbest", None)
+    if nb is not None:
+        out["nbest"] = [{"hyp": " ".join(x.words), "score": float(x.score),
+                         **{k: v for k, v in hypothesis_extra(x._replace(nbest=None)).items()}} for x in nb]
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The decode loop
 # ---------------------------------------------------------------------------------------------------------
@@ -375,7 +390,7 @@ def write_hypotheses(info: RunInfo, dataset: str, utterances: Sequence[Utterance
             lines.append(hypothesis_record(
                 decoder=r.label, dataset=dataset, utterance_id=u.id, ref=u.text, hyp=text, score=h.score,
                 tokens=h.tokens, audio_filepath=u.audio_filepath, duration=u.duration, errors=(e, w),
-                char_errors=(ce, c), timesteps_s=times))
+                char_errors=(ce, c), timesteps_s=times, extra=hypothesis_extra(h)))
     labels = [r.label for r in active]
     hyps_file.writelines(ordered_hypothesis_lines([u.id for u in utterances], info.batch_size, labels, lines))
     return char_counts, counts

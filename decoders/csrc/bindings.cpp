@@ -8,6 +8,7 @@
 #endif
 #ifdef BEAMDEC_WITH_WFST
 #include "wfst_ops.h"
+#include "wfst_lattice_ops.h"
 #endif
 
 TORCH_LIBRARY(beamdec, m) {
@@ -48,6 +49,17 @@ TORCH_LIBRARY(beamdec, m) {
       "Tensor dest, Tensor ilabel, Tensor aux_splits, Tensor aux_words, Tensor weight, int start_state, "
       "int final_state, Tensor boost_keys, Tensor boost_values, float search_beam, int min_active, int max_active, "
       "bool allow_partial, float acoustic_scale, int eps_iterations, int words_capacity) -> (Tensor, Tensor)");
+  // Lattice mode (CPU reference; layout: decoders/csrc/wfst_lattice_ops.h, API: decoders/lattice.py)
+  m.def(
+      "wfst_lattice(Tensor log_probs, Tensor lengths, Tensor row_splits, Tensor eps_begin, Tensor final_begin, "
+      "Tensor dest, Tensor ilabel, Tensor aux_splits, Tensor aux_words, Tensor weight, int start_state, "
+      "int final_state, Tensor boost_keys, Tensor boost_values, float search_beam, int min_active, int max_active, "
+      "bool allow_partial, float acoustic_scale, int eps_iterations, Tensor eps_level, float output_beam, "
+      "int frontier_capacity, int candidate_capacity, int token_capacity, int arc_capacity) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "wfst_lattice_mbr(Tensor state_splits, Tensor states, Tensor arc_splits, Tensor arcs, Tensor arc_scores, "
+      "Tensor arc_words) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 #endif
 }
 
@@ -65,6 +77,8 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
   // ---- WFST beam search: CPU reference ----
   m.impl("wfst_decode", &beamdec::wfst_decode_cpu);
   m.impl("wfst_search_stats", &beamdec::wfst_search_stats_cpu);
+  m.impl("wfst_lattice", &beamdec::wfst_lattice_cpu);
+  m.impl("wfst_lattice_mbr", &beamdec::wfst_lattice_mbr_cpu);
 #endif
 }
 
@@ -82,6 +96,7 @@ TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: CUDA ----
   m.impl("wfst_decode", &beamdec::wfst_decode_cuda);
+  m.impl("wfst_lattice", &beamdec::wfst_lattice_cuda);
 #endif
 }
 #endif

@@ -2,9 +2,19 @@
 
 Reads the graph image ctx.graph_dir/{HLG,TLG}.bin (cfg `graph`), decodes on ctx.device: the C++ CPU
 reference on CPU tensors, the CUDA kernels when the device is cuda. Supports per-utterance word boosts.
+
+`output` picks what a hypothesis is (decoders/lattice.py for the lattice modes):
+- best: decode()'s Viterbi 1-best (no lattice);
+- nbest: the lattice's best path, with the `nbest_size` best distinct word sequences in Hypothesis.nbest and
+  word start/end frames;
+- mbr: Kaldi's minimum-Bayes-risk hypothesis over the lattice, with word confidences and times;
+- nbest_rescore / lattice_rescore: icefall's n-best / whole-lattice rescoring (eval/rescore.py) with the ARPA
+  at `rescore_arpa` (empty: the workload's, ctx.arpa_path) at `rescore_lm_scale`.
+Lattices come from the CUDA lattice pass on cuda (pruned on the host) and the CPU reference on cpu (decoders/lattice.py).
 """
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -16,10 +26,23 @@ from decoders.wfst import WfstDecoder, WfstDecoderConfig
 from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder, typed_config
 
 
-# Every WfstDecoderConfig field (search beams, capacities, ...) plus the graph choice; values in conf/decoder/wfst.yaml.
+class WfstOutput(str, Enum):
+    best = "best"
+    nbest = "nbest"
+    mbr = "mbr"
+    nbest_rescore = "nbest_rescore"
+    lattice_rescore = "lattice_rescore"
+
+
+# Every WfstDecoderConfig field (search beams, capacities, ...) plus the graph choice and the output mode; values in
+# conf/decoder/wfst.yaml.
 CONFIG_SCHEMA = adapter_schema("wfst", WfstDecoderConfig, [
     ("name", str, "wfst"),
     ("graph", str, "TLG"),  # "TLG" (epsilon arcs) or "HLG" (epsilon-free)
+    ("output", WfstOutput, WfstOutput.best),
+    ("nbest_size", int, 10),
+    ("rescore_arpa", str, ""),
+    ("rescore_lm_scale", float, 1.0),
 ])
 
 
@@ -38,8 +61,23 @@ class WfstAdapter:
         self.device = torch.device(ctx.device if str(ctx.device).startswith("cuda") else "cpu")
         config = library_config(WfstDecoderConfig, cfg, blank_id=ctx.tokens.blank_id)
         self.decoder = WfstDecoder(WfstGraph.load(path), config, self.device)
+        self.output = WfstOutput(cfg.output)
+        if cfg.nbest_size < 1:
+            raise ValueError(f"wfst: nbest_size must be >= 1, got {cfg.nbest_size}")
+        self.nbest_size = int(cfg.nbest_size)
+        self.lm = None
+        self.lm_scale = float(cfg.rescore_lm_scale)
+        if self.output in (WfstOutput.nbest_rescore, WfstOutput.lattice_rescore):
+            from eval.rescore import NgramLM
+
+            arpa = cfg.rescore_arpa or ctx.arpa_path
+            if not arpa:
+                raise ValueError(f"wfst: output={self.output.value} needs rescore_arpa (or the workload's ARPA)")
+            self.lm = NgramLM(arpa)
         self.last_result = None
         self._stats = {"overflow_count": 0, "rescued_count": 0, "partial_count": 0, "oov_boost_words": 0}
+        if self.output is not WfstOutput.best:
+            self._stats.update(lattice_arcs=0, lattice_bytes=0)
 
     def pop_stats(self) -> dict:
         """Counters since the last call (the runner reports them): utterances whose overflow the rescue could
@@ -53,6 +91,8 @@ class WfstAdapter:
         if log_probs.dtype not in (torch.float32, torch.float16):
             log_probs = log_probs.float()
         log_probs = log_probs.to(self.device)
+        if self.output is not WfstOutput.best:
+            return self._decode_lattice(log_probs, lengths, boosts)
         result = self.decoder.decode(log_probs, lengths.cpu(), boosts=boosts)
         self.last_result = result  # overflow / oov reports for the harness
         self._stats["overflow_count"] += sum(1 for o in result.overflow if o)
@@ -61,6 +101,31 @@ class WfstAdapter:
         self._stats["oov_boost_words"] += sum(len(o) for o in result.oov_boost_words)
         return [Hypothesis(tokens=[], words=list(w), score=float(s))
                 for w, s in zip(result.word_strings, result.scores.tolist())]
+
+
+    def _decode_lattice(self, log_probs, lengths, boosts) -> list[Hypothesis]:
+        lats = self.decoder.decode_lattice(log_probs, lengths.cpu(), boosts=boosts)
+        self.last_result = lats
+        self._stats["overflow_count"] += sum(1 for o in lats.overflow if o)
+        self._stats["partial_count"] += sum(1 for hp, rf in zip(lats.has_path, lats.reached_final) if hp and not rf)
+        self._stats["oov_boost_words"] += sum(len(o) for o in lats.oov_boost_words)
+        self._stats["lattice_arcs"] += int(lats.arcs.shape[0])
+        self._stats["lattice_bytes"] += lats.memory_bytes()
+        if self.output is WfstOutput.mbr:
+            return lats.mbr()
+        if self.output is WfstOutput.lattice_rescore:
+            from eval.rescore import lattice_rescore
+
+            return lattice_rescore(lats, self.lm, self.lm_scale)
+        if self.output is WfstOutput.nbest_rescore:
+            from eval.rescore import nbest_rescore
+
+            return nbest_rescore(lats, self.lm, self.nbest_size, self.lm_scale)
+        out = []
+        for hyps in lats.nbest(self.nbest_size):
+            out.append(hyps[0]._replace(nbest=list(hyps)) if hyps else
+                       Hypothesis(tokens=[], words=[], score=float("-inf"), nbest=[]))
+        return out
 
 
 @register_decoder("wfst")

@@ -1,0 +1,783 @@
+// CPU reference of the WFST lattice mode (decoders/lattice.py is the Python API): lattice generation with k2
+// `intersect_dense_pruned` output-beam semantics, and Kaldi's minimum-Bayes-risk decoding over the lattice.
+//
+// Lattice generation (wfst_lattice):
+//  * The forward pass is the 1-best search of wfst_cpu.cpp step for step (same candidates, same float
+//    arithmetic, same k2 dynamic beam, same epsilon closure in Jacobi passes), so every token's score equals
+//    the 1-best decoder's token score bit for bit; instead of word links it keeps every token of every frame
+//    and every admitted arc. Frame f's tokens are the states reached after f emitting steps (frame 0: the start
+//    state and its epsilon closure; frame len + 1: the final state only).
+//  * The lattice arcs before pruning: every arc admitted by a step (end > cutoff), i.e. emitting arcs
+//    frame f -> f + 1, FINAL (or allow_partial redirected) arcs frame len -> len + 1, and the epsilon arcs of
+//    a frame's closure whose source token's final score + arc > the step's cutoff and whose destination is in
+//    the frame (with a converged closure that is exactly the set the passes admitted).
+//  * Backward output-beam prune (k2 MultiGraphDenseIntersectPruned::PruneTimeRange, whole utterance): the final
+//    state's backward score is -forward(final); going back frame by frame, an arc is kept iff
+//    forward(src) + (arc + backward(dst)) >= -output_beam, and a state's backward score is the max of
+//    arc + backward(dst) over its KEPT arcs. So a lattice keeps exactly the arcs with
+//    forward + arc + backward >= best - output_beam. (k2 additionally prunes window-loosely during the forward
+//    pass on long inputs; its final pass is this one.) Epsilon arcs within a frame are handled in decreasing
+//    epsilon level of their source (eps_level: longest epsilon path reaching the state in the graph; an epsilon
+//    arc s -> d has level(d) > level(s)), which is a reverse topological order. The graph's epsilon subgraph
+//    must be acyclic (decoders/lattice.py checks), else a lattice could hold cycles.
+//  * Output per utterance: the kept states sorted by (frame, eps level, creation order) -- a topological order
+//    with the start state first and the final state last, as k2 wants -- and the kept arcs sorted by source.
+//    An utterance with no surviving path has an empty lattice (no states), flags without kFlagHasPath.
+//
+// MBR (wfst_lattice_mbr): Kaldi's MinimumBayesRisk (kaldi/src/lat/sausages.cc; Xu, Povey, Mangu, Zhu 2011,
+// "Minimum Bayes risk decoding and system combination based on a recursion for edit distance"), run on the
+// lattice as it is (arcs carry 0 or one word label, 0 = epsilon), log semiring, the lattice's scores as
+// log-likelihoods: start from the lattice's Viterbi word sequence, alternate AccStats (edit-distance
+// forward-backward giving the sausage posteriors gamma(q, w) and times) and the hypothesis update
+// R[q] = argmax_w gamma(q, w) until no position changes (at most 100 iterations); the confidences are the
+// gamma of the chosen words and the times Kaldi's averaged bin times tau_b / tau_e (frames). Difference from
+// Kaldi/Riva's pipeline, on purpose: they run MBR on a lattice determinized to one best alignment per word
+// sequence; this runs it on the undeterminized lattice, so a word sequence's probability sums over its
+// alignments (the lattice's true word posterior).
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "wfst_defs.h"
+#include "wfst_lattice_host.h"
+#include "wfst_lattice_ops.h"
+#include "wfst_ops.h"
+
+namespace beamdec {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr double kNegInfD = -std::numeric_limits<double>::infinity();
+
+struct LGraph {
+  const int32_t* row_splits;
+  const int32_t* eps_begin;
+  const int32_t* final_begin;
+  const int32_t* dest;
+  const int32_t* ilabel;
+  const int32_t* aux_splits;
+  const int32_t* aux_words;
+  const float* weight;
+  const int32_t* eps_level;
+  int32_t num_states;
+  int32_t start_state;
+  int32_t final_state;
+  bool has_eps;
+};
+
+struct LOptions {
+  float search_beam;
+  float min_active;
+  float max_active;
+  bool allow_partial;
+  float acoustic_scale;
+  int32_t eps_iterations;
+  float output_beam;
+};
+
+struct LBoosts {
+  const int32_t* keys;
+  const float* values;
+  int32_t capacity;
+  float operator()(int32_t word) const { return wfst::boost_lookup(keys, values, capacity, word); }
+};
+
+struct Tok {
+  int32_t state;
+  float score;
+};
+
+using lattice::RawArc;
+using lattice::RawLattice;
+using lattice::UttLattice;
+
+template <typename scalar_t>
+void lattice_forward(const LGraph& g, const LOptions& opt, const scalar_t* lp, int64_t stride_t, int32_t len,
+                     const LBoosts& boost, std::vector<int32_t>& slot_of_state, RawLattice& out) {
+  std::vector<int32_t>& tok_state = out.tok_state;
+  std::vector<float>& tok_score = out.tok_score;
+  std::vector<int64_t>& frame_begin = out.frame_begin;  // tokens of frame f: [frame_begin[f], frame_begin[f + 1])
+  std::vector<RawArc>& raw = out.arcs;
+  frame_begin.assign(1, 0);
+  auto arc_score = [&](int32_t a, float acoustic) {  // same expression as wfst_cpu.cpp
+    float arc_ll = acoustic + g.weight[a];
+    if (boost.capacity > 0)
+      for (int32_t k = g.aux_splits[a]; k < g.aux_splits[a + 1]; ++k) arc_ll = arc_ll + boost(g.aux_words[k]);
+    return arc_ll;
+  };
+  auto has_eps_arcs = [&](int32_t s) { return g.eps_begin[s] < g.final_begin[s]; };
+
+  // The epsilon closure of wfst_cpu.cpp without back-pointers (same passes, same scores).
+  auto epsilon_closure = [&](std::vector<Tok>& tokens, float cutoff) {
+    struct Cand {
+      int32_t dest;
+      float end;
+    };
+    std::vector<int32_t> dirty;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (has_eps_arcs(tokens[i].state)) dirty.push_back(static_cast<int32_t>(i));
+    std::vector<Cand> cands;
+    std::vector<char> is_dirty;
+    for (int32_t pass = 0; pass < opt.eps_iterations && !dirty.empty(); ++pass) {
+      cands.clear();
+      for (int32_t i : dirty) {
+        const Tok tok = tokens[i];
+        for (int32_t a = g.eps_begin[tok.state]; a < g.final_begin[tok.state]; ++a) {
+          float end = tok.score + arc_score(a, 0.0f);
+          if (end > cutoff) cands.push_back({g.dest[a], end});
+        }
+      }
+      std::vector<int32_t> new_dirty;
+      is_dirty.assign(tokens.size(), 0);
+      for (const Cand& c : cands) {
+        int32_t j = slot_of_state[c.dest];
+        if (j < 0) {
+          j = static_cast<int32_t>(tokens.size());
+          slot_of_state[c.dest] = j;
+          tokens.push_back({c.dest, c.end});
+          is_dirty.push_back(0);
+        } else if (!(c.end > tokens[j].score)) {
+          continue;
+        }
+        tokens[j].score = c.end;
+        if (!is_dirty[j]) {
+          is_dirty[j] = 1;
+          new_dirty.push_back(j);
+        }
+      }
+      std::sort(new_dirty.begin(), new_dirty.end());
+      dirty.clear();
+      for (int32_t j : new_dirty)
+        if (has_eps_arcs(tokens[j].state)) dirty.push_back(j);
+    }
+    if (!dirty.empty()) out.overflow |= wfst::kOverflowEpsilon;
+  };
+  // Epsilon arcs of a closed frame (tokens at ids base + i; slot_of_state still maps the frame).
+  auto record_eps_arcs = [&](const std::vector<Tok>& tokens, int32_t base, float cutoff) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const Tok tok = tokens[i];
+      for (int32_t a = g.eps_begin[tok.state]; a < g.final_begin[tok.state]; ++a) {
+        const float ll = arc_score(a, 0.0f);
+        if (!(tok.score + ll > cutoff)) continue;
+        const int32_t j = slot_of_state[g.dest[a]];
+        if (j >= 0) raw.push_back({base + static_cast<int32_t>(i), base + j, a, ll});
+      }
+    }
+  };
+  auto commit = [&](const std::vector<Tok>& tokens) {
+    for (const Tok& t : tokens) {
+      tok_state.push_back(t.state);
+      tok_score.push_back(t.score);
+    }
+    frame_begin.push_back(static_cast<int64_t>(tok_state.size()));
+  };
+
+  std::vector<Tok> front{{g.start_state, 0.0f}}, next;
+  if (g.has_eps) {
+    slot_of_state[g.start_state] = 0;
+    epsilon_closure(front, 0.0f - opt.search_beam);
+    record_eps_arcs(front, 0, 0.0f - opt.search_beam);
+    for (const Tok& tok : front) slot_of_state[tok.state] = -1;
+  }
+  commit(front);
+  int32_t front_base = 0;
+  struct Emit {
+    int32_t src;
+    int32_t dst_local;
+    int32_t arc;
+    float ll;
+  };
+  std::vector<Emit> emits;
+  float beam = opt.search_beam;
+  const int32_t final_t = len + 1;
+  bool redirected = false;
+  for (int32_t t = 0; t <= len; ++t) {
+    const bool final_step = (t == len);
+    bool redirect = false;
+    if (final_step && opt.allow_partial) {
+      redirect = true;
+      for (const Tok& tok : front)
+        if (g.final_begin[tok.state] < g.row_splits[tok.state + 1]) redirect = false;
+    }
+    const int64_t active = static_cast<int64_t>(front.size());
+    beam = wfst::k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, active, t, final_t);
+    auto arc_range = [&](int32_t s, int32_t& begin, int32_t& end) {
+      if (!final_step) {
+        begin = g.row_splits[s];
+        end = g.eps_begin[s];
+      } else if (redirect) {
+        begin = g.row_splits[s];
+        end = g.row_splits[s + 1];
+      } else {
+        begin = g.final_begin[s];
+        end = g.row_splits[s + 1];
+      }
+    };
+    const scalar_t* row = lp + static_cast<int64_t>(final_step ? 0 : t) * stride_t;
+    auto acoustic = [&](int32_t a) -> float {
+      if (final_step) return 0.0f;
+      return static_cast<float>(row[g.ilabel[a]]) * opt.acoustic_scale;
+    };
+    float best = kNegInf;
+    for (const Tok& tok : front) {
+      int32_t b, e;
+      arc_range(tok.state, b, e);
+      for (int32_t a = b; a < e; ++a) best = std::max(best, tok.score + arc_score(a, acoustic(a)));
+    }
+    const float cutoff = best - beam;
+    next.clear();
+    emits.clear();
+    for (size_t i = 0; i < front.size(); ++i) {
+      const Tok tok = front[i];
+      int32_t b, e;
+      arc_range(tok.state, b, e);
+      for (int32_t a = b; a < e; ++a) {
+        const float ll = arc_score(a, acoustic(a));
+        const float end = tok.score + ll;
+        if (!(end > cutoff)) continue;
+        const int32_t d = redirect ? g.final_state : g.dest[a];
+        int32_t j = slot_of_state[d];
+        if (j < 0) {
+          j = static_cast<int32_t>(next.size());
+          slot_of_state[d] = j;
+          next.push_back({d, end});
+        } else if (end > next[j].score) {
+          next[j].score = end;
+        }
+        emits.push_back({front_base + static_cast<int32_t>(i), j, a, ll});
+      }
+    }
+    if (g.has_eps && !final_step) epsilon_closure(next, cutoff);
+    const int32_t next_base = static_cast<int32_t>(tok_state.size());
+    for (const Emit& e : emits) raw.push_back({e.src, next_base + e.dst_local, e.arc, e.ll});
+    if (g.has_eps && !final_step) record_eps_arcs(next, next_base, cutoff);
+    commit(next);
+    for (const Tok& tok : next) slot_of_state[tok.state] = -1;
+    front.swap(next);
+    front_base = next_base;
+    redirected = redirect;
+  }
+  out.redirected = redirected;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Kaldi's MinimumBayesRisk over one lattice (see the header comment). Nodes are 1-based as in Kaldi.
+struct MbrResult {
+  std::vector<int32_t> words;
+  std::vector<std::pair<float, float>> times;
+  std::vector<float> confidences;
+  double total = kNegInfD;
+};
+
+class Mbr {
+ public:
+  struct Arc {
+    int32_t word, start_node, end_node;
+    double loglike;
+  };
+
+  Mbr(int32_t num_states, std::vector<Arc> arcs, std::vector<double> state_times)
+      : N_(num_states), arcs_(std::move(arcs)), state_times_(std::move(state_times)) {
+    pre_.resize(static_cast<size_t>(N_) + 1);
+    for (size_t i = 0; i < arcs_.size(); ++i) pre_[arcs_[i].end_node].push_back(static_cast<int32_t>(i));
+  }
+
+  static double LogAdd(double a, double b) {
+    if (a < b) std::swap(a, b);
+    if (b == kNegInfD) return a;
+    return a + std::log1p(std::exp(b - a));
+  }
+
+  // alpha (forward log-probabilities, node-indexed) and the Viterbi word sequence.
+  std::vector<int32_t> ViterbiWords() const {
+    std::vector<double> best(static_cast<size_t>(N_) + 1, kNegInfD);
+    std::vector<int32_t> back(static_cast<size_t>(N_) + 1, -1);
+    best[1] = 0.0;
+    for (int32_t n = 2; n <= N_; ++n)
+      for (int32_t i : pre_[n]) {
+        const double v = best[arcs_[i].start_node] + arcs_[i].loglike;
+        if (v > best[n]) {
+          best[n] = v;
+          back[n] = i;
+        }
+      }
+    std::vector<int32_t> words;
+    for (int32_t n = N_; n > 1 && back[n] >= 0; n = arcs_[back[n]].start_node)
+      if (arcs_[back[n]].word != 0) words.push_back(arcs_[back[n]].word);
+    std::reverse(words.begin(), words.end());
+    return words;
+  }
+
+  MbrResult Decode() {
+    MbrResult res;
+    R_ = ViterbiWords();
+    for (size_t counter = 0;; ++counter) {
+      NormalizeEps(&R_);
+      AccStats();
+      double delta_Q = 0.0;
+      one_best_times_.clear();
+      one_best_confidences_.clear();
+      for (size_t q = 0; q < R_.size(); ++q) {
+        const auto& this_gamma = gamma_[q];
+        double old_gamma = 0, new_gamma = this_gamma[0].second;
+        const int32_t rq = R_[q], rhat = this_gamma[0].first;
+        for (const auto& wg : this_gamma)
+          if (wg.first == rq) old_gamma = wg.second;
+        delta_Q += (old_gamma - new_gamma);
+        R_[q] = rhat;
+        if (R_[q] != 0) {
+          one_best_times_.push_back(times_[q]);
+          float confidence = 0.0f;
+          for (const auto& wg : this_gamma)
+            if (wg.first == R_[q]) confidence = wg.second;
+          one_best_confidences_.push_back(confidence);
+        }
+      }
+      if (delta_Q == 0 || counter > 100) break;
+    }
+    RemoveEps(&R_);
+    res.words = R_;
+    res.times = one_best_times_;
+    res.confidences = one_best_confidences_;
+    res.total = alpha_.empty() ? kNegInfD : alpha_[N_];
+    return res;
+  }
+
+  const std::vector<double>& alpha() const { return alpha_; }
+
+ private:
+  static void RemoveEps(std::vector<int32_t>* v) { v->erase(std::remove(v->begin(), v->end(), 0), v->end()); }
+  static void NormalizeEps(std::vector<int32_t>* v) {  // [0, w1, 0, w2, ..., wn, 0]
+    RemoveEps(v);
+    std::vector<int32_t> out(1 + v->size() * 2, 0);
+    for (size_t i = 0; i < v->size(); ++i) out[2 * i + 1] = (*v)[i];
+    v->swap(out);
+  }
+  static double l(int32_t a, int32_t b, bool penalize = false) {
+    if (a == b) return 0.0;
+    return penalize ? 1.0 + 1.0e-05 : 1.0;  // Kaldi's delta(): prefer not inserting epsilon-matched words
+  }
+  int32_t r(int32_t q) const { return R_[q - 1]; }
+
+  // Kaldi MinimumBayesRisk::EditDistance: alpha (log forward) and alpha_dash (expected edit distance of each
+  // node's prefixes to R's first q symbols). Returns the expected loss.
+  double EditDistance(int32_t Q, std::vector<double>& alpha_dash, std::vector<double>& alpha_dash_arc) {
+    const int32_t W = Q + 1;
+    alpha_.assign(static_cast<size_t>(N_) + 1, kNegInfD);
+    alpha_dash.assign(static_cast<size_t>(N_ + 1) * W, 0.0);
+    alpha_[1] = 0.0;
+    alpha_dash[1 * W + 0] = 0.0;
+    for (int32_t q = 1; q <= Q; ++q) alpha_dash[1 * W + q] = alpha_dash[1 * W + q - 1] + l(0, r(q));
+    for (int32_t n = 2; n <= N_; ++n) {
+      double alpha_n = kNegInfD;
+      for (int32_t i : pre_[n]) alpha_n = LogAdd(alpha_n, alpha_[arcs_[i].start_node] + arcs_[i].loglike);
+      alpha_[n] = alpha_n;
+      for (int32_t i : pre_[n]) {
+        const Arc& arc = arcs_[i];
+        const int32_t s_a = arc.start_node, w_a = arc.word;
+        const double post = std::exp(alpha_[s_a] + arc.loglike - alpha_[n]);
+        for (int32_t q = 0; q <= Q; ++q) {
+          if (q == 0) {
+            alpha_dash_arc[q] = alpha_dash[s_a * W + q] + l(w_a, 0, true);
+          } else {
+            const int32_t r_q = r(q);
+            const double a1 = alpha_dash[s_a * W + q - 1] + l(w_a, r_q), a2 = alpha_dash[s_a * W + q] + l(w_a, 0, true),
+                         a3 = alpha_dash_arc[q - 1] + l(0, r_q);
+            alpha_dash_arc[q] = std::min(a1, std::min(a2, a3));
+          }
+          alpha_dash[n * W + q] += post * alpha_dash_arc[q];
+        }
+      }
+    }
+    return alpha_dash[N_ * W + Q];
+  }
+
+  // Kaldi MinimumBayesRisk::AccStats: gamma_ (sausage posteriors per position of R) and times_.
+  void AccStats() {
+    const int32_t Q = static_cast<int32_t>(R_.size()), W = Q + 1;
+    std::vector<double> alpha_dash, alpha_dash_arc(W), beta_dash(static_cast<size_t>(N_ + 1) * W, 0.0),
+        beta_dash_arc(W);
+    std::vector<char> b_arc(W);
+    std::vector<std::map<int32_t, double>> gamma(W);
+    std::vector<double> tau_b(W, 0.0), tau_e(W, 0.0);
+    EditDistance(Q, alpha_dash, alpha_dash_arc);
+    beta_dash[N_ * W + Q] = 1.0;
+    for (int32_t n = N_; n >= 2; --n) {
+      for (int32_t i : pre_[n]) {
+        const Arc& arc = arcs_[i];
+        const int32_t s_a = arc.start_node, w_a = arc.word;
+        const double p_a = arc.loglike;
+        alpha_dash_arc[0] = alpha_dash[s_a * W + 0] + l(w_a, 0, true);
+        for (int32_t q = 1; q <= Q; ++q) {
+          const int32_t r_q = r(q);
+          const double a1 = alpha_dash[s_a * W + q - 1] + l(w_a, r_q), a2 = alpha_dash[s_a * W + q] + l(w_a, 0, true),
+                       a3 = alpha_dash_arc[q - 1] + l(0, r_q);
+          if (a1 <= a2) {
+            if (a1 <= a3) {
+              b_arc[q] = 1;
+              alpha_dash_arc[q] = a1;
+            } else {
+              b_arc[q] = 3;
+              alpha_dash_arc[q] = a3;
+            }
+          } else {
+            if (a2 <= a3) {
+              b_arc[q] = 2;
+              alpha_dash_arc[q] = a2;
+            } else {
+              b_arc[q] = 3;
+              alpha_dash_arc[q] = a3;
+            }
+          }
+        }
+        std::fill(beta_dash_arc.begin(), beta_dash_arc.end(), 0.0);
+        const double post = std::exp(alpha_[s_a] + p_a - alpha_[n]);
+        for (int32_t q = Q; q >= 1; --q) {
+          beta_dash_arc[q] += post * beta_dash[n * W + q];
+          switch (b_arc[q]) {
+            case 1:
+              beta_dash[s_a * W + q - 1] += beta_dash_arc[q];
+              gamma[q][w_a] += beta_dash_arc[q];
+              tau_b[q] += state_times_[s_a] * beta_dash_arc[q];
+              tau_e[q] += state_times_[n] * beta_dash_arc[q];
+              break;
+            case 2:
+              beta_dash[s_a * W + q] += beta_dash_arc[q];
+              break;
+            default:  // 3
+              beta_dash_arc[q - 1] += beta_dash_arc[q];
+              gamma[q][0] += beta_dash_arc[q];
+              tau_b[q] += state_times_[n] * beta_dash_arc[q];
+              tau_e[q] += state_times_[n] * beta_dash_arc[q];
+              break;
+          }
+        }
+        beta_dash_arc[0] += post * beta_dash[n * W + 0];
+        beta_dash[s_a * W + 0] += beta_dash_arc[0];
+      }
+    }
+    std::fill(beta_dash_arc.begin(), beta_dash_arc.end(), 0.0);
+    for (int32_t q = Q; q >= 1; --q) {
+      beta_dash_arc[q] += beta_dash[1 * W + q];
+      beta_dash_arc[q - 1] += beta_dash[1 * W + q];
+      gamma[q][0] += beta_dash[1 * W + q];
+      tau_b[q] += state_times_[1] * beta_dash[1 * W + q];
+      tau_e[q] += state_times_[1] * beta_dash[1 * W + q];
+    }
+    gamma_.assign(static_cast<size_t>(Q), {});
+    for (int32_t q = 1; q <= Q; ++q) {
+      for (const auto& wg : gamma[q]) gamma_[q - 1].push_back({wg.first, static_cast<float>(wg.second)});
+      if (gamma_[q - 1].empty()) gamma_[q - 1].push_back({0, 0.0f});
+      // largest posterior first (ties: lower word id, epsilon first: std::map order, stable sort)
+      std::stable_sort(gamma_[q - 1].begin(), gamma_[q - 1].end(),
+                       [](const std::pair<int32_t, float>& a, const std::pair<int32_t, float>& b) {
+                         return a.second > b.second;
+                       });
+    }
+    times_.assign(static_cast<size_t>(Q), {0.0f, 0.0f});
+    for (int32_t q = 1; q <= Q; ++q) {
+      times_[q - 1] = {static_cast<float>(tau_b[q]), static_cast<float>(tau_e[q])};
+      if (q > 1 && times_[q - 2].second > times_[q - 1].first) {  // Kaldi: average overlapping bin edges
+        const float avg = 0.5f * (times_[q - 2].second + times_[q - 1].first);
+        times_[q - 2].second = times_[q - 1].first = avg;
+      }
+    }
+  }
+
+  int32_t N_;
+  std::vector<Arc> arcs_;
+  std::vector<double> state_times_;  // 1-based
+  std::vector<std::vector<int32_t>> pre_;
+  std::vector<int32_t> R_;
+  std::vector<double> alpha_;
+  std::vector<std::vector<std::pair<int32_t, float>>> gamma_;
+  std::vector<std::pair<float, float>> times_;
+  std::vector<std::pair<float, float>> one_best_times_;
+  std::vector<float> one_best_confidences_;
+};
+
+}  // namespace
+
+namespace lattice {
+
+void prune_lattice(const int32_t* eps_level, int32_t final_state, float output_beam, const RawLattice& raw,
+                   UttLattice& out) {
+  const std::vector<int32_t>& tok_state = raw.tok_state;
+  const std::vector<float>& tok_score = raw.tok_score;
+  const int32_t num_frames = static_cast<int32_t>(raw.frame_begin.size()) - 1;
+  const int64_t ntok = static_cast<int64_t>(tok_state.size());
+  out.overflow = raw.overflow;
+  out.arcs_before = static_cast<int64_t>(raw.arcs.size());
+  out.tokens_before = ntok;
+  if (num_frames < 1) return;
+  std::vector<int32_t> frame_of(static_cast<size_t>(ntok));
+  for (int32_t f = 0; f < num_frames; ++f)
+    for (int64_t i = raw.frame_begin[f]; i < raw.frame_begin[f + 1]; ++i) frame_of[i] = f;
+  int32_t final_tok = -1;
+  for (int64_t i = raw.frame_begin[num_frames - 1]; i < raw.frame_begin[num_frames]; ++i)
+    if (tok_state[i] == final_state) final_tok = static_cast<int32_t>(i);
+  if (final_tok < 0) return;  // no path: empty lattice
+  out.score = tok_score[final_tok];
+  out.flags = wfst::kFlagHasPath | (raw.redirected ? 0 : wfst::kFlagReachedFinal);
+
+  // Arcs by source frame (counting sort), emitting ones (into the next frame) before epsilon ones.
+  const size_t A = raw.arcs.size();
+  std::vector<int64_t> begin(static_cast<size_t>(2 * num_frames + 1), 0), order(A);
+  auto bucket = [&](const RawArc& r) {
+    const int32_t f = frame_of[r.src];
+    return 2 * f + (frame_of[r.dst] == f ? 1 : 0);
+  };
+  for (const RawArc& r : raw.arcs) ++begin[bucket(r) + 1];
+  for (size_t k = 1; k < begin.size(); ++k) begin[k] += begin[k - 1];
+  {
+    std::vector<int64_t> fill(begin.begin(), begin.end() - 1);
+    for (size_t k = 0; k < A; ++k) order[fill[bucket(raw.arcs[k])]++] = static_cast<int64_t>(k);
+  }
+  // Backward prune (k2 PruneTimeRange over the whole utterance).
+  std::vector<float> bwd(static_cast<size_t>(ntok), kNegInf);
+  std::vector<char> keep(A, 0);
+  bwd[final_tok] = -tok_score[final_tok];
+  const float neg_beam = -output_beam;
+  auto visit = [&](int64_t k) {
+    const RawArc& r = raw.arcs[k];
+    if (bwd[r.dst] == kNegInf) return;
+    const float ab = r.ll + bwd[r.dst];  // k2: backward_loglike at the beginning of the arc
+    if (ab + tok_score[r.src] >= neg_beam) {
+      keep[k] = 1;
+      bwd[r.src] = std::max(bwd[r.src], ab);
+    }
+  };
+  for (int32_t f = num_frames - 1; f >= 0; --f) {
+    for (int64_t k = begin[2 * f]; k < begin[2 * f + 1]; ++k) visit(order[k]);
+    // epsilon arcs of the frame: decreasing level of their source (destinations are final by then)
+    std::stable_sort(order.begin() + begin[2 * f + 1], order.begin() + begin[2 * f + 2], [&](int64_t x, int64_t y) {
+      return eps_level[tok_state[raw.arcs[x].src]] > eps_level[tok_state[raw.arcs[y].src]];
+    });
+    for (int64_t k = begin[2 * f + 1]; k < begin[2 * f + 2]; ++k) visit(order[k]);
+  }
+
+  // Kept states in canonical order: frame, epsilon level (a topological order of the frame's epsilon arcs),
+  // graph state (unique within a frame) -- independent of the order the forward pass created them in.
+  std::vector<int32_t> new_id(static_cast<size_t>(ntok), -1);
+  for (size_t k = 0; k < A; ++k)
+    if (keep[k]) new_id[raw.arcs[k].src] = new_id[raw.arcs[k].dst] = 0;
+  std::vector<int32_t> frame_toks;
+  int32_t next_id = 0;
+  for (int32_t f = 0; f < num_frames; ++f) {
+    frame_toks.clear();
+    for (int64_t i = raw.frame_begin[f]; i < raw.frame_begin[f + 1]; ++i)
+      if (new_id[i] == 0) frame_toks.push_back(static_cast<int32_t>(i));
+    std::sort(frame_toks.begin(), frame_toks.end(), [&](int32_t x, int32_t y) {
+      const int32_t lx = eps_level[tok_state[x]], ly = eps_level[tok_state[y]];
+      return lx != ly ? lx < ly : tok_state[x] < tok_state[y];
+    });
+    for (int32_t i : frame_toks) {
+      new_id[i] = next_id++;
+      out.state_frame.push_back(f);
+      out.state_graph.push_back(tok_state[i]);
+      out.state_fwd.push_back(tok_score[i]);
+      out.state_bwd.push_back(bwd[i]);
+    }
+  }
+  std::vector<int64_t> kept;
+  for (size_t k = 0; k < A; ++k)
+    if (keep[k]) kept.push_back(static_cast<int64_t>(k));
+  std::sort(kept.begin(), kept.end(), [&](int64_t x, int64_t y) {
+    const int32_t sx = new_id[raw.arcs[x].src], sy = new_id[raw.arcs[y].src];
+    return sx != sy ? sx < sy : raw.arcs[x].arc < raw.arcs[y].arc;
+  });
+  for (int64_t k : kept) {
+    out.arc_src.push_back(new_id[raw.arcs[k].src]);
+    out.arc_dst.push_back(new_id[raw.arcs[k].dst]);
+    out.arc_id.push_back(raw.arcs[k].arc);
+    out.arc_ll.push_back(raw.arcs[k].ll);
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+pack_lattices(const std::vector<UttLattice>& lats) {
+  const int64_t B = static_cast<int64_t>(lats.size());
+  auto i64 = at::TensorOptions().dtype(at::kLong);
+  auto i32 = at::TensorOptions().dtype(at::kInt);
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor scores = at::empty({B}, f32), header = at::zeros({B, 4}, i64);
+  at::Tensor state_splits = at::zeros({B + 1}, i64), arc_splits = at::zeros({B + 1}, i64);
+  int64_t S = 0, A = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const UttLattice& L = lats[b];
+    scores.data_ptr<float>()[b] = L.score;
+    int64_t* h = header.data_ptr<int64_t>() + 4 * b;
+    h[0] = L.overflow;
+    h[1] = L.flags;
+    h[2] = L.arcs_before;
+    h[3] = L.tokens_before;
+    S += static_cast<int64_t>(L.state_frame.size());
+    A += static_cast<int64_t>(L.arc_src.size());
+    state_splits.data_ptr<int64_t>()[b + 1] = S;
+    arc_splits.data_ptr<int64_t>()[b + 1] = A;
+  }
+  at::Tensor states = at::empty({S, 2}, i32), state_scores = at::empty({S, 2}, f32);
+  at::Tensor arcs = at::empty({A, 3}, i32), arc_scores = at::empty({A}, f32);
+  int32_t* st = states.data_ptr<int32_t>();
+  float* ss = state_scores.data_ptr<float>();
+  int32_t* ar = arcs.data_ptr<int32_t>();
+  float* as = arc_scores.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    const UttLattice& L = lats[b];
+    const int64_t s0 = state_splits.data_ptr<int64_t>()[b], a0 = arc_splits.data_ptr<int64_t>()[b];
+    for (size_t i = 0; i < L.state_frame.size(); ++i) {
+      st[2 * (s0 + i)] = L.state_frame[i];
+      st[2 * (s0 + i) + 1] = L.state_graph[i];
+      ss[2 * (s0 + i)] = L.state_fwd[i];
+      ss[2 * (s0 + i) + 1] = L.state_bwd[i];
+    }
+    for (size_t i = 0; i < L.arc_src.size(); ++i) {
+      ar[3 * (a0 + i)] = L.arc_src[i];
+      ar[3 * (a0 + i) + 1] = L.arc_dst[i];
+      ar[3 * (a0 + i) + 2] = L.arc_id[i];
+      as[a0 + i] = L.arc_ll[i];
+    }
+  }
+  return {scores, header, state_splits, states, state_scores, arc_splits, arcs, arc_scores};
+}
+
+}  // namespace lattice
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                 const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                 const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+                 const at::Tensor& weight, int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
+                 const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
+                 bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
+                 double output_beam, int64_t /*frontier_capacity*/, int64_t /*candidate_capacity*/,
+                 int64_t /*token_capacity*/, int64_t /*arc_capacity*/) {
+  wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight,
+                    start_state, final_state, boost_keys, boost_values, search_beam, min_active, max_active,
+                    eps_iterations, 1);
+  BEAMDEC_CHECK(log_probs.is_cpu(), "wfst_lattice: log_probs must be on the CPU");
+  const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
+  const int64_t N = row_splits.numel() - 1;
+  BEAMDEC_CHECK(eps_level.scalar_type() == at::kInt && eps_level.is_contiguous() && eps_level.numel() == N &&
+                    eps_level.is_cpu(),
+                "wfst_lattice: eps_level must be a contiguous CPU int32 tensor with one entry per state (", N, ")");
+  BEAMDEC_CHECK(output_beam > 0, "wfst_lattice: output_beam must be > 0 (+inf keeps every arc), got ", output_beam);
+  LGraph g{row_splits.data_ptr<int32_t>(), eps_begin.data_ptr<int32_t>(), final_begin.data_ptr<int32_t>(),
+           dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    aux_splits.data_ptr<int32_t>(),
+           aux_words.data_ptr<int32_t>(),  weight.data_ptr<float>(),      eps_level.data_ptr<int32_t>(),
+           static_cast<int32_t>(N),        static_cast<int32_t>(start_state), static_cast<int32_t>(final_state),
+           false};
+  for (int64_t s = 0; s < N && !g.has_eps; ++s) g.has_eps = g.eps_begin[s] < g.final_begin[s];
+  BEAMDEC_CHECK(!g.has_eps || eps_iterations >= 1, "wfst_lattice: the graph has epsilon arcs, eps_iterations must be >= 1");
+  LOptions opt{static_cast<float>(search_beam), static_cast<float>(min_active), static_cast<float>(max_active),
+               allow_partial, static_cast<float>(acoustic_scale), static_cast<int32_t>(eps_iterations),
+               static_cast<float>(output_beam)};
+  const int64_t C = boost_keys.size(1);
+  const int64_t* len_ptr = lengths.data_ptr<int64_t>();
+  std::vector<UttLattice> lats(static_cast<size_t>(B));
+  const float output_beam_f = static_cast<float>(output_beam);
+  AT_DISPATCH_FLOATING_TYPES_AND_HALF(log_probs.scalar_type(), "wfst_lattice_cpu", [&] {
+    const scalar_t* lp = log_probs.data_ptr<scalar_t>();
+    at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+      std::vector<int32_t> slot_of_state(static_cast<size_t>(N), -1);
+      for (int64_t b = begin; b < end; ++b) {
+        LBoosts boost{C ? boost_keys.data_ptr<int32_t>() + b * C : nullptr,
+                      C ? boost_values.data_ptr<float>() + b * C : nullptr, static_cast<int32_t>(C)};
+        RawLattice raw;
+        lattice_forward<scalar_t>(g, opt, lp + b * T * V, V, static_cast<int32_t>(len_ptr[b]), boost, slot_of_state,
+                                  raw);
+        lattice::prune_lattice(g.eps_level, g.final_state, output_beam_f, raw, lats[b]);
+      }
+    });
+  });
+  return lattice::pack_lattices(lats);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_mbr_cpu(
+    const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
+    const at::Tensor& arc_scores, const at::Tensor& arc_words) {
+  BEAMDEC_CHECK(state_splits.dim() == 1 && state_splits.scalar_type() == at::kLong && state_splits.is_contiguous() &&
+                    arc_splits.sizes() == state_splits.sizes() && arc_splits.scalar_type() == at::kLong &&
+                    arc_splits.is_contiguous() && state_splits.numel() >= 1,
+                "wfst_lattice_mbr: state_splits/arc_splits must be contiguous int64 (B + 1,)");
+  const int64_t B = state_splits.numel() - 1;
+  const int64_t* ssp = state_splits.data_ptr<int64_t>();
+  const int64_t* asp = arc_splits.data_ptr<int64_t>();
+  const int64_t S = ssp[B], A = asp[B];
+  BEAMDEC_CHECK(states.dim() == 2 && states.size(0) == S && states.size(1) == 2 && states.scalar_type() == at::kInt &&
+                    states.is_contiguous(),
+                "wfst_lattice_mbr: states must be contiguous int32 (S, 2) with S = state_splits[-1]");
+  BEAMDEC_CHECK(arcs.dim() == 2 && arcs.size(0) == A && arcs.size(1) == 3 && arcs.scalar_type() == at::kInt &&
+                    arcs.is_contiguous(),
+                "wfst_lattice_mbr: arcs must be contiguous int32 (A, 3) with A = arc_splits[-1]");
+  BEAMDEC_CHECK(arc_scores.dim() == 1 && arc_scores.numel() == A && arc_scores.scalar_type() == at::kFloat &&
+                    arc_words.dim() == 1 && arc_words.numel() == A && arc_words.scalar_type() == at::kInt &&
+                    arc_scores.is_contiguous() && arc_words.is_contiguous(),
+                "wfst_lattice_mbr: arc_scores (A,) float32 and arc_words (A,) int32 expected");
+  const int32_t* st = states.data_ptr<int32_t>();
+  const int32_t* ar = arcs.data_ptr<int32_t>();
+  const float* as = arc_scores.data_ptr<float>();
+  const int32_t* aw = arc_words.data_ptr<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t ns = ssp[b + 1] - ssp[b];
+    BEAMDEC_CHECK(ssp[b + 1] >= ssp[b] && asp[b + 1] >= asp[b], "wfst_lattice_mbr: splits must be monotone");
+    for (int64_t k = asp[b]; k < asp[b + 1]; ++k)
+      BEAMDEC_CHECK(ar[3 * k] >= 0 && ar[3 * k] < ar[3 * k + 1] && ar[3 * k + 1] < ns,
+                    "wfst_lattice_mbr: arcs must go from a lower to a higher state id within the utterance "
+                    "(topologically sorted lattice); arc ", k);
+  }
+  std::vector<MbrResult> res(static_cast<size_t>(B));
+  at::Tensor post = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
+  float* pp = post.data_ptr<float>();
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
+      if (ns == 0) continue;
+      std::vector<Mbr::Arc> marcs(static_cast<size_t>(na));
+      for (int64_t k = 0; k < na; ++k)
+        marcs[k] = {aw[a0 + k], ar[3 * (a0 + k)] + 1, ar[3 * (a0 + k) + 1] + 1, static_cast<double>(as[a0 + k])};
+      std::vector<double> times(static_cast<size_t>(ns) + 1, 0.0);
+      for (int64_t i = 0; i < ns; ++i) times[i + 1] = st[2 * (s0 + i)];
+      Mbr mbr(static_cast<int32_t>(ns), marcs, times);
+      res[b] = mbr.Decode();
+      // arc posteriors: alpha from the decode, beta by one reverse sweep over the source-sorted arcs
+      const std::vector<double>& alpha = mbr.alpha();
+      std::vector<double> beta(static_cast<size_t>(ns) + 1, kNegInfD);
+      beta[ns] = 0.0;
+      for (int64_t k = na - 1; k >= 0; --k)
+        beta[marcs[k].start_node] = Mbr::LogAdd(beta[marcs[k].start_node], marcs[k].loglike + beta[marcs[k].end_node]);
+      for (int64_t k = 0; k < na; ++k)
+        pp[a0 + k] = static_cast<float>(
+            std::exp(alpha[marcs[k].start_node] + marcs[k].loglike + beta[marcs[k].end_node] - alpha[ns]));
+    }
+  });
+  auto i64 = at::TensorOptions().dtype(at::kLong);
+  int64_t W = 0;
+  at::Tensor word_splits = at::zeros({B + 1}, i64);
+  for (int64_t b = 0; b < B; ++b) word_splits.data_ptr<int64_t>()[b + 1] = (W += static_cast<int64_t>(res[b].words.size()));
+  at::Tensor words = at::empty({W}, at::TensorOptions().dtype(at::kInt));
+  at::Tensor times = at::empty({W, 2}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor conf = at::empty({W}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor total = at::empty({B}, at::TensorOptions().dtype(at::kDouble));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t w0 = word_splits.data_ptr<int64_t>()[b];
+    for (size_t i = 0; i < res[b].words.size(); ++i) {
+      words.data_ptr<int32_t>()[w0 + i] = res[b].words[i];
+      times.data_ptr<float>()[2 * (w0 + i)] = res[b].times[i].first;
+      times.data_ptr<float>()[2 * (w0 + i) + 1] = res[b].times[i].second;
+      conf.data_ptr<float>()[w0 + i] = res[b].confidences[i];
+    }
+    total.data_ptr<double>()[b] = res[b].total;
+  }
+  return {word_splits, words, times, conf, post, total};
+}
+
+}  // namespace beamdec

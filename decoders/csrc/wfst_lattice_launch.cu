@@ -1,0 +1,115 @@
+// Torch-free launcher of the CUDA lattice forward pass: carves the caller's workspace and enqueues every step
+// (decoders/include/wfst_lattice_kernels.cuh) on `stream` without a host synchronisation.
+#include "wfst_lattice_kernels.cuh"
+#include "wfst_lattice_launch.h"
+
+namespace wfst {
+namespace {
+
+using lattice_kernels::LaneState;
+using lattice_kernels::Sizes;
+using lattice_kernels::Workspace;
+
+constexpr size_t kAlign = 256;
+constexpr int kThreads = 256;
+constexpr int kBlocksPerLane = 32;  // grid.x of the per-lane kernels (grid-stride loops inside)
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+size_t carve(char* base, int32_t B, int32_t N, const LatticeCapacities& c, Workspace* ws) {
+  size_t off = 0;
+  auto take = [&](size_t bytes) -> void* {
+    void* p = base ? base + off : nullptr;
+    off += align_up(bytes);
+    return p;
+  };
+  const size_t BN = static_cast<size_t>(B) * N, BF = static_cast<size_t>(B) * c.frontier;
+  const size_t BC = static_cast<size_t>(B) * c.candidates;
+  Workspace w{};
+  w.lanes = static_cast<LaneState*>(take(sizeof(LaneState) * B));
+  w.slot = static_cast<int32_t*>(take(sizeof(int32_t) * BN));
+  w.dscore = static_cast<uint32_t*>(take(sizeof(uint32_t) * BN));
+  w.st_state = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
+  w.st_score = static_cast<float*>(take(sizeof(float) * BF));
+  for (int k = 0; k < 2; ++k) {
+    w.dirty_idx[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
+    w.dirty_score[k] = static_cast<float*>(take(sizeof(float) * BF));
+  }
+  w.cands = static_cast<LatticeArc*>(take(sizeof(LatticeArc) * BC));
+  if (ws) *ws = w;
+  return off;
+}
+
+template <typename scalar_t>
+cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const LatticeCapacities& caps, const scalar_t* lp,
+                    int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length, const int32_t* bk,
+                    const float* bv, int32_t bc, void* workspace, const LatticeOutputs& out, cudaStream_t stream) {
+  using namespace lattice_kernels;
+  Workspace ws;
+  carve(static_cast<char*>(workspace), B, g.num_states, caps, &ws);
+  const int32_t S = max_length + 2;
+  const Sizes P{B, T, V, g.num_states, caps.frontier, caps.candidates, S, caps.tokens, caps.arcs};
+  // dense maps: slot -1 (0xff bytes), dscore 0
+  cudaError_t err = cudaMemsetAsync(ws.slot, 0xff, sizeof(int32_t) * static_cast<size_t>(B) * g.num_states, stream);
+  if (err != cudaSuccess) return err;
+  err = cudaMemsetAsync(ws.dscore, 0, sizeof(uint32_t) * static_cast<size_t>(B) * g.num_states, stream);
+  if (err != cudaSuccess) return err;
+  const dim3 lanes_grid((B + kThreads - 1) / kThreads), per_lane(kBlocksPerLane, B);
+  const int32_t passes = g.has_eps ? opt.eps_iterations : 0;
+
+  auto closure_and_commit = [&](int32_t frame) {
+    if (g.has_eps) {
+      for (int32_t p = 0; p < passes; ++p) {
+        const int32_t r = p & 1, q = (p + 1) & 1;
+        pass_setup_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, q);
+        eps_expand_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, bk, bv, bc, r);
+        resolve_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, true, q);
+      }
+      eps_finish_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, passes & 1);
+      record_eps_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, bk, bv, bc);
+    }
+    commit_alloc_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, out, frame);
+    commit_copy_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, out, frame);
+    clear_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P);
+  };
+
+  // frame 0: the start state and its epsilon closure (cutoff -search_beam)
+  init_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, g, opt, lengths);
+  resolve_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, false, 0);
+  closure_and_commit(0);
+  for (int32_t t = 0; t <= max_length; ++t) {
+    final_flag_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, out.tok_state, t);
+    setup_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, g, opt, t);
+    max_kernel<scalar_t><<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, lp, out.tok_state, out.tok_score, bk, bv,
+                                                           bc, t);
+    cutoff_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P);
+    expand_kernel<scalar_t><<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, lp, out.tok_state, out.tok_score, bk,
+                                                              bv, bc, t);
+    resolve_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, false, 0);
+    closure_and_commit(t + 1);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t lattice_workspace_bytes(int32_t batch, int32_t num_states, const LatticeCapacities& caps) {
+  return carve(nullptr, batch, num_states, caps, nullptr);
+}
+
+cudaError_t lattice_forward(const DeviceGraph& graph, const SearchOptions& opt, const LatticeCapacities& caps,
+                            const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,
+                            const int32_t* lengths, int32_t max_length, const int32_t* boost_keys,
+                            const float* boost_values, int32_t boost_capacity, void* workspace,
+                            const LatticeOutputs& out, cudaStream_t stream) {
+  if (batch == 0) return cudaSuccess;
+  if (is_half)
+    return enqueue(graph, opt, caps, static_cast<const __half*>(log_probs), batch, frames, vocab, lengths, max_length,
+                   boost_keys, boost_values, boost_capacity, workspace, out, stream);
+  return enqueue(graph, opt, caps, static_cast<const float*>(log_probs), batch, frames, vocab, lengths, max_length,
+                 boost_keys, boost_values, boost_capacity, workspace, out, stream);
+}
+
+}  // namespace wfst

@@ -1,0 +1,55 @@
+// Declarations of the WFST lattice ops (CPU reference). Owned by the WFST lattice mode (decoders/lattice.py).
+//
+//   wfst_lattice(<the wfst_decode search arguments up to eps_iterations>, eps_level (N) i32 (CPU), output_beam,
+//                frontier_capacity, candidate_capacity, token_capacity, arc_capacity)   (capacities: CUDA only)
+//     -> (scores (B,) f32             best path score (-inf: empty lattice),
+//         header (B, 4) i64           [overflow bits, flags (wfst_defs.h kFlag*), arcs before the output-beam
+//                                       prune, tokens before it],
+//         state_splits (B+1) i64      utterance b's states are [state_splits[b], state_splits[b+1]),
+//         states (S, 2) i32           [frame, graph state], topologically sorted per utterance
+//                                       (start first, final last),
+//         state_scores (S, 2) f32     [forward (Viterbi), backward (k2's: best completion - best path)],
+//         arc_splits (B+1) i64,
+//         arcs (A, 3) i32             [src, dst (utterance-local state ids), graph arc id], sorted by src,
+//         arc_scores (A,) f32)        acoustic_scale * log-prob + graph weight + boosts
+//
+//   wfst_lattice_mbr(state_splits, states, arc_splits, arcs, arc_scores, arc_words (A,) i32)
+//     -> (word_splits (B+1) i64, words (W,) i32, times (W, 2) f32 [begin, end frame], confidences (W,) f32,
+//         arc_posteriors (A,) f32 (log semiring, natural log), total_logprob (B,) f64)
+//
+// Both backends return CPU tensors (the CUDA op prunes on the host, wfst_lattice_cuda.cpp).
+// Semantics: decoders/csrc/wfst_lattice_cpu.cpp.
+#pragma once
+#include <torch/types.h>
+
+#include <tuple>
+
+#include "common_check.h"
+
+namespace beamdec {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                 const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                 const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+                 const at::Tensor& weight, int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
+                 const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
+                 bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
+                 double output_beam, int64_t frontier_capacity, int64_t candidate_capacity, int64_t token_capacity,
+                 int64_t arc_capacity);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                  const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                  const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+                  const at::Tensor& weight, int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
+                  const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
+                  bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
+                  double output_beam, int64_t frontier_capacity, int64_t candidate_capacity, int64_t token_capacity,
+                  int64_t arc_capacity);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_mbr_cpu(
+    const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
+    const at::Tensor& arc_scores, const at::Tensor& arc_words);
+
+}  // namespace beamdec

@@ -1,0 +1,392 @@
+// CUDA kernels of the lattice forward pass (torch-free; launched by decoders/csrc/wfst_lattice_launch.cu).
+//
+// The executable spec is lattice_forward in decoders/csrc/wfst_lattice_cpu.cpp; this is the same pass over every lane
+// at once, one kernel per phase of a step:
+//   final_flag -> setup (k2 dynamic beam, allow_partial redirect) -> max (exact maximum of the step's candidate ends)
+//   -> cutoff -> expand (admit end > cutoff, recombine by destination state with an atomic max, record the arc)
+//   -> resolve (the new frame's tokens and scores) -> [epsilon closure: eps_iterations Jacobi passes of
+//   pass_setup -> eps_expand -> resolve(eps), then eps_finish and record_eps] -> commit_alloc -> commit_copy -> clear.
+// Scores use the CPU reference's float operations in the same order (__fadd_rn / __fmul_rn: no FMA contraction),
+// and max / recombination are order-independent, so every token score equals the CPU's bit for bit and the
+// admitted arc sets are the same; only the order tokens are created in differs (the host prune renumbers
+// canonically). States of the frame being built are found through a dense per-lane map (B x N) of frame-local
+// token indices plus a dense per-lane ordered-score map for the atomic max; both are cleared for exactly the
+// frame's states after each step.
+//
+// Memory (per lane): F staging tokens (+ two dirty lists), C step arcs, the dense maps (8 B per graph state); the
+// token and arc arenas are shared by the batch. Overflow bits per lane (wfst_defs.h): kOverflowFrontier (> F
+// states in a frame), kOverflowCandidates (> C arcs in a step), kOverflowArena (an arena is full),
+// kOverflowEpsilon (closure not converged, as on the CPU). decoders/lattice.py re-decodes flagged lanes with
+// larger capacities.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "wfst_defs.h"
+#include "wfst_lattice_launch.h"
+
+namespace wfst {
+namespace lattice_kernels {
+
+constexpr int kWarp = 32;
+
+struct LaneState {
+  int32_t len;
+  int32_t active;      // this step: t <= len (init: 1)
+  int32_t final_step;  // t == len
+  int32_t redirect;    // allow_partial final step without FINAL arcs in the frontier
+  int32_t has_final;   // some frontier state has a FINAL arc (final step only)
+  int32_t closure;     // run the epsilon closure on the frame being built
+  float beam;          // k2 dynamic beam
+  float cutoff;
+  uint32_t max_ord;    // ordered key of the step's maximum candidate end (0: none)
+  int32_t front_begin; // token arena range of the current frame
+  int32_t front_count;
+  int32_t next_count;  // claims of the frame being built (> F: overflow)
+  int32_t prev_count;  // tokens before the current closure pass
+  int32_t cand_count;  // arcs of this step (> C: overflow)
+  int32_t dirty_count[2];
+  int32_t overflow;
+  int32_t redirected;
+};
+
+struct Workspace {
+  LaneState* lanes;       // (B,)
+  int32_t* slot;          // (B, N) frame-local token index of a state in the frame being built; -1 none, -2 claiming
+  uint32_t* dscore;       // (B, N) ordered best end of a state in the frame being built (0: none)
+  int32_t* st_state;      // (B, F) staging tokens of the frame being built
+  float* st_score;        // (B, F)
+  int32_t* dirty_idx[2];  // (B, F) closure work lists (frame-local indices)
+  float* dirty_score[2];  // (B, F) their scores at the start of the pass (Jacobi)
+  LatticeArc* cands;      // (B, C) this step's arcs; dst is a graph state until commit_copy
+};
+
+struct Sizes {
+  int32_t B, T, V, N, F, C, S;
+  int64_t tok_cap, arc_cap;
+};
+
+__device__ __forceinline__ float load_lp(const float* p) { return *p; }
+__device__ __forceinline__ float load_lp(const __half* p) { return __half2float(*p); }
+
+// The arc's score: acoustic_scale * log-prob (emitting arcs on real frames) + weight + boosts, in the CPU's order.
+template <typename scalar_t>
+__device__ __forceinline__ float arc_ll(const DeviceGraph& g, const SearchOptions& opt, int32_t a,
+                                        const scalar_t* row, bool acoustic_term, const int32_t* bk, const float* bv,
+                                        int32_t bc, int32_t lane) {
+  const float acoustic = acoustic_term ? __fmul_rn(load_lp(row + g.ilabel[a]), opt.acoustic_scale) : 0.0f;
+  float ll = __fadd_rn(acoustic, g.weight[a]);
+  if (bc > 0)
+    for (int32_t k = g.aux_splits[a]; k < g.aux_splits[a + 1]; ++k)
+      ll = __fadd_rn(ll, boost_lookup(bk + static_cast<int64_t>(lane) * bc, bv + static_cast<int64_t>(lane) * bc, bc,
+                                      g.aux_words[k]));
+  return ll;
+}
+
+__device__ __forceinline__ bool has_eps_arcs(const DeviceGraph& g, int32_t s) { return g.eps_begin[s] < g.final_begin[s]; }
+
+// Arc range of a frontier state on this step (wfst_lattice_cpu.cpp arc_range).
+__device__ __forceinline__ void arc_range(const DeviceGraph& g, const LaneState& L, int32_t s, int32_t& b, int32_t& e) {
+  if (!L.final_step) {
+    b = g.row_splits[s];
+    e = g.eps_begin[s];
+  } else if (L.redirect) {
+    b = g.row_splits[s];
+    e = g.row_splits[s + 1];
+  } else {
+    b = g.final_begin[s];
+    e = g.row_splits[s + 1];
+  }
+}
+
+// Claims destination state d for the frame being built with score `end`.
+__device__ __forceinline__ void claim(const Workspace& ws, const Sizes& P, int32_t b, int32_t d, float end) {
+  const int64_t k = static_cast<int64_t>(b) * P.N + d;
+  atomicMax(ws.dscore + k, float_to_ordered(end));
+  if (atomicCAS(ws.slot + k, -1, -2) == -1) {
+    const int32_t idx = atomicAdd(&ws.lanes[b].next_count, 1);
+    if (idx < P.F)
+      ws.st_state[static_cast<int64_t>(b) * P.F + idx] = d;
+    else
+      atomicOr(&ws.lanes[b].overflow, kOverflowFrontier);
+  }
+}
+
+__device__ __forceinline__ void record_arc(const Workspace& ws, const Sizes& P, int32_t b, LatticeArc arc) {
+  const int32_t ci = atomicAdd(&ws.lanes[b].cand_count, 1);
+  if (ci < P.C)
+    ws.cands[static_cast<int64_t>(b) * P.C + ci] = arc;
+  else
+    atomicOr(&ws.lanes[b].overflow, kOverflowCandidates);
+}
+
+// Warp-per-item loop over `count` items of lane blockIdx.y.
+#define LAT_WARP_LOOP(i, count)                                                                  \
+  const int32_t lane_id_ = threadIdx.x % kWarp;                                                  \
+  const int32_t warps_ = blockDim.x / kWarp;                                                     \
+  for (int32_t i = blockIdx.x * warps_ + threadIdx.x / kWarp; i < (count); i += gridDim.x * warps_)
+
+// ---------------------------------------------------------------------------------------------------------------
+__global__ void init_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const int32_t* lengths) {
+  const int32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= P.B) return;
+  LaneState L{};
+  L.len = lengths[b];
+  L.active = 1;
+  L.closure = g.has_eps ? 1 : 0;
+  L.beam = opt.search_beam;
+  L.cutoff = __fsub_rn(0.0f, opt.search_beam);
+  L.next_count = 1;
+  ws.lanes[b] = L;
+  const int64_t k = static_cast<int64_t>(b) * P.N + g.start_state;
+  ws.dscore[k] = float_to_ordered(0.0f);
+  ws.slot[k] = -2;  // resolve() writes the index
+  ws.st_state[static_cast<int64_t>(b) * P.F] = g.start_state;
+}
+
+// Per step t: does some frontier state of a lane on its final step have a FINAL arc?
+__global__ void final_flag_kernel(Workspace ws, Sizes P, DeviceGraph g, const int32_t* tok_state, int32_t t) {
+  const int32_t b = blockIdx.y;
+  LaneState& L = ws.lanes[b];
+  if (t != L.len) return;
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < L.front_count; i += gridDim.x * blockDim.x) {
+    const int32_t s = tok_state[L.front_begin + i];
+    if (g.final_begin[s] < g.row_splits[s + 1]) L.has_final = 1;
+  }
+}
+
+__global__ void setup_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, int32_t t) {
+  const int32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= P.B) return;
+  LaneState& L = ws.lanes[b];
+  L.active = t <= L.len ? 1 : 0;
+  if (!L.active) {
+    L.closure = 0;
+    return;
+  }
+  L.final_step = t == L.len ? 1 : 0;
+  L.redirect = (opt.allow_partial && L.final_step && !L.has_final) ? 1 : 0;
+  L.beam = k2_dynamic_beam(L.beam, opt.search_beam, opt.min_active, opt.max_active, L.front_count, t, L.len + 1);
+  L.max_ord = 0u;
+  L.next_count = 0;
+  L.cand_count = 0;
+  L.dirty_count[0] = L.dirty_count[1] = 0;
+  L.closure = (g.has_eps && !L.final_step) ? 1 : 0;
+}
+
+template <typename scalar_t>
+__global__ void max_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const scalar_t* lp,
+                           const int32_t* tok_state, const float* tok_score, const int32_t* bk, const float* bv,
+                           int32_t bc, int32_t t) {
+  const int32_t b = blockIdx.y;
+  const LaneState& L = ws.lanes[b];
+  if (!L.active) return;
+  const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
+  float m = -INFINITY;
+  LAT_WARP_LOOP(i, L.front_count) {
+    const int32_t s = tok_state[L.front_begin + i];
+    const float sc = tok_score[L.front_begin + i];
+    int32_t ab, ae;
+    arc_range(g, L, s, ab, ae);
+    for (int32_t a = ab + lane_id_; a < ae; a += kWarp)
+      m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
+  }
+  for (int off = kWarp / 2; off > 0; off /= 2) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
+  if (threadIdx.x % kWarp == 0 && m > -INFINITY) atomicMax(&ws.lanes[b].max_ord, float_to_ordered(m));
+}
+
+__global__ void cutoff_kernel(Workspace ws, Sizes P) {
+  const int32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= P.B) return;
+  LaneState& L = ws.lanes[b];
+  if (!L.active) return;
+  const float best = L.max_ord == 0u ? -INFINITY : ordered_to_float(L.max_ord);
+  L.cutoff = __fsub_rn(best, L.beam);
+}
+
+template <typename scalar_t>
+__global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const scalar_t* lp,
+                              const int32_t* tok_state, const float* tok_score, const int32_t* bk, const float* bv,
+                              int32_t bc, int32_t t) {
+  const int32_t b = blockIdx.y;
+  const LaneState& L = ws.lanes[b];
+  if (!L.active) return;
+  const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
+  const float cutoff = L.cutoff;
+  LAT_WARP_LOOP(i, L.front_count) {
+    const int32_t src = L.front_begin + i;
+    const int32_t s = tok_state[src];
+    const float sc = tok_score[src];
+    int32_t ab, ae;
+    arc_range(g, L, s, ab, ae);
+    for (int32_t a = ab + lane_id_; a < ae; a += kWarp) {
+      const float ll = arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b);
+      const float end = __fadd_rn(sc, ll);
+      if (!(end > cutoff)) continue;
+      const int32_t d = L.redirect ? g.final_state : g.dest[a];
+      claim(ws, P, b, d, end);
+      record_arc(ws, P, b, LatticeArc{src, d, a, ll});
+    }
+  }
+}
+
+// After an emitting step (eps = false) or a closure pass writing dirty list `q` (eps = true): the new frame's
+// tokens get their indices and scores; tokens created or strictly improved go on the next closure work list.
+__global__ void resolve_kernel(Workspace ws, Sizes P, DeviceGraph g, bool eps, int32_t q) {
+  const int32_t b = blockIdx.y;
+  LaneState& L = ws.lanes[b];
+  if (!L.active || (eps && !L.closure)) return;
+  const int32_t n = min(L.next_count, P.F);
+  const int64_t bF = static_cast<int64_t>(b) * P.F;
+  for (int32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+    const int32_t d = ws.st_state[bF + idx];
+    const int64_t k = static_cast<int64_t>(b) * P.N + d;
+    const float ns = ordered_to_float(ws.dscore[k]);
+    bool dirty;
+    if (!eps || idx >= L.prev_count) {  // a new token of the frame
+      ws.slot[k] = idx;
+      ws.st_score[bF + idx] = ns;
+      dirty = true;
+    } else {
+      dirty = ns > ws.st_score[bF + idx];
+      if (dirty) ws.st_score[bF + idx] = ns;
+    }
+    if (dirty && L.closure && has_eps_arcs(g, d)) {
+      const int32_t w = atomicAdd(&L.dirty_count[q], 1);
+      ws.dirty_idx[q][bF + w] = idx;
+      ws.dirty_score[q][bF + w] = ns;
+    }
+  }
+}
+
+__global__ void pass_setup_kernel(Workspace ws, Sizes P, int32_t q) {
+  const int32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= P.B) return;
+  LaneState& L = ws.lanes[b];
+  if (!L.active || !L.closure) return;
+  L.prev_count = min(L.next_count, P.F);
+  L.dirty_count[q] = 0;
+}
+
+// One Jacobi closure pass: the epsilon arcs of the tokens on work list r, with their scores from the pass start.
+__global__ void eps_expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const int32_t* bk,
+                                  const float* bv, int32_t bc, int32_t r) {
+  const int32_t b = blockIdx.y;
+  const LaneState& L = ws.lanes[b];
+  if (!L.active || !L.closure) return;
+  const int64_t bF = static_cast<int64_t>(b) * P.F;
+  const float cutoff = L.cutoff;
+  LAT_WARP_LOOP(i, L.dirty_count[r]) {
+    const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
+    const float sc = ws.dirty_score[r][bF + i];
+    for (int32_t a = g.eps_begin[s] + lane_id_; a < g.final_begin[s]; a += kWarp) {
+      const float end = __fadd_rn(sc, arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b));
+      if (end > cutoff) claim(ws, P, b, g.dest[a], end);
+    }
+  }
+}
+
+__global__ void eps_finish_kernel(Workspace ws, Sizes P, int32_t last) {
+  const int32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= P.B) return;
+  LaneState& L = ws.lanes[b];
+  if (L.active && L.closure && L.dirty_count[last] > 0) L.overflow |= kOverflowEpsilon;
+}
+
+// The closed frame's epsilon arcs: source score + arc > cutoff and destination in the frame (CPU record_eps_arcs).
+__global__ void record_eps_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const int32_t* bk,
+                                  const float* bv, int32_t bc) {
+  const int32_t b = blockIdx.y;
+  const LaneState& L = ws.lanes[b];
+  if (!L.active || !L.closure) return;
+  const int64_t bF = static_cast<int64_t>(b) * P.F;
+  const float cutoff = L.cutoff;
+  LAT_WARP_LOOP(i, min(L.next_count, P.F)) {
+    const int32_t s = ws.st_state[bF + i];
+    const float sc = ws.st_score[bF + i];
+    for (int32_t a = g.eps_begin[s] + lane_id_; a < g.final_begin[s]; a += kWarp) {
+      const float ll = arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b);
+      if (!(__fadd_rn(sc, ll) > cutoff)) continue;
+      if (ws.slot[static_cast<int64_t>(b) * P.N + g.dest[a]] >= 0)
+        record_arc(ws, P, b, LatticeArc{i, g.dest[a], a | kLatticeEpsArcBit, ll});
+    }
+  }
+}
+
+// Allocates the frame's tokens and the step's arcs in the arenas (one thread per lane).
+__global__ void commit_alloc_kernel(Workspace ws, Sizes P, LatticeOutputs out, int32_t frame) {
+  const int32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= P.B) return;
+  LaneState& L = ws.lanes[b];
+  if (!L.active) return;
+  int32_t n = min(L.next_count, P.F);
+  int32_t m = min(L.cand_count, P.C);
+  unsigned long long base = atomicAdd(out.cursors, static_cast<unsigned long long>(n));
+  if (base + n > static_cast<unsigned long long>(P.tok_cap)) {
+    L.overflow |= kOverflowArena;
+    n = 0;
+    base = 0;
+  }
+  unsigned long long abase = atomicAdd(out.cursors + 1, static_cast<unsigned long long>(m));
+  if (abase + m > static_cast<unsigned long long>(P.arc_cap)) {
+    L.overflow |= kOverflowArena;
+    m = 0;
+    abase = 0;
+  }
+  const int64_t k = static_cast<int64_t>(b) * P.S + frame;
+  out.frame_begin[k] = static_cast<int32_t>(base);
+  out.frame_count[k] = n;
+  out.block_begin[k] = static_cast<int64_t>(abase);
+  out.block_count[k] = m;
+  L.front_begin = static_cast<int32_t>(base);
+  L.front_count = n;
+  if (L.final_step) L.redirected = L.redirect;
+  out.lane_result[2 * b] = L.overflow;
+  out.lane_result[2 * b + 1] = L.redirected;
+}
+
+__global__ void commit_copy_kernel(Workspace ws, Sizes P, LatticeOutputs out, int32_t frame) {
+  const int32_t b = blockIdx.y;
+  const LaneState& L = ws.lanes[b];
+  if (!L.active) return;
+  const int64_t k = static_cast<int64_t>(b) * P.S + frame;
+  const int32_t n = out.frame_count[k], base = out.frame_begin[k];
+  const int32_t m = out.block_count[k];
+  const int64_t abase = out.block_begin[k];
+  const int64_t bF = static_cast<int64_t>(b) * P.F, bC = static_cast<int64_t>(b) * P.C;
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    out.tok_state[base + i] = ws.st_state[bF + i];
+    out.tok_score[base + i] = ws.st_score[bF + i];
+  }
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += gridDim.x * blockDim.x) {
+    LatticeArc c = ws.cands[bC + i];
+    const int32_t j = ws.slot[static_cast<int64_t>(b) * P.N + c.dst];
+    if (j >= 0 && j < n) {
+      c.src = (c.arc & kLatticeEpsArcBit) ? base + c.src : c.src;
+      c.dst = base + j;
+    } else {
+      c.src = c.dst = -1;
+    }
+    out.arcs[abase + i] = c;
+  }
+}
+
+__global__ void clear_kernel(Workspace ws, Sizes P) {
+  const int32_t b = blockIdx.y;
+  const LaneState& L = ws.lanes[b];
+  if (!L.active) return;
+  const int32_t n = min(L.next_count, P.F);
+  const int64_t bF = static_cast<int64_t>(b) * P.F;
+  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int64_t k = static_cast<int64_t>(b) * P.N + ws.st_state[bF + i];
+    ws.slot[k] = -1;
+    ws.dscore[k] = 0u;
+  }
+}
+
+#undef LAT_WARP_LOOP
+
+}  // namespace lattice_kernels
+}  // namespace wfst

@@ -1,0 +1,57 @@
+// Torch-free launcher interface of the CUDA lattice forward pass (decoders/csrc/wfst_lattice_launch.cu, kernels in
+// decoders/include/wfst_lattice_kernels.cuh). The pass is the CPU reference's lattice_forward
+// (decoders/csrc/wfst_lattice_cpu.cpp) on every lane at once: it keeps every token of every frame and every admitted
+// arc in two arenas; the host then prunes them (wfst_lattice_host.h), so both backends share the prune.
+// Every pointer is device memory owned by the caller; the launcher only enqueues work on `stream`.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wfst_launch.h"
+
+namespace wfst {
+
+// Arc ids must stay below this bit: epsilon arcs carry it in LatticeArc::arc while they are in the arena.
+constexpr int32_t kLatticeEpsArcBit = 0x40000000;
+
+struct LatticeArc {
+  int32_t src;  // token arena ids (-1: dropped by an overflowed lane; the host skips it)
+  int32_t dst;
+  int32_t arc;  // graph arc, | kLatticeEpsArcBit for an epsilon arc (source and destination in the same frame)
+  float ll;
+};
+
+struct LatticeCapacities {
+  int32_t frontier;    // F: tokens per lane and frame
+  int32_t candidates;  // C: arcs per lane and step (emitting + the new frame's epsilon arcs)
+  int64_t tokens;      // token arena, whole batch
+  int64_t arcs;        // arc arena, whole batch
+};
+
+// Outputs the host reads after the pass (all device memory, caller-allocated):
+struct LatticeOutputs {
+  int32_t* tok_state;            // (tokens,)
+  float* tok_score;              // (tokens,)
+  LatticeArc* arcs;              // (arcs,)
+  int32_t* frame_begin;          // (B, S) token arena offset of lane b's frame f (S = max_length + 2)
+  int32_t* frame_count;          // (B, S)
+  int64_t* block_begin;          // (B, S) arc arena offset of the arcs committed with frame f
+  int32_t* block_count;          // (B, S)
+  int32_t* lane_result;          // (B, 2) [overflow bits, redirected (allow_partial final step)]
+  unsigned long long* cursors;   // (2,) tokens and arcs used (may exceed the capacities: overflow)
+};
+
+// Bytes of scratch workspace for `batch` lanes over a graph of `num_states` states.
+size_t lattice_workspace_bytes(int32_t batch, int32_t num_states, const LatticeCapacities& caps);
+
+// Enqueues the lattice forward pass of a batch (log_probs (B, T, V) fp32 or fp16, lengths (B,) int32 on the device,
+// max_length = max(lengths) on the host, eps_iterations closure passes per frame when the graph has epsilons).
+cudaError_t lattice_forward(const DeviceGraph& graph, const SearchOptions& opt, const LatticeCapacities& caps,
+                            const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,
+                            const int32_t* lengths, int32_t max_length, const int32_t* boost_keys,
+                            const float* boost_values, int32_t boost_capacity, void* workspace,
+                            const LatticeOutputs& out, cudaStream_t stream);
+
+}  // namespace wfst

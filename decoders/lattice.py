@@ -1,0 +1,536 @@
+"""WFST lattices: k2 `intersect_dense_pruned` lattices from our search, n-best, MBR, posteriors, word times.
+
+    decoder = WfstDecoder(graph, WfstDecoderConfig(search_beam=17, output_beam=8))
+    lats = decoder.decode_lattice(log_probs, lengths)
+    lats.nbest(5)[0]          # the 5 best distinct word sequences of utterance 0, best first
+    lats.mbr()[0]             # Kaldi MBR hypothesis with word confidences and times
+    lats.word_posteriors(0)   # [(word, start frame, posterior), ...]
+    lats.to_k2_dict(0); lats.to_openfst(0, "lat.fst")
+
+Semantics (the executable spec is decoders/csrc/wfst_lattice_cpu.cpp):
+- The lattice of an utterance is the search space of `decode()` (same forward pass, same tokens and scores)
+  pruned backward with `output_beam` exactly as k2's `PruneTimeRange`: it keeps the arcs with
+  forward(src) + arc + backward(dst) >= best - output_beam (tropical forward/backward). Its best path is
+  `decode()`'s (same score; the same words up to exact ties). States are (frame, graph state): frame 0 is the
+  start state and its epsilon closure, frame f the states reached after f frames, frame len + 1 the final state;
+  arc scores are acoustic_scale * log-prob + graph weight + word boosts (k2: the dense FSA's scores plus the
+  graph's). Epsilon arcs (TLG) stay inside a frame; the graph's epsilon subgraph must be acyclic.
+- `nbest(k)`: the k best distinct word sequences, each scored by its best path (tropical semiring; the result
+  of determinizing on words and taking the k shortest paths), found exactly by A* over (lattice state, word
+  prefix) with the exact backward scores as heuristic.
+- `mbr()`: Kaldi's MinimumBayesRisk (lat/sausages.cc) over the lattice in the log semiring with the lattice's
+  scores (acoustic scale included): word posteriors sum over alignments, since the lattice is not determinized
+  first (Kaldi and Riva determinize to the best alignment per word sequence before MBR). Word confidences are
+  the sausage posteriors of the chosen words, times Kaldi's averaged bin times (fractional frames).
+- Word times of a path: a word starts at the frame of the arc that outputs it (an epsilon arc in frame f:
+  frame f) and ends after the last non-blank token its segment reads (without a blank id: where the next word
+  starts). `frame_shift` converts to seconds outside this module.
+- Bad input: `k < 1` is a ValueError; an utterance with no surviving path has an empty lattice
+  (`has_path[i]` False, empty n-best, empty MBR hypothesis with score -inf), never an exception.
+
+CUDA (decoders/include/wfst_lattice_kernels.cuh): the same forward pass on the device, every lane at once; the
+tokens and admitted arcs are copied to the host once and pruned there by the CPU reference's prune, so both backends
+return identical, canonically numbered lattices (CPU tensors). Capacities (per-frame tokens, per-step arcs, the
+token and arc arenas: `lattice_capacities`) are sized from the config; an utterance that hits one is flagged
+(`overflow`, wfst_defs.h bits) and re-decoded with `rescue_factor` x larger capacities up to `max_rescues` times, as
+the 1-best path does. BEAMDEC_WFST_LATTICE_BACKEND=cpu makes a CUDA decoder use the CPU reference instead.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+import weakref
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from decoders.graph import EPSILON, FINAL, WfstGraph
+from decoders.types import Hypothesis
+
+_levels_cache: dict[int, np.ndarray] = {}
+_levels_lock = threading.Lock()
+
+
+def epsilon_levels(graph: WfstGraph) -> np.ndarray:
+    """int32 (N,): per state the number of arcs on the longest epsilon path ending in it (0 without epsilons).
+    Every epsilon arc s -> d has level(d) > level(s), so sorting a frame's states by level orders its epsilon
+    arcs topologically. ValueError when the epsilon subgraph has a cycle (a lattice would have cycles)."""
+    key = id(graph)
+    with _levels_lock:
+        hit = _levels_cache.get(key)
+    if hit is not None:
+        return hit
+    n = graph.num_states
+    level = np.zeros(n, dtype=np.int32)
+    il = np.asarray(graph.ilabel)
+    m = il == EPSILON
+    if m.any():
+        src = np.asarray(graph.src())[m].astype(np.int64)
+        dst = np.asarray(graph.dest)[m].astype(np.int64)
+        order = np.argsort(src, kind="stable")
+        src, dst = src[order], dst[order]
+        starts = np.searchsorted(src, np.arange(n + 1))
+        indeg = np.bincount(dst, minlength=n)
+        frontier = np.nonzero(indeg == 0)[0]
+        while frontier.size:  # Kahn by levels; a state's level is fixed when its last predecessor is done
+            cnt = starts[frontier + 1] - starts[frontier]
+            total = int(cnt.sum())
+            if total == 0:
+                break
+            idx = np.repeat(starts[frontier], cnt) + (np.arange(total) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+            s, d = src[idx], dst[idx]
+            np.maximum.at(level, d, level[s] + 1)
+            np.subtract.at(indeg, d, 1)
+            nxt = np.unique(d)
+            frontier = nxt[indeg[nxt] == 0]
+        if np.any(indeg > 0):
+            raise ValueError("lattice mode needs an acyclic epsilon subgraph (epsilon arcs inside a frame would "
+                             "make lattice cycles); this graph has an epsilon cycle")
+    with _levels_lock:
+        _levels_cache[key] = level
+        weakref.finalize(graph, _levels_cache.pop, key, None)
+    return level
+
+
+@dataclass
+class WfstLattices:
+    """A batch of lattices (CPU tensors, layout decoders/csrc/wfst_lattice_ops.h) plus the graph they index."""
+
+    graph: WfstGraph
+    scores: torch.Tensor  # (B,) float32 best path score, -inf: empty lattice
+    header: torch.Tensor  # (B, 4) int64 [overflow, flags, arcs before the output-beam prune, tokens before]
+    state_splits: torch.Tensor  # (B+1,) int64
+    states: torch.Tensor  # (S, 2) int32 [frame, graph state]
+    state_scores: torch.Tensor  # (S, 2) float32 [forward, backward (k2's, relative to the best path)]
+    arc_splits: torch.Tensor  # (B+1,) int64
+    arcs: torch.Tensor  # (A, 3) int32 [src, dst, graph arc]
+    arc_scores: torch.Tensor  # (A,) float32
+    blank_id: Optional[int] = None
+    oov_boost_words: list = field(default_factory=list)
+    _mbr_cache: Optional[tuple] = field(default=None, repr=False)
+
+    # ---- per-utterance facts ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+    @property
+    def overflow(self) -> list[int]:
+        return [int(x) for x in self.header[:, 0].tolist()]
+
+    @property
+    def has_path(self) -> list[bool]:
+        return [bool(int(x) & 2) for x in self.header[:, 1].tolist()]
+
+    @property
+    def reached_final(self) -> list[bool]:
+        return [bool(int(x) & 1) for x in self.header[:, 1].tolist()]
+
+    def num_states(self, i: int) -> int:
+        i = self._index(i)
+        return int(self.state_splits[i + 1] - self.state_splits[i])
+
+    def num_arcs(self, i: int) -> int:
+        i = self._index(i)
+        return int(self.arc_splits[i + 1] - self.arc_splits[i])
+
+    def memory_bytes(self, i: Optional[int] = None) -> int:
+        """Bytes the lattice(s) hold in this layout (states: 16 B, arcs: 16 B)."""
+        if i is None:
+            return sum(self.memory_bytes(j) for j in range(len(self)))
+        return 16 * self.num_states(i) + 16 * self.num_arcs(i)
+
+    def _index(self, i) -> int:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"utterance index must be an int, got {type(i).__name__}")
+        if not 0 <= int(i) < len(self):
+            raise IndexError(f"utterance index {i} outside [0, {len(self)})")
+        return int(i)
+
+    def _utt(self, i: int) -> dict:
+        """numpy views of utterance i: frame, gstate, fwd, bwd per state; src, dst, arc, score per arc."""
+        i = self._index(i)
+        s0, s1 = int(self.state_splits[i]), int(self.state_splits[i + 1])
+        a0, a1 = int(self.arc_splits[i]), int(self.arc_splits[i + 1])
+        st = self.states[s0:s1].numpy()
+        sc = self.state_scores[s0:s1].numpy()
+        ar = self.arcs[a0:a1].numpy()
+        return {"frame": st[:, 0], "gstate": st[:, 1], "fwd": sc[:, 0], "bwd": sc[:, 1], "src": ar[:, 0],
+                "dst": ar[:, 1], "arc": ar[:, 2], "score": self.arc_scores[a0:a1].numpy(), "a0": a0}
+
+    # ---- labels ------------------------------------------------------------------------------------------
+    def _arc_words(self, graph_arcs: np.ndarray) -> list[tuple[int, ...]]:
+        splits, words = self.graph.aux_csr()
+        return [tuple(int(w) for w in words[splits[a]:splits[a + 1]]) for a in graph_arcs.tolist()]
+
+    def _word_strings(self, ids: Sequence[int]) -> list[str]:
+        vocab = self.graph.words
+        return [vocab[w] if vocab is not None and 0 <= w < len(vocab) else str(w) for w in ids]
+
+    # ---- paths -------------------------------------------------------------------------------------------
+    def _path_hypothesis(self, u: dict, path_arcs: list[int], score: float) -> Hypothesis:
+        """Hypothesis of one lattice path (lattice arc indices, in order) with word start/end frames."""
+        ilabel = np.asarray(self.graph.ilabel)
+        aw = self._arc_words(u["arc"][path_arcs]) if path_arcs else []
+        words: list[int] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        tokens: list[int] = []
+        steps: list[int] = []
+        final_state = len(u["frame"]) - 1
+        last_real = None  # frame of the last non-blank token read since the current word started
+        prev_token = None
+        for k, ws in zip(path_arcs, aw):
+            f = int(u["frame"][u["src"][k]])
+            # an emitting arc reads frame f: it leads to frame f + 1 and not into the final state (the final
+            # step's arcs, FINAL or allow_partial redirected, read no frame)
+            emitting = int(u["dst"][k]) != final_state and int(u["frame"][u["dst"][k]]) == f + 1
+            lab = int(ilabel[u["arc"][k]]) if emitting else -1
+            if ws:
+                if words:
+                    ends.append((last_real + 1) if (last_real is not None and self.blank_id is not None) else f)
+                for w in ws:
+                    words.append(w)
+                    starts.append(f)
+                last_real = None
+            if lab >= 0:
+                if lab != self.blank_id:
+                    last_real = f
+                    if lab != prev_token:
+                        tokens.append(lab)
+                        steps.append(f)
+                prev_token = lab
+        if words:
+            end_frame = int(u["frame"][-1]) - 1  # frames read: 0 .. len - 1
+            ends.append((last_real + 1) if (last_real is not None and self.blank_id is not None) else end_frame)
+            # a multi-word arc: its words share start and end
+            while len(ends) < len(words):
+                ends.insert(len(ends) - 1, ends[-1])
+        return Hypothesis(tokens=tokens, words=self._word_strings(words), score=float(score), timesteps=steps,
+                          word_start_frames=[float(s) for s in starts], word_end_frames=[float(e) for e in ends])
+
+    def best_path(self, i: int) -> list[int]:
+        """Lattice arc indices (utterance i, in order) of the best path: traced back from the final state through
+        arcs whose float32 forward(src) + score equals forward(dst) (the arc that won the forward pass's max;
+        exact ties: the first in arc order). [] for an empty lattice."""
+        u = self._utt(i)
+        S = len(u["frame"])
+        if S == 0:
+            return []
+        fwd = u["fwd"]
+        tight = (fwd[u["src"]] + u["score"]).astype(np.float32) == fwd[u["dst"]]
+        first_in = np.full(S, -1, dtype=np.int64)
+        idx = np.nonzero(tight)[0]
+        # the first tight arc into each state (arcs are sorted by source, so reversed assignment keeps the first)
+        first_in[u["dst"][idx[::-1]]] = idx[::-1]
+        path, s = [], S - 1
+        while s != 0:
+            a = int(first_in[s])
+            if a < 0:  # cannot happen on a lattice from the forward pass; fall back to the exact search
+                return self.nbest_paths(i, 1)[0][0]
+            path.append(a)
+            s = int(u["src"][a])
+        path.reverse()
+        return path
+
+    def best(self) -> list[Hypothesis]:
+        """The lattice's best path per utterance (equals decode()'s), with word times; no words and -inf for an
+        empty lattice."""
+        out = []
+        for i in range(len(self)):
+            if self.num_states(i) == 0:
+                out.append(Hypothesis(tokens=[], words=[], score=-math.inf))
+                continue
+            out.append(self._path_hypothesis(self._utt(i), self.best_path(i), float(self.scores[i])))
+        return out
+
+    def nbest(self, k: int) -> list[list[Hypothesis]]:
+        """Per utterance the k best distinct word sequences (tropical: each scored by its best path), best
+        first; fewer when the lattice holds fewer; [] for an empty lattice."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+            raise TypeError(f"nbest: k must be an int, got {type(k).__name__}")
+        if k < 1:
+            raise ValueError(f"nbest: k must be >= 1, got {k}")
+        out = []
+        for i in range(len(self)):
+            u = self._utt(i)
+            out.append([self._path_hypothesis(u, path, score) for path, score in self.nbest_paths(i, int(k))])
+        return out
+
+    def nbest_paths(self, i: int, k: int) -> list[tuple[list[int], float]]:
+        """The paths behind nbest(k)[i]: (lattice arc indices of utterance i in path order, score), best first."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"nbest: k must be an int >= 1, got {k!r}")
+        u = self._utt(i)
+        S = len(u["frame"])
+        if S == 0:
+            return []
+        src, dst, score = u["src"].tolist(), u["dst"].tolist(), u["score"].astype(np.float64).tolist()
+        A = len(src)
+        out_begin = np.searchsorted(u["src"], np.arange(S + 1)).tolist()  # arcs are sorted by source
+        # exact best completion per state (float64), one reverse sweep: states are topologically sorted
+        h = [-math.inf] * S
+        h[S - 1] = 0.0
+        for a in range(A - 1, -1, -1):
+            v = score[a] + h[dst[a]]
+            if v > h[src[a]]:
+                h[src[a]] = v
+        arc_words = self._arc_words(u["arc"])
+        trie: dict[tuple[int, int], int] = {}  # (prefix id, word) -> prefix id; 0 = empty prefix
+        # A*: nodes (state, prefix) popped in order of g + h; the first pop of a node has its best g
+        node_parent: list[int] = []
+        node_arc: list[int] = []
+        heap = [(-(0.0 + h[0]), 0, 0, 0, 0.0, -1, -1)]  # (-priority, tiebreak, state, prefix, g, parent, arc)
+        seen: set[tuple[int, int]] = set()
+        results: list[tuple[list[int], float]] = []
+        counter = 1
+        while heap and len(results) < k:
+            _, _, s, p, g, parent, arc = heapq.heappop(heap)
+            if (s, p) in seen:
+                continue
+            seen.add((s, p))
+            node = len(node_parent)
+            node_parent.append(parent)
+            node_arc.append(arc)
+            if s == S - 1:
+                path = []
+                n = node
+                while n >= 0 and node_arc[n] >= 0:
+                    path.append(node_arc[n])
+                    n = node_parent[n]
+                path.reverse()
+                results.append((path, g))
+                continue
+            for a in range(out_begin[s], out_begin[s + 1]):
+                d = dst[a]
+                if h[d] == -math.inf:
+                    continue
+                q = p
+                for w in arc_words[a]:
+                    q = trie.setdefault((q, w), len(trie) + 1)
+                if (d, q) in seen:
+                    continue
+                g2 = g + score[a]
+                heapq.heappush(heap, (-(g2 + h[d]), counter, d, q, g2, node, a))
+                counter += 1
+        return results
+
+    # ---- posteriors and MBR -----------------------------------------------------------------------------
+    def _mbr_all(self) -> tuple:
+        if self._mbr_cache is None:
+            from decoders.wfst import _ops
+
+            splits, words = self.graph.aux_csr()
+            ga = self.arcs[:, 2].numpy().astype(np.int64)
+            n = np.diff(np.asarray(splits, dtype=np.int64))[ga] if ga.size else np.zeros(0, np.int64)
+            first = np.asarray(words, dtype=np.int64)[np.minimum(np.asarray(splits, dtype=np.int64)[ga],
+                                                                 max(len(words) - 1, 0))] if ga.size and len(words) \
+                else np.zeros(ga.shape, np.int64)
+            label = np.where(n == 0, 0, first).astype(np.int64)
+            compounds: dict[tuple, int] = {}
+            base = self.graph.num_words
+            for j in np.nonzero(n > 1)[0].tolist():  # several words on one arc: one compound label
+                key = tuple(int(w) for w in words[splits[ga[j]]:splits[ga[j] + 1]])
+                label[j] = base + compounds.setdefault(key, len(compounds))
+            out = _ops().wfst_lattice_mbr(self.state_splits, self.states, self.arc_splits, self.arcs,
+                                          self.arc_scores, torch.from_numpy(label.astype(np.int32)))
+            self._mbr_cache = (out, {v: k for k, v in compounds.items()}, base)
+        return self._mbr_cache
+
+    def arc_posteriors(self, i: int) -> np.ndarray:
+        """(A_i,) float32: each arc's posterior probability (log-semiring forward-backward)."""
+        i = self._index(i)
+        out, _, _ = self._mbr_all()
+        return out[4][int(self.arc_splits[i]):int(self.arc_splits[i + 1])].numpy()
+
+    def total_logprob(self, i: int) -> float:
+        """log of the summed probability of every lattice path (log semiring)."""
+        out, _, _ = self._mbr_all()
+        return float(out[5][self._index(i)])
+
+    def word_posteriors(self, i: int) -> list[tuple[str, int, float]]:
+        """[(word, start frame, posterior)] for utterance i: the summed posterior of the lattice arcs that
+        output `word` starting at that frame, sorted by frame then word (expected word occurrences)."""
+        u = self._utt(i)
+        post = self.arc_posteriors(i)
+        acc: dict[tuple[int, int], float] = {}
+        for a, ws in enumerate(self._arc_words(u["arc"])):
+            for w in ws:
+                key = (int(u["frame"][u["src"][a]]), w)
+                acc[key] = acc.get(key, 0.0) + float(post[a])
+        return [(self._word_strings([w])[0], f, p) for (f, w), p in sorted(acc.items())]
+
+    def mbr(self) -> list[Hypothesis]:
+        """Kaldi MBR hypothesis per utterance: words, word confidences, averaged word times (frames); score is
+        the lattice's total log-probability (log semiring). Empty lattice: no words, score -inf."""
+        out, compounds, base = self._mbr_all()
+        word_splits, words, times, conf, _, total = out
+        hyps = []
+        for i in range(len(self)):
+            w0, w1 = int(word_splits[i]), int(word_splits[i + 1])
+            ids: list[int] = []
+            starts: list[float] = []
+            ends: list[float] = []
+            confs: list[float] = []
+            for j in range(w0, w1):
+                wid = int(words[j])
+                expanded = list(compounds[wid]) if wid >= base and wid in compounds else [wid]
+                for w in expanded:
+                    ids.append(w)
+                    starts.append(float(times[j, 0]))
+                    ends.append(float(times[j, 1]))
+                    confs.append(float(conf[j]))
+            hyps.append(Hypothesis(tokens=[], words=self._word_strings(ids), score=float(total[i]),
+                                   word_start_frames=starts, word_end_frames=ends, word_confidences=confs))
+        return hyps
+
+    # ---- export ------------------------------------------------------------------------------------------
+    def _labels(self, u: dict, epsilon_label: int) -> np.ndarray:
+        il = np.asarray(self.graph.ilabel, dtype=np.int64)[u["arc"]]
+        into_final = u["dst"] == len(u["frame"]) - 1
+        lab = np.where(il == EPSILON, epsilon_label, il)
+        return np.where(into_final, FINAL, lab).astype(np.int32)
+
+    def to_k2_dict(self, i: int, epsilon_label: int = 0) -> dict:
+        """k2 `Fsa.as_dict()` layout of utterance i's lattice: 'arcs' int32 (A, 4) [src, dst, label, score
+        bits], 'aux_labels' int32 (A,) (word id, 0 none, -1 on arcs into the final state without a word),
+        'scores' float32 (A,); plus 'aux_labels_ragged' when an arc outputs several words. Labels are log-prob
+        columns, -1 into the final state (k2's convention) and `epsilon_label` on epsilon arcs (TLG lattices;
+        k2's own lattices have none). An empty lattice has zero arcs."""
+        u = self._utt(i)
+        scores = np.ascontiguousarray(u["score"], dtype=np.float32)
+        lab = self._labels(u, epsilon_label) if len(u["src"]) else np.zeros(0, np.int32)
+        arcs = np.stack([u["src"], u["dst"], lab, scores.view(np.int32)], axis=1).astype(np.int32) \
+            if len(u["src"]) else np.zeros((0, 4), np.int32)
+        aw = self._arc_words(u["arc"])
+        aux = np.array([ws[0] if ws else 0 for ws in aw], dtype=np.int32)
+        aux = np.where((lab == FINAL) & (aux == 0), -1, aux).astype(np.int32)
+        out = {"arcs": torch.from_numpy(arcs), "aux_labels": torch.from_numpy(aux),
+               "scores": torch.from_numpy(scores.copy())}
+        if any(len(ws) > 1 for ws in aw):
+            lens = np.array([len(ws) for ws in aw], dtype=np.int32)
+            out["aux_labels_ragged"] = {
+                "row_splits": torch.from_numpy(np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)),
+                "values": torch.from_numpy(np.array([w for ws in aw for w in ws], dtype=np.int32)),
+            }
+        return out
+
+    def to_openfst(self, i: int, path: Union[str, Path], words_path: Optional[Union[str, Path]] = None) -> None:
+        """Write utterance i's lattice as a binary OpenFst vector FST (standard arcs, through decoders.openfst):
+        input labels column + 1 (0 = epsilon, as WfstGraph.write_openfst), output labels word ids, costs
+        -score; the final state is final with weight 0. Readable by kaldifst / OpenFst. An empty lattice writes
+        an FST with no states."""
+        from decoders.openfst import FstArrays, write_openfst_vector, write_symbol_table
+
+        u = self._utt(i)
+        S = len(u["frame"])
+        aw = self._arc_words(u["arc"])
+        if any(len(ws) > 1 for ws in aw):
+            raise ValueError("to_openfst: the lattice has arcs with several words, which OpenFst cannot express")
+        lab = self._labels(u, -2) if S else np.zeros(0, np.int32)
+        il = np.where(lab < 0, 0, lab + 1).astype(np.int32)  # epsilon and final-arc labels -> 0
+        ol = np.array([ws[0] if ws else 0 for ws in aw], dtype=np.int32)
+        final = np.full(S, np.inf, dtype=np.float32)
+        if S:
+            final[S - 1] = 0.0
+        write_openfst_vector(path, FstArrays(
+            start=0 if S else -1, num_states=S, src=u["src"].astype(np.int32), dest=u["dst"].astype(np.int32),
+            ilabel=il, olabel=ol, cost=(-np.asarray(u["score"], dtype=np.float32)).astype(np.float32), final=final,
+        ))
+        if words_path is not None:
+            if self.graph.words is None:
+                raise ValueError("to_openfst: words_path given but the graph has no word table")
+            write_symbol_table(words_path, self.graph.words)
+
+
+LATTICE_BACKEND_ENV = "BEAMDEC_WFST_LATTICE_BACKEND"  # "cpu" forces the CPU reference on a CUDA decoder
+
+
+def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1) -> dict:
+    """GPU lattice capacities: the 1-best search's per-lane frontier / per-step candidates, and arenas sized by the
+    decoded steps (tokens: up to 1024 per step, arcs: up to 2048; the embedded TLGs keep ~50 arcs per step before
+    the prune, measured). `factor` scales everything (the rescue)."""
+    from decoders.wfst import gpu_capacities
+
+    caps = gpu_capacities(cfg, batch, frames, total_steps)
+    F = min(caps["frontier_capacity"] * factor, 2**27)
+    C = min(caps["candidate_capacity"] * factor, 2**29)
+    return {
+        "frontier_capacity": F,
+        "candidate_capacity": C,
+        "token_capacity": int(min(max(total_steps, 1) * min(F, 1024 * factor), 2**31 - 1)),
+        "arc_capacity": int(min(max(total_steps, 1) * min(C, 2048 * factor), 2**30)),
+    }
+
+
+def _take(lats: WfstLattices, pieces: list[tuple["WfstLattices", int]]) -> WfstLattices:
+    """A batch made of utterance `j` of each (lattices, j) in `pieces` (the rescue splices re-decoded ones in)."""
+    def rows(l, j, splits, t):
+        return t[int(splits[j]):int(splits[j + 1])]
+
+    st = [rows(l, j, l.state_splits, l.states) for l, j in pieces]
+    ss = [rows(l, j, l.state_splits, l.state_scores) for l, j in pieces]
+    ar = [rows(l, j, l.arc_splits, l.arcs) for l, j in pieces]
+    asc = [rows(l, j, l.arc_splits, l.arc_scores) for l, j in pieces]
+    state_splits = torch.tensor([0] + np.cumsum([x.shape[0] for x in st]).tolist(), dtype=torch.int64)
+    arc_splits = torch.tensor([0] + np.cumsum([x.shape[0] for x in ar]).tolist(), dtype=torch.int64)
+    return WfstLattices(
+        lats.graph, torch.stack([l.scores[j] for l, j in pieces]), torch.stack([l.header[j] for l, j in pieces]),
+        state_splits, torch.cat(st), torch.cat(ss), arc_splits, torch.cat(ar), torch.cat(asc), lats.blank_id,
+        [l.oov_boost_words[j] if j < len(l.oov_boost_words) else [] for l, j in pieces])
+
+
+def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> WfstLattices:
+    """WfstDecoder.decode_lattice (see the module docstring)."""
+    import os
+
+    from decoders.wfst import _ops, graph_on_device
+
+    cfg = decoder.config
+    if not cfg.output_beam > 0:  # NaN too; the config checks at construction, a mutated config here
+        raise ValueError(f"output_beam must be > 0, got {cfg.output_beam}")
+    graph = decoder.graph
+    levels = torch.from_numpy(epsilon_levels(graph))
+    log_probs, lengths, keys, values, oov = decoder._prepare(log_probs, lengths, boosts)
+    B = log_probs.shape[0]
+    if B == 0:
+        return WfstLattices(graph, torch.zeros(0), torch.zeros((0, 4), dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
+                            torch.zeros((0, 2), dtype=torch.int32), torch.zeros((0, 2)), torch.zeros(1, dtype=torch.int64),
+                            torch.zeros((0, 3), dtype=torch.int32), torch.zeros(0), decoder._blank_id, oov)
+    on_gpu = log_probs.device.type == "cuda" and os.environ.get(LATTICE_BACKEND_ENV, "").lower() != "cpu"
+    device = log_probs.device if on_gpu else torch.device("cpu")
+    g = graph_on_device(graph, device)
+    lp = log_probs if on_gpu else log_probs.cpu().contiguous()
+
+    def run(lp_, lengths_, keys_, values_, cfg_, factor) -> WfstLattices:
+        caps = lattice_capacities(cfg_, lp_.shape[0], lp_.shape[1], int(lengths_.sum()) + int(lengths_.numel()), factor) \
+            if on_gpu else {"frontier_capacity": 1, "candidate_capacity": 1, "token_capacity": 1, "arc_capacity": 1}
+        out = _ops().wfst_lattice(
+            lp_, lengths_, g["row_splits"], g["eps_begin"], g["final_begin"], g["dest"], g["ilabel"], g["aux_splits"],
+            g["aux_words"], g["weight"], int(graph.start_state), int(graph.final_state), keys_.to(device),
+            values_.to(device), float(cfg_.search_beam), int(cfg_.min_active), int(cfg_.max_active),
+            bool(cfg_.allow_partial), float(cfg_.acoustic_scale), decoder._eps_passes(cfg_), levels,
+            float(cfg_.output_beam), caps["frontier_capacity"], caps["candidate_capacity"], caps["token_capacity"],
+            caps["arc_capacity"])
+        return WfstLattices(graph, *out, decoder._blank_id, oov)
+
+    lats = run(lp, lengths, keys, values, cfg, 1)
+    if on_gpu:  # rescue: re-decode utterances whose lattice hit a capacity, with rescue_factor x larger ones
+        cfg_r, factor = cfg, 1
+        for _ in range(cfg.max_rescues):
+            flagged = [i for i, o in enumerate(lats.overflow) if o]
+            if not flagged:
+                break
+            factor *= cfg.rescue_factor
+            idx = torch.tensor(flagged)
+            cfg_r = replace(cfg_r, eps_iterations=cfg_r.eps_iterations * 2)
+            sub = run(lp.index_select(0, idx.to(lp.device)).contiguous(), lengths.index_select(0, idx),
+                      keys.index_select(0, idx) if keys.shape[1] else keys[: len(flagged)],
+                      values.index_select(0, idx) if values.shape[1] else values[: len(flagged)], cfg_r, factor)
+            where = {b: k for k, b in enumerate(flagged)}
+            lats = _take(lats, [(sub, where[b]) if b in where else (lats, b) for b in range(B)])
+            lats.oov_boost_words = oov  # the sub-batch carried the whole batch's list
+    return lats

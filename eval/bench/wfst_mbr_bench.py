@@ -1,0 +1,211 @@
+"""WFST lattice benchmark: our MBR vs Riva's decode_mbr and our 1-best vs Riva's 1-best (decode_nbest), same
+TLG and log-probs, plus lattice-mode throughput against 1-best and lattice memory per utterance.
+
+Rows (one run directory, default runs/bench/wfst_mbr/<scale>), all on the same log-probs and TLG at one batch size:
+- wfst@<device>[<graph>, best]: decode() (Viterbi 1-best, the GPU kernels on cuda);
+- wfst@<device>[<graph>, lattice]: decode_lattice() + the lattice's best path (lattice generation cost alone);
+- wfst@<device>[<graph>, mbr]: decode_lattice() + Kaldi MBR (decoders/lattice.py);
+- riva@cuda[<graph>, mbr]: riva-asrlib-decoder decode_mbr (its lattice, determinized, Kaldi MBR);
+- riva@cuda[<graph>, best]: riva-asrlib-decoder decode_nbest, first entry (its lattice's best path).
+Pairs share `params` {"graph", "output", "scale"} and name each other in `run_mate`, so
+`side_by_side_table(rows, "wfst", "riva", by=["graph", "output"])` prints MBR vs MBR and 1-best vs 1-best. Lattice
+memory per utterance is the `lattice_bytes` counter (decoder_stats) over the utterances (16 B per state and arc of
+the pruned lattice) and, for the GPU's own footprint, the rows' CUDA peak. Timing, WER and memory come from
+eval.metrics through eval.bench.common (warm-up pass, then timed passes).
+
+On cuda our lattice comes from the GPU forward pass (decoders/include/wfst_lattice_kernels.cuh) plus the host prune,
+n-best and MBR (decoders/lattice.py); `--lattice-backend cpu` (BEAMDEC_WFST_LATTICE_BACKEND=cpu) measures the CPU
+reference lattice behind a CUDA 1-best instead. Rows carry `lattice_backend` in their params.
+
+    python -m eval.bench.wfst_mbr_bench --scale tiny --kind bpe --set other --max-utts 200 --batch 200 \
+        --graph-dir compact=data/graphs/tiny/bpe_blanklast/compact
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from decoders.types import Hypothesis
+from eval.bench.common import (
+    BenchRun, LogProbSet, decode_pass, describe_error, print_rows, release_device_memory, workload_set,
+)
+from eval.bench.wfst_bench import MAX_ACTIVE, OUTPUT_BEAM, SEARCH_BEAM
+from eval.metrics import cuda_free_bytes
+
+
+class RivaBestAdapter:
+    """Riva's 1-best: decode_nbest's first entry (its lattice's best path), through the riva adapter's decoder."""
+
+    name = "riva"
+
+    def __init__(self, cfg, ctx):
+        from eval.adapters.riva import RivaAdapter
+
+        self.inner = RivaAdapter(cfg, ctx)
+
+    def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts=None) -> list[Hypothesis]:
+        a = self.inner
+        lp = (log_probs.float().cuda() * a.acoustic_scale).contiguous()
+        out: list[Hypothesis] = []
+        for i in range(0, lp.shape[0], a.max_batch):
+            res = a.decoder.decode_nbest(lp[i : i + a.max_batch], lengths[i : i + a.max_batch].to("cpu", torch.int64))
+            out += [Hypothesis(tokens=[], words=_riva_best_words(r), score=0.0) for r in res]
+        if out and int(lengths.sum()) > 0 and not any(h.words for h in out):
+            # an n-best list left unconfigured would score as 100 % deletions: refuse instead of reporting that
+            raise RuntimeError("riva decode_nbest returned no words for any utterance of the batch")
+        return out
+
+
+def _riva_best_words(entries) -> list[str]:
+    """decode_nbest's per-utterance result: [(score, [(word, start, end), ...]), ...], best first."""
+    if not entries:
+        return []
+    first = entries[0]
+    words = first[1] if isinstance(first, (tuple, list)) and len(first) == 2 and not isinstance(first[0], str) \
+        else entries
+    return [w[0] if isinstance(w, (tuple, list)) else str(w) for w in words]
+
+
+def _build(name: str, output: str, cfg: dict, ctx):
+    if name == "riva":
+        if output == "best":
+            return RivaBestAdapter(cfg, ctx)
+        from eval.adapters.riva import RivaAdapter
+
+        return RivaAdapter(cfg, ctx)
+    from eval.adapters.wfst import WfstAdapter
+
+    if output == "lattice":
+        return WfstLatticeBestAdapter(WfstAdapter({**cfg, "output": "best"}, ctx))
+    return WfstAdapter({**cfg, "output": output}, ctx)
+
+
+class WfstLatticeBestAdapter:
+    """Ours in lattice mode without post-processing: decode_lattice() and the lattice's best path (what
+    generating the lattice costs on top of the search)."""
+
+    name = "wfst"
+
+    def __init__(self, inner):
+        self.inner = inner
+        self._bytes = 0
+
+    def pop_stats(self) -> dict:
+        out, self._bytes = {"lattice_bytes": self._bytes}, 0
+        return out
+
+    def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts=None) -> list[Hypothesis]:
+        lats = self.inner.decoder.decode_lattice(log_probs.to(self.inner.device), lengths.cpu(), boosts=boosts)
+        self._bytes += lats.memory_bytes()
+        return lats.best()
+
+
+def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet, gdir: Path, graph: str,
+            batch: int, repeats: int, scale: str, acoustic_scale: float, run_mate: Optional[str]) -> bool:
+    from eval.adapters.base import DecodingContext
+
+    lab = f"{name}@{device.split(':')[0]}[{graph}, {output}]"
+    params = {"graph": graph, "output": output, "scale": scale}
+    if name == "wfst" and output != "best":
+        params["lattice_backend"] = "cpu" if not device.startswith("cuda") or \
+            os.environ.get("BEAMDEC_WFST_LATTICE_BACKEND", "").lower() == "cpu" else "cuda"
+    if name == "wfst":
+        cfg = {"graph": "TLG", "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
+               "acoustic_scale": acoustic_scale}
+    else:
+        cfg = {"default_beam": SEARCH_BEAM, "lattice_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
+               "max_batch_size": max(batch, 1), "acoustic_scale": acoustic_scale}
+    dec = lp = None
+    try:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device on this machine")
+        ctx = DecodingContext(tokens=data.token_set(), device=device, graph_dir=gdir)
+        lp = data.log_probs.to(device) if device.startswith("cuda") else data.log_probs
+        baseline = cuda_free_bytes(device) if device.startswith("cuda") else None
+        dec = _build(name, output, cfg, ctx)
+        result = decode_pass(dec, lp, data.lengths, batch, device, repeats=repeats,
+                             device_free_baseline_bytes=baseline)
+    except Exception as e:  # noqa: BLE001 - a decoder this machine lacks is a row, not a crash
+        run.unavailable(decoder=lab, decoder_name=name, device=device, reason=describe_error(e), params=params)
+        return False
+    finally:
+        dec = lp = None  # noqa: F841
+        release_device_memory()
+    row = run.scored(decoder=lab, decoder_name=name, device=device, data=data, result=result, batch_size=batch,
+                     decoder_config={**cfg, "output": output}, run_mate=run_mate, params=params)
+    per_utt = result.stats.get("lattice_bytes")
+    mem = "" if per_utt is None else f", lattice {per_utt / max(len(data), 1):.0f} B/utt"
+    print(f"{lab}: RTFx {row.rtfx_decoder}, WER {100 * row.wer:.2f} %, CUDA peak {row.cuda_peak_bytes}{mem}",
+          flush=True)
+    return True
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", default="tiny")
+    ap.add_argument("--kind", default="bpe")
+    ap.add_argument("--set", default="other")
+    ap.add_argument("--max-utts", type=int, default=200)
+    ap.add_argument("--lp-file", default=None, help="log-probs written by eval.bench.wfst_bench --dump-lp")
+    ap.add_argument("--graph-dir", action="append", default=[], help="NAME=DIR with TLG.bin, TLG.fst, words.txt")
+    ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device of ours")
+    ap.add_argument("--decoders", nargs="+", default=["wfst", "riva"], choices=["wfst", "riva"])
+    ap.add_argument("--outputs", nargs="+", default=["best", "lattice", "mbr"], choices=["best", "lattice", "mbr"])
+    ap.add_argument("--acoustic-scale", type=float, default=1.0,
+                    help="log-prob scale for both decoders (eval.bench.wfst_bench's 1.0; the harness YAML uses 3)")
+    ap.add_argument("--lattice-backend", choices=["cuda", "cpu"], default="cuda",
+                    help="where our lattice is generated when --device is cuda")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--output-dir", default="runs/bench")
+    ap.add_argument("--experiment", default="wfst_mbr")
+    ap.add_argument("--run", default=None)
+    args = ap.parse_args(argv)
+    if args.lattice_backend == "cpu":
+        os.environ["BEAMDEC_WFST_LATTICE_BACKEND"] = "cpu"
+    if args.batch <= 0:
+        ap.error(f"--batch must be positive, got {args.batch}")
+    if not args.graph_dir:
+        ap.error("give at least one --graph-dir NAME=DIR")
+    graph_dirs = []
+    for spec in args.graph_dir:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not Path(path).is_dir():
+            ap.error(f"--graph-dir expects NAME=DIR with an existing directory, got {spec!r}")
+        graph_dirs.append((name, Path(path)))
+    data = LogProbSet.load(args.lp_file) if args.lp_file else workload_set(args.scale, args.kind, args.set,
+                                                                           args.max_utts)
+    data = data.head(min(args.max_utts, len(data)))
+    run = BenchRun(args.experiment, args.run or args.scale, config={
+        "benchmark": "eval.bench.wfst_mbr_bench", "scale": args.scale, "set": data.dataset, "utterances": len(data),
+        "lp_file": args.lp_file, "graph_dirs": {n: str(p) for n, p in graph_dirs}, "batch": args.batch,
+        "device": args.device, "decoders": args.decoders, "outputs": args.outputs, "repeats": args.repeats,
+        "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
+        "acoustic_scale": args.acoustic_scale, "lattice_backend": args.lattice_backend,
+    }, output_dir=args.output_dir)
+    for graph_name, gdir in graph_dirs:
+        graph = f"{graph_name} TLG"
+        for output in args.outputs:
+            present = [d for d in args.decoders if not (d == "riva" and output == "lattice")]
+            devices = {d: ("cuda" if d == "riva" else args.device) for d in present}
+            labels = {d: f"{d}@{devices[d].split(':')[0]}[{graph}, {output}]" for d in present}
+            for d in present:
+                mate = [labels[o] for o in present if o != d]
+                run_one(run, d, output, devices[d], data, gdir, graph, args.batch, args.repeats, args.scale,
+                        args.acoustic_scale, mate[0] if mate else None)
+            run.checkpoint()
+    path = run.close()
+    print_rows(run.rows, pairs=[("wfst", "riva", ["graph", "output"])])
+    if not any(r.ok for r in run.rows):
+        print(f"no configuration measured (see the unavailable rows in {path})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,490 @@
+"""WFST lattice mode (decoders/lattice.py, decoders/csrc/wfst_lattice_cpu.cpp) against exhaustive oracles.
+
+Graphs are tiny and random in two shapes: HLG (epsilon-free, k2's) and TLG (acyclic epsilon arcs inside a frame),
+T <= 4, so every path of graph x frames can be enumerated:
+- the lattice's best path and score are decode()'s (scores bit-identical: the same forward pass);
+- with no search pruning, the lattice's arc set is exactly the set of arcs on paths within output_beam of the best;
+- nbest(k) is the brute-force ranking of distinct word sequences by their best path;
+- arc posteriors and the total log-probability match brute-force sums over the lattice's own paths;
+- MBR on a constructed lattice where MBR and MAP differ gives the MBR answer with the expected confidences.
+k2py exposes its lattices only as an opaque `FsaVec` (no arcs, no scores), so lattices are not compared with
+k2's directly; the best paths are, through decode() (tests/test_wfst_agreement.py).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from decoders.graph import EPSILON, FINAL, WfstGraph
+from decoders.wfst import WfstDecoder, WfstDecoderConfig
+from wfst_testlib import random_graph, random_log_probs
+
+NO_PRUNE = 1.0e4  # search beam that admits every finite arc
+
+
+def acyclic_eps_graph(rng, *, num_states=None, num_tokens=None, num_words=8, finals="some"):
+    """TLG-shaped: emitting arcs anywhere, epsilon arcs only to higher-numbered states (acyclic), some words
+    on epsilon arcs, final state last."""
+    n = int(num_states or rng.integers(3, 9))
+    v = int(num_tokens or rng.integers(2, 5))
+    final = n - 1
+    src, dst, il, ol, wt = [], [], [], [], []
+    for s in range(n - 1):
+        for _ in range(int(rng.integers(1, 3))):
+            src.append(s)
+            dst.append(int(rng.integers(0, n - 1)))
+            il.append(int(rng.integers(0, v)))
+            ol.append(0 if rng.random() < 0.6 else int(rng.integers(1, num_words)))
+            wt.append(float(rng.uniform(-2.0, 0.3)))
+        if s + 1 < n - 1 and rng.random() < 0.6:
+            src.append(s)
+            dst.append(int(rng.integers(s + 1, n - 1)))
+            il.append(EPSILON)
+            ol.append(0 if rng.random() < 0.5 else int(rng.integers(1, num_words)))
+            wt.append(float(-rng.uniform(0.0, 1.0)))
+        if finals == "all" or (finals == "some" and rng.random() < 0.5):
+            src.append(s)
+            dst.append(final)
+            il.append(FINAL)
+            ol.append(0)
+            wt.append(float(rng.uniform(-1.0, 0.0)))
+    words = ["<eps>"] + [f"w{i}" for i in range(1, num_words)]
+    return WfstGraph.from_arcs(src, dst, il, ol, wt, num_states=n, start_state=0, final_state=final,
+                               num_tokens=v, words=words)
+
+
+def small_graph(rng, shape):
+    if shape == "TLG":
+        return acyclic_eps_graph(rng)
+    return random_graph(rng, num_states=int(rng.integers(3, 8)), num_tokens=int(rng.integers(2, 5)), num_words=8,
+                        max_emitting=3)
+
+
+def all_paths(graph: WfstGraph, lp: np.ndarray, T: int, *, acoustic_scale=1.0, allow_partial=True):
+    """Every complete path of graph x T frames with k2's final-step rule (no search pruning):
+    [(score (float64 sum of the float32 arc scores), arc keys, word ids)], a key being
+    (src frame, src state, graph arc, dst frame, dst state)."""
+    rs, il, dest, wt = graph.row_splits, graph.ilabel, graph.dest, graph.weight
+
+    def ll(a, t):
+        ac = np.float32(0.0) if t is None else np.float32(np.float32(lp[t, il[a]]) * np.float32(acoustic_scale))
+        return float(np.float32(ac + np.float32(wt[a])))
+
+    # states reachable at frame T (after its epsilon closure): decides the allow_partial redirect
+    reach = {graph.start_state}
+    def closure(states):
+        stack, seen = list(states), set(states)
+        while stack:
+            s = stack.pop()
+            for a in range(rs[s], rs[s + 1]):
+                if il[a] == EPSILON and int(dest[a]) not in seen:
+                    seen.add(int(dest[a]))
+                    stack.append(int(dest[a]))
+        return seen
+    reach = closure(reach)
+    for _ in range(T):
+        reach = closure({int(dest[a]) for s in reach for a in range(rs[s], rs[s + 1]) if il[a] >= 0})
+    redirect = allow_partial and not any(il[a] == FINAL for s in reach for a in range(rs[s], rs[s + 1]))
+
+    out = []
+
+    def dfs(s, f, score, keys, words):
+        for a in range(rs[s], rs[s + 1]):
+            lab = int(il[a])
+            ws = tuple(graph.arc_words(a))
+            if f == T and (redirect or lab == FINAL):
+                d = graph.final_state if redirect else int(dest[a])
+                if d == graph.final_state:
+                    out.append((score + ll(a, None), keys + [(f, s, a, f + 1, d)], words + ws))
+            if lab == EPSILON:
+                dfs(int(dest[a]), f, score + ll(a, None), keys + [(f, s, a, f, int(dest[a]))], words + ws)
+            elif lab >= 0 and f < T:
+                dfs(int(dest[a]), f + 1, score + ll(a, f), keys + [(f, s, a, f + 1, int(dest[a]))], words + ws)
+
+    dfs(graph.start_state, 0, 0.0, [], ())
+    return out
+
+
+def lattice_keys(lats, i):
+    u = lats._utt(i)
+    return {(int(u["frame"][s]), int(u["gstate"][s]), int(a), int(u["frame"][d]), int(u["gstate"][d]))
+            for s, d, a in zip(u["src"], u["dst"], u["arc"])}
+
+
+def words_of(graph, names):
+    return tuple(graph.words.index(w) for w in names)
+
+
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+def test_lattice_best_path_and_score_equal_decode(shape):
+    rng = np.random.default_rng(11 if shape == "HLG" else 12)
+    for case in range(25):
+        g = small_graph(rng, shape)
+        T = int(rng.integers(1, 7))
+        lp = random_log_probs(rng, 3, T, g.num_tokens)
+        lengths = torch.tensor([T, int(rng.integers(0, T + 1)), 0])
+        beam = [NO_PRUNE, 3.0, 1.0][case % 3]  # tight beams too: the lattice follows the pruned search
+        cfg = WfstDecoderConfig(search_beam=beam, output_beam=float(rng.uniform(0.5, 6.0)), min_active=1, max_active=3)
+        dec = WfstDecoder(g, cfg)
+        ref = dec.decode(lp, lengths)
+        lats = dec.decode_lattice(lp, lengths)
+        assert lats.scores.double().tolist() == ref.scores.tolist()  # bit-identical forward pass
+        assert lats.has_path == ref.has_path and lats.reached_final == ref.reached_final
+        best = lats.best()
+        for b in range(3):
+            if not ref.has_path[b]:
+                assert lats.num_arcs(b) == 0 and best[b].words == [] and best[b].score == -math.inf
+                continue
+            assert best[b].words == ref.word_strings[b], (case, b)
+            assert best[b].score == pytest.approx(float(ref.scores[b]), abs=1e-4)
+            # the lattice is topologically sorted: start first, final last, arcs forward
+            u = lats._utt(b)
+            assert np.all(u["src"] < u["dst"]) and np.all(np.diff(u["src"]) >= 0)
+            assert u["gstate"][-1] == g.final_state and u["frame"][-1] == int(lengths[b]) + 1
+            assert u["gstate"][0] == g.start_state and u["frame"][0] == 0
+
+
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+def test_lattice_is_every_arc_on_a_path_within_output_beam(shape):
+    rng = np.random.default_rng(21 if shape == "HLG" else 22)
+    checked = 0
+    for case in range(30):
+        g = small_graph(rng, shape)
+        T = int(rng.integers(0, 5))
+        lp = random_log_probs(rng, 1, max(T, 1), g.num_tokens)
+        ob = float(rng.uniform(0.3, 5.0))
+        dec = WfstDecoder(g, WfstDecoderConfig(search_beam=NO_PRUNE, output_beam=ob, min_active=0, max_active=10**6))
+        lats = dec.decode_lattice(lp, torch.tensor([T]))
+        paths = all_paths(g, lp[0].numpy(), T)
+        if not paths:
+            assert not lats.has_path[0] and lats.num_arcs(0) == 0
+            continue
+        best = max(p[0] for p in paths)
+        through: dict = defaultdict(lambda: -math.inf)  # best path score through each arc key
+        for score, keys, _ in paths:
+            for k in keys:
+                through[k] = max(through[k], score)
+        assert float(lats.scores[0]) == pytest.approx(best, abs=1e-4)
+        got = lattice_keys(lats, 0)
+        # exact set, away from float rounding at the threshold (1e-4 band)
+        inside = {k for k, s in through.items() if s >= best - ob + 1e-4}
+        border = {k for k, s in through.items() if abs(s - (best - ob)) < 1e-4}
+        assert inside <= got, case
+        assert got - inside <= border, case
+        # k2's backward score: best completion minus the best path (<= 0; 0 on the best path)
+        u = lats._utt(0)
+        assert np.all(u["fwd"] + u["bwd"] <= 1e-4) and np.all(u["fwd"] + u["bwd"] >= -ob - 1e-4)
+        checked += 1
+    assert checked >= 20
+
+
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+def test_nbest_equals_brute_force_distinct_word_sequences(shape):
+    rng = np.random.default_rng(31 if shape == "HLG" else 32)
+    checked = 0
+    for case in range(30):
+        g = small_graph(rng, shape)
+        T = int(rng.integers(1, 5))
+        lp = random_log_probs(rng, 1, T, g.num_tokens, peaky=1.0)
+        ob = float(rng.uniform(2.0, 8.0))
+        dec = WfstDecoder(g, WfstDecoderConfig(search_beam=NO_PRUNE, output_beam=ob, min_active=0, max_active=10**6))
+        lats = dec.decode_lattice(lp, torch.tensor([T]))
+        paths = all_paths(g, lp[0].numpy(), T)
+        if not paths:
+            assert lats.nbest(3) == [[]]
+            continue
+        best = max(p[0] for p in paths)
+        by_words: dict = {}
+        for score, _, words in paths:
+            if score >= best - ob + 1e-4:  # word sequences whose best path is in the lattice
+                by_words[words] = max(by_words.get(words, -math.inf), score)
+        ranked = sorted(by_words.items(), key=lambda kv: -kv[1])
+        k = int(rng.integers(1, 6))
+        got = lats.nbest(k)[0]
+        assert len(got) == min(k, len(ranked)) or len(got) <= len(by_words) + 1
+        for h, (words, score) in zip(got, ranked):
+            assert h.score == pytest.approx(score, abs=1e-4), case  # same score sequence, best first
+        for h in got:  # each hypothesis is a distinct word sequence scored by its best path
+            ids = words_of(g, h.words)
+            assert ids in by_words or abs(h.score - (best - ob)) < 1e-3
+            if ids in by_words:
+                assert h.score == pytest.approx(by_words[ids], abs=1e-4)
+        assert len({tuple(h.words) for h in got}) == len(got)
+        checked += 1
+    assert checked >= 20
+
+
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+def test_posteriors_equal_brute_force_over_lattice_paths(shape):
+    rng = np.random.default_rng(41 if shape == "HLG" else 42)
+    for case in range(15):
+        g = small_graph(rng, shape)
+        T = int(rng.integers(1, 5))
+        lp = random_log_probs(rng, 1, T, g.num_tokens, peaky=1.0)
+        dec = WfstDecoder(g, WfstDecoderConfig(search_beam=NO_PRUNE, output_beam=4.0, min_active=0, max_active=10**6))
+        lats = dec.decode_lattice(lp, torch.tensor([T]))
+        if not lats.has_path[0]:
+            continue
+        u = lats._utt(0)
+        S = len(u["frame"])
+        # enumerate the lattice's own paths (a DAG)
+        out_arcs = defaultdict(list)
+        for a, s in enumerate(u["src"].tolist()):
+            out_arcs[s].append(a)
+        paths = []
+        def dfs(s, score, arcs):
+            if s == S - 1:
+                paths.append((score, arcs))
+            for a in out_arcs[s]:
+                dfs(int(u["dst"][a]), score + float(u["score"][a]), arcs + [a])
+        dfs(0, 0.0, [])
+        logz = np.logaddexp.reduce([p[0] for p in paths])
+        assert lats.total_logprob(0) == pytest.approx(logz, abs=1e-4)
+        post = np.zeros(len(u["src"]))
+        for score, arcs in paths:
+            post[arcs] += math.exp(score - logz)
+        np.testing.assert_allclose(lats.arc_posteriors(0), post, atol=1e-5)
+        # word posteriors aggregate the arc posteriors by (word, start frame)
+        wp = lats.word_posteriors(0)
+        assert all(0.0 <= p <= 1.0 + 1e-5 for _, _, p in wp)
+
+
+def _three_path_graph():
+    """Paths (one token per frame, log-prob 0): 'a b' p=.4, 'a c' p=.3, 'd c' p=.3. MAP: 'a b'; word-level
+    MBR: position 1 'a' (.7), position 2 'c' (.6) -> 'a c'."""
+    words = ["<eps>", "a", "b", "c", "d"]
+    arcs = [(0, 1, 0, 1, math.log(0.4)), (1, 4, 0, 2, 0.0),
+            (0, 2, 0, 1, math.log(0.3)), (2, 4, 0, 3, 0.0),
+            (0, 3, 0, 4, math.log(0.3)), (3, 4, 0, 3, 0.0),
+            (4, 5, FINAL, 0, 0.0)]
+    s, d, il, ol, w = zip(*arcs)
+    return WfstGraph.from_arcs(list(s), list(d), list(il), list(ol), list(w), num_states=6, start_state=0,
+                               final_state=5, num_tokens=1, words=words)
+
+
+def test_mbr_differs_from_map_as_kaldi_defines():
+    g = _three_path_graph()
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0))
+    lp = torch.zeros(1, 2, 1)
+    lats = dec.decode_lattice(lp, torch.tensor([2]))
+    assert dec.decode(lp, torch.tensor([2])).word_strings[0] == ["a", "b"]
+    assert [h.words for h in lats.nbest(3)[0]] == [["a", "b"], ["a", "c"], ["d", "c"]]
+    h = lats.mbr()[0]
+    assert h.words == ["a", "c"]
+    assert h.word_confidences == pytest.approx([0.7, 0.6], abs=1e-5)
+    assert h.score == pytest.approx(0.0, abs=1e-6)  # total probability 1
+    assert h.word_start_frames[0] < h.word_start_frames[1] and h.word_end_frames[1] <= 2.0 + 1e-6
+    post = {(w, f): p for w, f, p in lats.word_posteriors(0)}
+    assert post[("a", 0)] == pytest.approx(0.7, abs=1e-6) and post[("c", 1)] == pytest.approx(0.6, abs=1e-6)
+
+
+def test_mbr_of_a_single_path_lattice_is_that_path_with_confidence_one():
+    rng = np.random.default_rng(5)
+    g = acyclic_eps_graph(rng, num_states=6, finals="all")
+    lp = random_log_probs(rng, 2, 4, g.num_tokens, peaky=6.0)
+    lengths = torch.tensor([4, 3])
+    dec = WfstDecoder(g, WfstDecoderConfig(output_beam=1e-6))  # keeps the best path only (no exact ties here)
+    lats = dec.decode_lattice(lp, lengths)
+    ref = dec.decode(lp, lengths)
+    for b, h in enumerate(lats.mbr()):
+        assert h.words == ref.word_strings[b]
+        assert h.word_confidences == pytest.approx([1.0] * len(h.words), abs=1e-5)
+        assert h.score == pytest.approx(float(ref.scores[b]), abs=1e-4)
+
+
+def test_word_times_of_a_ctc_path():
+    """Token 1 = 'x' (its word on the first token arc), blank 0 loops: frames b x x b y b -> x at [1, 3),
+    y at [4, 5)."""
+    words = ["<eps>", "x", "y"]
+    # 0 -blank-> 0; 0 -x:x-> 1; 1 -x-> 1; 1 -blank-> 2; 2 -blank-> 2; 2 -y:y-> 3; 3 -blank-> 3; 3 final
+    arcs = [(0, 0, 0, 0, 0.0), (0, 1, 1, 1, 0.0), (1, 1, 1, 0, 0.0), (1, 2, 0, 0, 0.0), (2, 2, 0, 0, 0.0),
+            (2, 3, 2, 2, 0.0), (3, 3, 0, 0, 0.0), (3, 4, FINAL, 0, 0.0)]
+    s, d, il, ol, w = zip(*arcs)
+    g = WfstGraph.from_arcs(list(s), list(d), list(il), list(ol), list(w), num_states=5, start_state=0,
+                            final_state=4, num_tokens=3, words=words, info={"blank_id": 0})
+    seq = [0, 1, 1, 0, 2, 0]
+    lp = torch.full((1, 6, 3), -20.0)
+    for t, k in enumerate(seq):
+        lp[0, t, k] = 0.0
+    lats = WfstDecoder(g, WfstDecoderConfig(output_beam=2.0)).decode_lattice(lp, torch.tensor([6]))
+    h = lats.best()[0]
+    assert h.words == ["x", "y"]
+    assert h.word_start_frames == [1.0, 4.0] and h.word_end_frames == [3.0, 5.0]
+    assert list(h.tokens) == [1, 2] and list(h.timesteps) == [1, 4]
+
+
+def test_boosted_and_fp16_lattices_follow_decode():
+    rng = np.random.default_rng(7)
+    g = acyclic_eps_graph(rng, num_states=7, finals="all")
+    lp = random_log_probs(rng, 2, 5, g.num_tokens)
+    lengths = torch.tensor([5, 4])
+    dec = WfstDecoder(g, WfstDecoderConfig(output_beam=3.0))
+    boosts = [{"w1": 3.0, "w3": -2.0}, {"w2": 5.0}]
+    for x in (lp, lp.half()):
+        ref = dec.decode(x, lengths, boosts=boosts)
+        lats = dec.decode_lattice(x, lengths, boosts=boosts)
+        assert lats.scores.double().tolist() == ref.scores.tolist()
+        assert [h.words for h in lats.best()] == ref.word_strings
+
+
+def test_bad_input_and_empty_lattices():
+    rng = np.random.default_rng(8)
+    g = random_graph(rng, num_states=6, num_tokens=3, finals="none")
+    lp = random_log_probs(rng, 2, 3, 3)
+    with pytest.raises(ValueError, match="output_beam"):
+        WfstDecoderConfig(output_beam=float("nan"))
+    with pytest.raises(ValueError, match="output_beam"):
+        WfstDecoderConfig(output_beam=0.0)
+    dec = WfstDecoder(g, WfstDecoderConfig(allow_partial=False))
+    dec.config.output_beam = float("nan")  # a config mutated after construction is still refused
+    with pytest.raises(ValueError, match="output_beam"):
+        dec.decode_lattice(lp, torch.tensor([3, 2]))
+    dec.config.output_beam = 8.0
+    lats = dec.decode_lattice(lp, torch.tensor([3, 2]))  # no final state reachable, no allow_partial
+    assert lats.has_path == [False, False] and lats.num_arcs(0) == 0 and lats.num_states(1) == 0
+    assert lats.nbest(2) == [[], []]
+    assert [h.words for h in lats.mbr()] == [[], []] and all(h.score == -math.inf for h in lats.mbr())
+    assert lats.to_k2_dict(0)["arcs"].shape == (0, 4) and lats.word_posteriors(1) == []
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        lats.nbest(0)
+    with pytest.raises(TypeError):
+        lats.nbest(1.5)
+    with pytest.raises(IndexError):
+        lats.to_k2_dict(2)
+    with pytest.raises(ValueError, match="log_probs"):
+        dec.decode_lattice(lp[:, :, :2], torch.tensor([3, 2]))
+    cyclic = random_graph(np.random.default_rng(3), num_states=10, epsilon=True)
+    from decoders.lattice import epsilon_levels
+    from decoders.wfst import epsilon_depth
+    if epsilon_depth(cyclic) < 0:
+        with pytest.raises(ValueError, match="acyclic"):
+            WfstDecoder(cyclic).decode_lattice(random_log_probs(rng, 1, 2, cyclic.num_tokens), torch.tensor([2]))
+    empty = dec.decode_lattice(lp[:0], torch.zeros(0, dtype=torch.int64))
+    assert len(empty) == 0 and empty.nbest(3) == [] and empty.mbr() == []
+
+
+def test_k2_dict_and_openfst_export(tmp_path):
+    kaldifst = pytest.importorskip("kaldifst")
+    rng = np.random.default_rng(9)
+    g = acyclic_eps_graph(rng, num_states=7, finals="all")
+    lp = random_log_probs(rng, 1, 5, g.num_tokens)
+    lats = WfstDecoder(g, WfstDecoderConfig(output_beam=4.0)).decode_lattice(lp, torch.tensor([5]))
+    d = lats.to_k2_dict(0)
+    arcs = d["arcs"].numpy()
+    A, S = lats.num_arcs(0), lats.num_states(0)
+    assert arcs.shape == (A, 4) and d["aux_labels"].shape == (A,) and d["scores"].shape == (A,)
+    assert np.array_equal(arcs[:, 3].view(np.float32), d["scores"].numpy())
+    into_final = arcs[:, 1] == S - 1
+    assert np.all(arcs[into_final, 2] == -1) and np.all(arcs[~into_final, 2] >= 0)
+    assert not np.any(arcs[:, 0] == S - 1)  # k2: the final state is last and has no arcs
+    path = tmp_path / "lat.fst"
+    lats.to_openfst(0, path, words_path=tmp_path / "words.txt")
+    fst = kaldifst.StdVectorFst.read(str(path))
+    assert fst.num_states == S and sum(1 for _ in kaldifst.ArcIterator(fst, 0)) == int(np.sum(arcs[:, 0] == 0))
+    best = kaldifst.shortest_path(fst, n=1)
+    cost = 0.0
+    for state in kaldifst.StateIterator(best):  # a linear FST: sum its arc costs
+        for arc in kaldifst.ArcIterator(best, state):
+            cost += float(arc.weight.value)
+    assert -cost == pytest.approx(float(lats.scores[0]), abs=1e-4)
+
+
+def test_harness_output_modes_and_hyps_record(tmp_path):
+    """eval/adapters/wfst.py `output`: nbest / mbr / lattice_rescore hypotheses equal the lattice API's, and
+    hyps.jsonl carries word times, confidences and the n-best list (eval.runner.hypothesis_extra)."""
+    import json
+    from types import SimpleNamespace
+
+    from eval.adapters.base import DecodingContext
+    from eval.adapters.wfst import WfstAdapter
+    from eval.rescore import NgramLM, lattice_rescore
+    from eval.results import hypothesis_record
+    from eval.runner import hypothesis_extra
+    from test_wfst_lattice_rescore import write_arpa4
+
+    rng = np.random.default_rng(15)
+    g = acyclic_eps_graph(rng, num_states=7, finals="all")
+    g.save(tmp_path / "TLG.bin")
+    write_arpa4(tmp_path / "lm.arpa", g.words[1:], rng)
+    ctx = DecodingContext(tokens=SimpleNamespace(blank_id=0, vocab_size=g.num_tokens), graph_dir=tmp_path,
+                          arpa_path=tmp_path / "lm.arpa")
+    lp = random_log_probs(rng, 2, 5, g.num_tokens)
+    lengths = torch.tensor([5, 4])
+    base = {"graph": "TLG", "acoustic_scale": 1.0, "output_beam": 6.0}
+    lats = WfstDecoder(g, WfstDecoderConfig(search_beam=17.0, output_beam=6.0, blank_id=0)).decode_lattice(lp, lengths)
+    nb = WfstAdapter({**base, "output": "nbest", "nbest_size": 3}, ctx).decode(lp, lengths)
+    want = lats.nbest(3)
+    assert [[x.words for x in h.nbest] for h in nb] == [[x.words for x in w] for w in want]
+    assert [h.words for h in nb] == [w[0].words for w in want]
+    mbr = WfstAdapter({**base, "output": "mbr"}, ctx).decode(lp, lengths)
+    assert [h.words for h in mbr] == [h.words for h in lats.mbr()]
+    rs = WfstAdapter({**base, "output": "lattice_rescore", "rescore_lm_scale": 0.5}, ctx).decode(lp, lengths)
+    assert [h.score for h in rs] == pytest.approx([h.score for h in lattice_rescore(lats, NgramLM(ctx.arpa_path), 0.5)])
+    rec = json.loads(hypothesis_record(decoder="wfst", dataset="d", utterance_id="u", ref="r", hyp="h",
+                                       score=nb[0].score, tokens=nb[0].tokens, extra=hypothesis_extra(nb[0])))
+    assert rec["hyp"] == "h" and len(rec["nbest"]) == len(nb[0].nbest)
+    assert rec["word_start_frames"] == list(nb[0].word_start_frames)
+    assert rec["nbest"][0]["hyp"] == " ".join(nb[0].words)
+    rec = json.loads(hypothesis_record(decoder="wfst", dataset="d", utterance_id="u", ref="r", hyp="h",
+                                       score=mbr[0].score, tokens=[], extra=hypothesis_extra(mbr[0])))
+    assert rec["word_confidences"] == pytest.approx(list(mbr[0].word_confidences))
+    with pytest.raises(ValueError, match="output"):
+        WfstAdapter({**base, "output": "sausage"}, ctx)
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+def test_cuda_lattice_launcher_compiles_with_nvcc(tmp_path):
+    """Compile-check of the torch-free lattice launcher + kernels (nothing runs without a GPU; the GPU == CPU
+    tests are tests/test_wfst_lattice_gpu.py)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = ["nvcc", "-std=c++17", "-arch=sm_90", "-c", str(root / "decoders/csrc/wfst_lattice_launch.cu"), "-I",
+           str(root / "decoders/include"), "-o", str(tmp_path / "wfst_lattice_launch.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_demo_lattice_opens_in_kaldifst_and_as_k2_dict(tmp_path):
+    """A lattice of the demo's TLG (embedded workload, BPE, compact topology; built by `make demo`) on a simulated
+    test-other utterance: written as OpenFst and read back by kaldifst (same states, arcs and best cost), loaded
+    as a k2-layout dict, and its MBR / n-best outputs are well formed."""
+    kaldifst = pytest.importorskip("kaldifst")
+    from pathlib import Path
+
+    gdir = Path("data/graphs/tiny/bpe_blanklast/compact")
+    if not (gdir / "TLG.bin").is_file():
+        pytest.skip("demo graphs not built (make demo)")
+    from eval.bench.common import workload_set
+
+    data = workload_set("tiny", "bpe", "other", 4)
+    g = WfstGraph.load(gdir / "TLG.bin")
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=17.0, output_beam=8.0, acoustic_scale=3.0,
+                                           blank_id=data.blank_id))
+    lats = dec.decode_lattice(data.log_probs, data.lengths)
+    ref = dec.decode(data.log_probs, data.lengths)
+    assert [h.words for h in lats.best()] == ref.word_strings
+    i = 0
+    d = lats.to_k2_dict(i)
+    S, A = lats.num_states(i), lats.num_arcs(i)
+    assert d["arcs"].shape == (A, 4) and d["arcs"].dtype == torch.int32 and int(d["arcs"][:, 1].max()) == S - 1
+    assert set(d["aux_labels"].tolist()) - {-1, 0} <= set(range(1, g.num_words))
+    path = tmp_path / "lat.fst"
+    lats.to_openfst(i, path, words_path=tmp_path / "words.txt")
+    fst = kaldifst.StdVectorFst.read(str(path))
+    assert fst.num_states == S
+    assert sum(sum(1 for _ in kaldifst.ArcIterator(fst, s)) for s in range(S)) == A
+    best = kaldifst.shortest_path(fst, n=1)
+    cost = sum(float(arc.weight.value) for s in kaldifst.StateIterator(best) for arc in kaldifst.ArcIterator(best, s))
+    assert -cost == pytest.approx(float(lats.scores[i]), abs=1e-3)
+    h = lats.mbr()[i]
+    assert len(h.words) == len(h.word_confidences) == len(h.word_start_frames)
+    assert all(0.0 <= c <= 1.0 + 1e-6 for c in h.word_confidences)
+    nb = lats.nbest(5)[i]
+    assert nb[0].words == ref.word_strings[i] and all(a.score >= b.score for a, b in zip(nb, nb[1:]))

@@ -1,0 +1,46 @@
+"""eval/bench/wfst_mbr_bench.py on the CPU: ours best / lattice / MBR rows (Riva unavailable without CUDA), paired
+by params, the lattice's best path equal to the 1-best, and lattice memory counted."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from reports.schema import load_rows
+from test_wfst_lattice import acyclic_eps_graph
+from wfst_testlib import random_log_probs, to_openfst_text
+
+
+def test_mbr_bench_cpu_run_directory(tmp_path):
+    from eval.bench.common import LogProbSet
+    from eval.bench.wfst_mbr_bench import _riva_best_words, main
+
+    rng = np.random.default_rng(61)
+    g = acyclic_eps_graph(rng, num_states=8, finals="all")
+    V = g.num_tokens
+    gdir = tmp_path / "g"
+    gdir.mkdir()
+    g.save(gdir / "TLG.bin")
+    (gdir / "TLG.fst").write_text(to_openfst_text(g))
+    (gdir / "words.txt").write_text("".join(f"{w} {i}\n" for i, w in enumerate(g.words)))
+    lp = random_log_probs(rng, 4, 6, V)
+    data = LogProbSet(log_probs=lp.float(), lengths=torch.tensor([6, 3, 0, 5]), refs=["w1 w2", "w3", "", "w4"],
+                      durations=[0.24, 0.12, 0.0, 0.2], ids=[f"u{i}" for i in range(4)],
+                      tokens=[f"t{i}" for i in range(V)], blank_id=0)
+    data.save(tmp_path / "lp.pt")
+    rc = main(["--lp-file", str(tmp_path / "lp.pt"), "--graph-dir", f"c={gdir}", "--batch", "3", "--device", "cpu",
+               "--output-dir", str(tmp_path / "runs"), "--run", "t"])
+    assert rc == 0
+    rows = load_rows(tmp_path / "runs" / "wfst_mbr" / "t")
+    ok = {r.params["output"]: r for r in rows if r.ok}
+    assert set(ok) == {"best", "lattice", "mbr"} and all(r.decoder_name == "wfst" for r in ok.values())
+    riva = [r for r in rows if not r.ok]
+    assert {r.params["output"] for r in riva} == {"best", "mbr"} and all(r.decoder_name == "riva" for r in riva)
+    assert ok["best"].run_mate == "riva@cuda[c TLG, best]" and ok["mbr"].run_mate == "riva@cuda[c TLG, mbr]"
+    # the lattice's best path is the 1-best: same errors
+    assert (ok["lattice"].substitutions, ok["lattice"].deletions, ok["lattice"].insertions) == \
+        (ok["best"].substitutions, ok["best"].deletions, ok["best"].insertions)
+    assert ok["mbr"].params["lattice_backend"] == "cpu"
+    assert ok["lattice"].decoder_stats["lattice_bytes"] > 0
+    # Riva's decode_nbest result layout: [(score, [(word, start, end), ...]), ...], best first
+    assert _riva_best_words([(-1.0, [("a", 0.0, 0.1), ("b", 0.1, 0.2)]), (-2.0, [("c", 0.0, 0.2)])]) == ["a", "b"]
+    assert _riva_best_words([]) == []

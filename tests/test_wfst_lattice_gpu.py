@@ -1,0 +1,121 @@
+"""CUDA lattice forward pass vs the CPU reference (GPU host: python -m pytest -q -m gpu tests/test_wfst_lattice_gpu.py).
+
+Both backends share the host prune and its canonical numbering, and the device pass reproduces the CPU's float
+operations, so the lattices must be identical tensor for tensor (scores, flags, states, forward/backward scores,
+arcs, arc scores, and the pre-prune counts), on random graphs of both shapes with odd sizes, empty and one-frame
+utterances, fp16, boosts, tight beams, allow_partial redirects, and after capacity rescues.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from decoders.wfst import WfstDecoder, WfstDecoderConfig
+from test_wfst_lattice import acyclic_eps_graph
+from wfst_testlib import random_graph, random_log_probs
+
+pytestmark = pytest.mark.gpu
+
+
+def assert_same_lattices(gpu, cpu, where=""):
+    assert gpu.scores.tolist() == cpu.scores.tolist(), where
+    assert torch.equal(gpu.header, cpu.header), (where, gpu.header.tolist(), cpu.header.tolist())
+    for name in ("state_splits", "states", "state_scores", "arc_splits", "arcs", "arc_scores"):
+        assert torch.equal(getattr(gpu, name), getattr(cpu, name)), (where, name)
+
+
+def graph_of(rng, shape, finals):
+    n = int(rng.integers(2, 300))
+    v = int(rng.choice([2, 29, 33]))
+    if shape == "TLG":
+        return acyclic_eps_graph(rng, num_states=max(n, 3), num_tokens=v, num_words=20, finals=finals)
+    return random_graph(rng, num_states=n, num_tokens=v, finals=finals)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 33])
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+@pytest.mark.parametrize("finals", ["some", "none", "all"])
+def test_gpu_lattices_equal_cpu(batch, shape, finals):
+    rng = np.random.default_rng(300 + batch + 11 * len(shape) + len(finals))
+    for gi in range(5):
+        g = graph_of(rng, shape, finals)
+        cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0, 20.0])), output_beam=float(rng.choice([1.0, 8.0])),
+                                min_active=int(rng.integers(1, 30)), max_active=int(rng.choice([40, 10000])),
+                                allow_partial=bool(rng.random() < 0.8))
+        T = int(rng.integers(1, 40))
+        lp = random_log_probs(rng, batch, T, g.num_tokens)
+        lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
+        lengths[0] = T
+        if batch > 2:
+            lengths[1], lengths[2] = 0, 1
+        for dtype in (torch.float32, torch.float16):
+            x = lp.to(dtype)
+            cpu = WfstDecoder(g, cfg, "cpu").decode_lattice(x, lengths)
+            gpu = WfstDecoder(g, cfg, "cuda").decode_lattice(x.cuda(), lengths)
+            assert all(o == 0 for o in gpu.overflow), gpu.overflow
+            assert_same_lattices(gpu, cpu, (gi, str(dtype)))
+            # and the lattice's best path is the GPU 1-best's score
+            one = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths)
+            assert gpu.scores.double().tolist() == one.scores.tolist()
+
+
+def test_gpu_lattices_with_boosts_and_mbr_equal_cpu():
+    rng = np.random.default_rng(7)
+    g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="all")
+    lp = random_log_probs(rng, 5, 30, g.num_tokens)
+    lengths = torch.tensor([30, 17, 0, 1, 29])
+    boosts = [{"w1": 3.0}, {}, {"w2": -2.0}, None, {"w3": 5.0, "w4": 1.0}]
+    cfg = WfstDecoderConfig(output_beam=6.0)
+    cpu = WfstDecoder(g, cfg, "cpu").decode_lattice(lp, lengths, boosts=boosts)
+    gpu = WfstDecoder(g, cfg, "cuda").decode_lattice(lp.cuda(), lengths, boosts=boosts)
+    assert_same_lattices(gpu, cpu)
+    assert [h.words for h in gpu.mbr()] == [h.words for h in cpu.mbr()]
+    assert [[h.words for h in n] for n in gpu.nbest(4)] == [[h.words for h in n] for n in cpu.nbest(4)]
+
+
+def test_gpu_capacity_overflow_is_flagged_and_rescued():
+    """Tiny capacities (frontier 8 states, 16 arcs per step): the first pass overflows, the rescue (x8, x64)
+    re-decodes those utterances and the result equals the CPU lattice; without rescues the bits are reported."""
+    rng = np.random.default_rng(9)
+    g = acyclic_eps_graph(rng, num_states=80, num_tokens=29, num_words=20, finals="all")
+    lp = random_log_probs(rng, 4, 25, g.num_tokens, peaky=0.5)
+    lengths = torch.tensor([25, 24, 3, 0])
+    base = dict(search_beam=30.0, output_beam=4.0, frontier_capacity=8, candidate_factor=2)
+    cpu = WfstDecoder(g, WfstDecoderConfig(**base), "cpu").decode_lattice(lp, lengths)
+    gpu = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=2), "cuda").decode_lattice(lp.cuda(), lengths)
+    assert_same_lattices(gpu, cpu)
+    raw = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=0), "cuda").decode_lattice(lp.cuda(), lengths)
+    assert any(o & (1 | 8) for o in raw.overflow)  # candidates / frontier bits, reported when not rescued
+
+
+def test_gpu_empty_lattices_and_cpu_backend_switch(monkeypatch):
+    rng = np.random.default_rng(10)
+    g = random_graph(rng, num_states=20, num_tokens=5, finals="none")
+    lp = random_log_probs(rng, 3, 6, 5)
+    lengths = torch.tensor([6, 0, 2])
+    dec = WfstDecoder(g, WfstDecoderConfig(allow_partial=False), "cuda")
+    gpu = dec.decode_lattice(lp.cuda(), lengths)
+    assert gpu.has_path == [False, False, False] and gpu.arcs.shape[0] == 0
+    monkeypatch.setenv("BEAMDEC_WFST_LATTICE_BACKEND", "cpu")
+    assert_same_lattices(dec.decode_lattice(lp.cuda(), lengths), gpu)
+
+
+@pytest.mark.slow
+def test_gpu_lattices_equal_cpu_on_the_demo_tlg():
+    """The embedded workload's BPE TLG (data/graphs/tiny/bpe_blanklast/compact, built by `make demo`) at the harness's
+    settings on 100 simulated test-other utterances."""
+    from pathlib import Path
+
+    from decoders.graph import WfstGraph
+    from eval.bench.common import workload_set
+
+    gdir = Path("data/graphs/tiny/bpe_blanklast/compact")
+    if not (gdir / "TLG.bin").is_file():
+        pytest.skip("demo graphs not built (make demo)")
+    data = workload_set("tiny", "bpe", "other", 100)
+    g = WfstGraph.load(gdir / "TLG.bin")
+    cfg = WfstDecoderConfig(search_beam=17.0, output_beam=8.0, acoustic_scale=3.0, blank_id=data.blank_id)
+    cpu = WfstDecoder(g, cfg, "cpu").decode_lattice(data.log_probs, data.lengths)
+    gpu = WfstDecoder(g, cfg, "cuda").decode_lattice(data.log_probs.cuda(), data.lengths)
+    assert_same_lattices(gpu, cpu)
