@@ -41,7 +41,17 @@ import torch
 
 from decoders.graph import WfstGraph
 from decoders.types import Hypothesis
-from decoders.wfst import BoostTable, WfstDecoder, WfstDecoderConfig, WfstResult, _ops, build_boost_tables
+from decoders.wfst import (
+    FLAG_HAS_PATH,
+    FLAG_REACHED_FINAL,
+    BoostTable,
+    WfstDecoder,
+    WfstDecoderConfig,
+    WfstResult,
+    _ops,
+    build_boost_tables,
+    gpu_capacities,
+)
 
 __all__ = ["WfstStreamingDecoder", "WfstStream", "WfstStreamSlotsFull"]
 
@@ -74,9 +84,13 @@ class WfstStreamingDecoder:
     """
 
     def __init__(self, graph: WfstGraph, config: Optional[WfstDecoderConfig] = None, device="cpu", *,
-                 max_streams: int = 64, compact_min_links: int = 4096):
+                 max_streams: int = 64, compact_min_links: int = 4096, max_chunk_frames: int = 32,
+                 drain_capacity: int = 4096):
         if isinstance(max_streams, bool) or not isinstance(max_streams, (int, np.integer)) or not 1 <= max_streams <= 2**20:
             raise ValueError(f"max_streams must be an int in [1, 2^20], got {max_streams!r}")
+        for name, v in (("max_chunk_frames", max_chunk_frames), ("drain_capacity", drain_capacity)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= 2**20:
+                raise ValueError(f"{name} must be an int in [1, 2^20], got {v!r}")
         if isinstance(compact_min_links, bool) or not isinstance(compact_min_links, (int, np.integer)) or compact_min_links < 1:
             raise ValueError(f"compact_min_links must be an int >= 1, got {compact_min_links!r}")
         self.config = replace(config or WfstDecoderConfig(), online=True)
@@ -97,8 +111,12 @@ class WfstStreamingDecoder:
         if self.device.type == "cpu":
             self._impl = torch.classes.beamdec.WfstStreamCpu(*args)
         else:
-            if not hasattr(torch.classes.beamdec, "WfstStreamCuda"):
-                raise RuntimeError("WfstStreamingDecoder: this build of the extension has no CUDA streaming decoder")
+            # per-lane capacities as offline (one lane); the shared word-link arena holds two pieces' worth of links
+            # (256 per lane and step, above the measured worst utterance) and is garbage-collected when half full
+            caps = gpu_capacities(cfg, 1, int(max_chunk_frames))
+            arena = cfg.arena_capacity or int(min(max(2**20, 2 * self.max_streams * int(max_chunk_frames) * 256), 2**28))
+            args += [int(caps["frontier_capacity"]), int(caps["candidate_capacity"]), int(caps["hash_capacity"]),
+                     int(arena), int(max_chunk_frames), int(drain_capacity)]
             self._impl = torch.classes.beamdec.WfstStreamCuda(*args)
 
     # ---- lifecycle ----------------------------------------------------------------------------------
@@ -160,8 +178,7 @@ class WfstStreamingDecoder:
             return
         if self.config.blank_skip_threshold is not None:
             log_probs, lengths = self._offline._skip_blanks(log_probs, lengths)
-        self._impl.advance(slots.to(self.device) if self.device.type == "cuda" else slots, log_probs.contiguous(),
-                           lengths)
+        self._impl.advance(slots, log_probs.contiguous(), lengths)
         for s, n in zip(streams, lengths.tolist()):
             s.frames += int(n)
 
@@ -169,8 +186,9 @@ class WfstStreamingDecoder:
         """Best path so far of each stream (no end-of-stream rules): words, score, frame of each word."""
         slots = self._own(streams, "partial")
         words, frames, offsets, scores, info = self._impl.partial(slots)
+        # frames: the CPU reference records the frame of each word's arc; the CUDA arena does not (-1: None)
         return [Hypothesis(tokens=[], words=self._strings(words[a:b].tolist()), score=float(scores[i]),
-                           timesteps=frames[a:b].tolist())
+                           timesteps=None if bool((frames[a:b] < 0).any()) else frames[a:b].tolist())
                 for i, (a, b) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist()))]
 
     def finalize(self, streams: Sequence[WfstStream]) -> WfstResult:
@@ -181,8 +199,6 @@ class WfstStreamingDecoder:
             self._release(s)
         ids = [words[a:b].tolist() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
         info = info.tolist()
-        from decoders.wfst import FLAG_HAS_PATH, FLAG_REACHED_FINAL
-
         return WfstResult(words=ids, word_strings=[self._strings(w) for w in ids], scores=scores.to(torch.float64),
                           overflow=[r[0] for r in info], reached_final=[bool(r[1] & FLAG_REACHED_FINAL) for r in info],
                           has_path=[bool(r[1] & FLAG_HAS_PATH) for r in info], rescued=[], rescued_overflow=[],
@@ -198,9 +214,21 @@ class WfstStreamingDecoder:
         return sum(s is not None for s in self._streams)
 
     def memory_stats(self, stream: WfstStream) -> dict:
-        """The stream's memory: frames, stored_links (now), peak_stored_links, links_created, drained_words,
-        frontier (states). The link store is what compaction bounds; drained_words is the transcript."""
+        """Memory of the stream. CPU: frames, stored_links (its link store now), peak_stored_links, links_created,
+        drained_words, frontier (states) -- the link store is what compaction bounds, drained_words is the
+        transcript. CUDA (one word-link arena shared by the slots): frames, arena_links (live links of all streams
+        now), peak_arena_links, gc_runs, drained_words, frontier, device_bytes (everything the decoder holds on
+        the device, allocated once; the per-call log-prob staging excluded)."""
         slot = int(self._own([stream], "memory_stats")[0])
         v = self._impl.stats(slot).tolist()
-        return dict(frames=v[0], stored_links=v[1], peak_stored_links=v[2], links_created=v[3], drained_words=v[4],
-                    frontier=v[5])
+        if self.device.type == "cpu":
+            return dict(frames=v[0], stored_links=v[1], peak_stored_links=v[2], links_created=v[3],
+                        drained_words=v[4], frontier=v[5])
+        return dict(frames=v[0], arena_links=v[1], peak_arena_links=v[2], gc_runs=v[3], drained_words=v[4],
+                    frontier=v[5], device_bytes=int(self._impl.device_bytes()))
+
+    def collect(self) -> None:
+        """CUDA: garbage-collect the word-link arena now (decode_chunk does when it is half full). CPU: no-op
+        (each stream compacts its own store as it steps)."""
+        if self.device.type == "cuda":
+            self._impl.collect()

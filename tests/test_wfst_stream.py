@@ -48,7 +48,8 @@ def _stream(dec: WfstStreamingDecoder, lp: torch.Tensor, lengths, chunk, rng=Non
         if chunk == "random" and len(live) > 1:  # any subset of the streams advances in one call
             live = [b for b in live if rng.random() < 0.7] or live[:1]
         n = [min(c, int(lengths[b]) - pos[b]) for b in live]
-        x = torch.full((len(live), c, lp.shape[2]), float("nan"), dtype=lp.dtype)  # padding past lengths: unread
+        # padding past lengths: never read
+        x = torch.full((len(live), c, lp.shape[2]), float("nan"), dtype=lp.dtype, device=lp.device)
         for i, b in enumerate(live):
             x[i, : n[i]] = lp[b, pos[b] : pos[b] + n[i]]
         dec.decode_chunk([streams[b] for b in live], x, torch.tensor(n))

@@ -39,6 +39,9 @@
 
 namespace wfst {
 namespace kernels {
+// Internal linkage: every launcher TU (wfst_launch.cu, wfst_stream_launch.cu) gets its own copy of the kernels, so
+// two of them can include this header without duplicate symbols at link time.
+namespace {
 
 constexpr uint32_t kEmptyKey = 0u;  // slot keys are state + 1: an all-zero slot is free (one memset clears)
 constexpr uint32_t kNoCand = 0xffffffffu;  // payload of a slot set without a candidate (the start token)
@@ -695,5 +698,6 @@ __global__ void BacktrackKernel(DeviceGraph g, Workspace ws, int32_t batch, int3
   row[kColScore] = __float_as_int(score);
 }
 
+}  // namespace
 }  // namespace kernels
 }  // namespace wfst
