@@ -163,37 +163,24 @@ class WfstStreamCuda : public torch::CustomClassHolder {
 
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> partial(at::Tensor slots) {
     const std::vector<int64_t> sl = slot_list(slots, slots.numel(), "partial");
-    const int64_t N = static_cast<int64_t>(sl.size());
     c10::cuda::CUDAGuard guard(device_);
-    const int32_t W = words_bound();
-    at::Tensor rows = at::zeros({N, wfst::kResultHeader + W}, at::TensorOptions().dtype(at::kInt).device(device_));
-    std::vector<int32_t> which(sl.begin(), sl.end());
-    at::Tensor which_dev = upload(which);
-    check(wfst::stream::partial(g_, caps_, workspace_.data_ptr(), S_, which_dev.data_ptr<int32_t>(),
-                                static_cast<int32_t>(N), rows.data_ptr<int32_t>(), W, stream()),
-          "partial");
-    return results(sl, rows.cpu(), /*final=*/false);
+    return results(sl, /*final=*/false);
   }
 
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> finalize(at::Tensor slots) {
     const std::vector<int64_t> sl = slot_list(slots, slots.numel(), "finalize");
     c10::cuda::CUDAGuard guard(device_);
-    const int32_t W = words_bound();
-    std::vector<int32_t> lane_len(static_cast<size_t>(S_), -1);
-    for (int64_t s : sl) lane_len[s] = 0;
-    at::Tensor rows = at::zeros({S_, wfst::kResultHeader + W}, at::TensorOptions().dtype(at::kInt).device(device_));
     if (!sl.empty()) {
+      std::vector<int32_t> lane_len(static_cast<size_t>(S_), -1);
+      for (int64_t s : sl) lane_len[s] = 0;
       at::Tensor lane_len_dev = upload(lane_len);
       wfst::SearchOptions fin = opt_;
       fin.stream_chunk = false;  // the end of the stream: step 0 is the final step
       check(wfst::stream::finalize(g_, fin, caps_, workspace_.data_ptr(), S_, lane_len_dev.data_ptr<int32_t>(), bk(),
-                                   bv(), bcap(), rows.data_ptr<int32_t>(), W, num_sms_, stream()),
+                                   bv(), bcap(), num_sms_, stream()),
             "finalize");
     }
-    at::Tensor host = rows.cpu();
-    std::vector<int64_t> idx(sl.begin(), sl.end());
-    at::Tensor picked = host.index_select(0, at::tensor(idx, at::TensorOptions().dtype(at::kLong)));
-    auto out = results(sl, picked, /*final=*/true);
+    auto out = results(sl, /*final=*/true);
     for (int64_t s : sl) {
       slots_[s] = Slot();
       set_open(s, 0);
@@ -320,18 +307,6 @@ class WfstStreamCuda : public torch::CustomClassHolder {
     return cur;
   }
 
-  // The longest word list a backtrack can meet: every live link's words (the drained prefix is on the host).
-  int32_t words_bound() const {
-    const uint64_t cur = std::min<uint64_t>(read_cursor(), static_cast<uint64_t>(caps_.arena));
-    if (max_aux_ < 0) {
-      const int32_t* as = aux_splits_host_.data_ptr<int32_t>();
-      int32_t m = 0;
-      for (int64_t a = 0; a + 1 < aux_splits_host_.numel(); ++a) m = std::max(m, as[a + 1] - as[a]);
-      max_aux_ = m;
-    }
-    return static_cast<int32_t>(std::min<uint64_t>(cur * static_cast<uint64_t>(std::max(1, max_aux_)) + 16, 1u << 26));
-  }
-
   void maybe_collect(bool force) {
     const uint64_t cur = read_cursor();
     peak_cursor_ = std::max(peak_cursor_, cur);
@@ -356,33 +331,48 @@ class WfstStreamCuda : public torch::CustomClassHolder {
     }
   }
 
-  // Result rows (kResultHeader + W each, row i for sl[i]) -> the CPU class's packed layout; words = drained prefix +
-  // the row's words (a final result without a path has no words at all). No frames on the GPU: -1 each.
+  // Results of the slots `sl` in the CPU class's packed layout: heads, then the words of exactly the right row
+  // width; words = drained prefix + the chain's words (a final result without a path has no words at all). No
+  // frames on the GPU: -1 each.
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> results(const std::vector<int64_t>& sl,
-                                                                                at::Tensor rows, bool final) const {
-    const int64_t N = static_cast<int64_t>(sl.size()), width = rows.size(1);
-    const int32_t* r = rows.data_ptr<int32_t>();
+                                                                                bool final) const {
+    const int64_t N = static_cast<int64_t>(sl.size());
+    auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
+    at::Tensor head = at::zeros({std::max<int64_t>(N, 1), 5}, i32);
+    at::Tensor which_dev = upload(std::vector<int32_t>(sl.begin(), sl.end()));
+    check(wfst::stream::heads(g_, caps_, workspace_.data_ptr(), S_, N ? which_dev.data_ptr<int32_t>() : nullptr,
+                              static_cast<int32_t>(N), final, head.data_ptr<int32_t>(), stream()),
+          "heads");
+    at::Tensor head_host = head.cpu();
+    const int32_t* hh = head_host.data_ptr<int32_t>();
+    int32_t W = 0;
+    for (int64_t i = 0; i < N; ++i) W = std::max(W, hh[5 * i + 4]);
+    at::Tensor rows_host = at::zeros({N, W}, at::TensorOptions().dtype(at::kInt));
+    if (N && W) {
+      at::Tensor rows = at::zeros({N, W}, i32);
+      check(wfst::stream::words(g_, caps_, workspace_.data_ptr(), S_, static_cast<int32_t>(N), head.data_ptr<int32_t>(), W,
+                                rows.data_ptr<int32_t>(), stream()),
+            "words");
+      rows_host = rows.cpu();
+    }
     std::vector<std::vector<int32_t>> words(N);
     auto scores = at::zeros({N}, at::TensorOptions().dtype(at::kDouble));
     auto info = at::zeros({N, 3}, at::TensorOptions().dtype(at::kLong));
     for (int64_t i = 0; i < N; ++i) {
-      const int32_t* row = r + i * width;
-      const bool has_path = row[wfst::kColFlags] & wfst::kFlagHasPath;
+      const int32_t* h = hh + 5 * i;
+      const bool has_path = h[2] & wfst::kFlagHasPath;
       float score;
-      std::memcpy(&score, &row[wfst::kColScore], sizeof(float));
+      std::memcpy(&score, &h[1], sizeof(float));
       scores.data_ptr<double>()[i] = has_path ? static_cast<double>(score) : -std::numeric_limits<double>::infinity();
-      int32_t overflow = row[wfst::kColOverflow];
-      if (has_path) {
+      if (has_path || !final) {
         words[i] = slots_[sl[i]].drained;
-        const int32_t n = row[wfst::kColNumWords];
-        const int32_t kept = std::min<int32_t>(n, static_cast<int32_t>(width - wfst::kResultHeader));
-        words[i].insert(words[i].end(), row + wfst::kResultHeader, row + wfst::kResultHeader + kept);
-        if (n > kept) overflow |= wfst::kOverflowWords;
-      } else if (!final) {
-        words[i] = slots_[sl[i]].drained;
+        if (has_path) {
+          const int32_t* row = rows_host.data_ptr<int32_t>() + i * W;
+          words[i].insert(words[i].end(), row, row + h[4]);
+        }
       }
-      info.data_ptr<int64_t>()[3 * i] = overflow;
-      info.data_ptr<int64_t>()[3 * i + 1] = row[wfst::kColFlags];
+      info.data_ptr<int64_t>()[3 * i] = h[3];
+      info.data_ptr<int64_t>()[3 * i + 1] = final ? h[2] : (has_path ? wfst::kFlagHasPath : 0);
       info.data_ptr<int64_t>()[3 * i + 2] = slots_[sl[i]].frames;
     }
     auto offsets = at::zeros({N + 1}, at::TensorOptions().dtype(at::kLong));
@@ -403,7 +393,6 @@ class WfstStreamCuda : public torch::CustomClassHolder {
   wfst::SearchOptions opt_{};
   wfst::Capacities caps_{};
   int32_t S_ = 0, max_chunk_ = 0, D_ = 0, eps_passes_ = 0, il_max_ = -1, num_sms_ = 0;
-  mutable int32_t max_aux_ = -1;
   uint64_t peak_cursor_ = 0;
   int64_t gc_runs_ = 0;
   at::Tensor workspace_, gc_, drain_, drain_count_, open_dev_, boost_keys_, boost_values_;

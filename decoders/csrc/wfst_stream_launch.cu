@@ -184,25 +184,35 @@ cudaError_t advance(const DeviceGraph& g, const SearchOptions& opt, const Capaci
 
 cudaError_t finalize(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, void* workspace,
                      int32_t lanes, const int32_t* lane_len, const int32_t* bk, const float* bv, int32_t bcap,
-                     int32_t* result, int32_t W, int32_t num_sms, cudaStream_t stream) {
+                     int32_t num_sms, cudaStream_t stream) {
   using namespace kernels;
   Workspace ws;
   carve(static_cast<char*>(workspace), lanes, caps, &ws);
   const int grid = walk_grid(num_sms);
   StreamBeginKernel<<<1, kInitBlock, 0, stream>>>(g, opt, ws, lanes, caps.frontier, caps.candidates, caps.hash, lane_len);
-  // the final step (t = 0 = len) reads no log-probs: no closure passes (a final step has no epsilon expansion)
+  // the final step (t = 0 = len) reads no log-probs and has no epsilon closure
   step<float>(g, opt, caps, ws, lanes, nullptr, 0, 0, 0, 0, bk, bv, bcap, grid, stream);
-  BacktrackKernel<<<(lanes + 127) / 128, 128, 0, stream>>>(g, ws, lanes, W, caps.arena, result);
   return cudaGetLastError();
 }
 
-cudaError_t partial(const DeviceGraph& g, const Capacities& caps, void* workspace, int32_t lanes, const int32_t* which,
-                    int32_t n, int32_t* result, int32_t W, cudaStream_t stream) {
+cudaError_t heads(const DeviceGraph& g, const Capacities& caps, void* workspace, int32_t lanes, const int32_t* which,
+                  int32_t n, bool final, int32_t* head, cudaStream_t stream) {
   using namespace kernels;
   if (n == 0) return cudaSuccess;
   Workspace ws;
   carve(static_cast<char*>(workspace), lanes, caps, &ws);
-  StreamPartialKernel<<<n, 256, 0, stream>>>(g, ws, caps.frontier, caps.arena, which, W, result);
+  StreamHeadKernel<<<n, 256, 0, stream>>>(ws, caps.frontier, which, final, head);
+  StreamCountKernel<<<(n + 127) / 128, 128, 0, stream>>>(g, ws, n, caps.arena, head);
+  return cudaGetLastError();
+}
+
+cudaError_t words(const DeviceGraph& g, const Capacities& caps, void* workspace, int32_t lanes, int32_t n,
+                  const int32_t* head, int32_t W, int32_t* rows, cudaStream_t stream) {
+  using namespace kernels;
+  if (n == 0 || W == 0) return cudaSuccess;
+  Workspace ws;
+  carve(static_cast<char*>(workspace), lanes, caps, &ws);
+  StreamFillKernel<<<(n + 127) / 128, 128, 0, stream>>>(g, ws, n, caps.arena, head, W, rows);
   return cudaGetLastError();
 }
 

@@ -117,22 +117,39 @@ __global__ void StreamParityKernel(Workspace ws, int32_t F, const int32_t* lane_
   }
 }
 
-// Partial result of lanes[k] (block per requested lane): the best frontier token (smallest index among equal
-// scores), its words (oldest first, at most W kept; row[kColNumWords] is the true count) and score.
-__global__ void StreamPartialKernel(DeviceGraph g, Workspace ws, int32_t F, int64_t arena_cap, const int32_t* lanes,
-                                    int32_t W, int32_t* result) {
+// Results of the listed lanes (which[k]) in three launches, so the host can size the word rows exactly:
+//   StreamHeadKernel   block per listed lane: head[k] = {link, score bits, flags, overflow, words}. final: the
+//                      lane's final token (after the final step); else the best frontier token (smallest index
+//                      among equal scores: deterministic), flags kFlagHasPath when it exists.
+//   StreamCountKernel  thread per listed lane: the words on the chain (head[k][4]).
+//   StreamFillKernel   thread per listed lane: the words, oldest first, into rows (n, W).
+constexpr int kHeadCols = 5;
+
+__global__ void StreamHeadKernel(Workspace ws, int32_t F, const int32_t* which, bool final, int32_t* head) {
   __shared__ float s_score[256];
   __shared__ int32_t s_idx[256];
-  const int32_t b = lanes[blockIdx.x];
+  const int32_t b = which[blockIdx.x];
   const LaneState& L = ws.lanes[b];
+  int32_t* h = head + (int64_t)blockIdx.x * kHeadCols;
+  if (final) {
+    if (threadIdx.x == 0) {
+      const bool has_path = (L.flags & kFlagHasPath) != 0;
+      h[0] = has_path ? L.final_winner : -1;
+      h[1] = __float_as_int(has_path ? L.final_score : -INFINITY);
+      h[2] = L.flags;
+      h[3] = L.overflow;
+      h[4] = 0;
+    }
+    return;
+  }
   const int32_t n = L.n_front;
   const int64_t row0 = (int64_t)b * F;
   float best = -INFINITY;
   int32_t idx = -1;
   for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float s = ws.front_score[0][row0 + i];
-    if (idx < 0 || s > best) {
-      best = s;
+    const float sc = ws.front_score[0][row0 + i];
+    if (idx < 0 || sc > best) {
+      best = sc;
       idx = i;
     }
   }
@@ -151,31 +168,43 @@ __global__ void StreamPartialKernel(DeviceGraph g, Workspace ws, int32_t F, int6
     }
     __syncthreads();
   }
-  if (threadIdx.x != 0) return;
-  int32_t* row = result + (int64_t)blockIdx.x * (kResultHeader + W);
-  const int32_t tok = s_idx[0];
-  const float score = tok >= 0 ? s_score[0] : -INFINITY;
-  const bool has_path = tok >= 0 && score != -INFINITY;
+  if (threadIdx.x == 0) {
+    const int32_t tok = s_idx[0];
+    const bool has_path = tok >= 0 && s_score[0] != -INFINITY;
+    h[0] = has_path ? ws.front_winner[0][row0 + tok] : -1;
+    h[1] = __float_as_int(has_path ? s_score[0] : -INFINITY);
+    h[2] = has_path ? kFlagHasPath : 0;
+    h[3] = L.overflow;
+    h[4] = 0;
+  }
+}
+
+__global__ void StreamCountKernel(DeviceGraph g, Workspace ws, int32_t n, int64_t arena_cap, int32_t* head) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  int32_t* h = head + (int64_t)k * kHeadCols;
   int32_t count = 0;
-  if (has_path) {
-    const int32_t link = ws.front_winner[0][row0 + tok];
-    int64_t hops = 0;
-    for (int32_t w = link; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops)
-      count += g.aux_splits[ws.arena[w].y + 1] - g.aux_splits[ws.arena[w].y];
-    int32_t pos = count;
-    hops = 0;
-    for (int32_t w = link; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops) {
-      const int32_t a = ws.arena[w].y;
-      for (int32_t k = g.aux_splits[a + 1] - 1; k >= g.aux_splits[a]; --k) {
-        --pos;
-        if (pos < W) row[kResultHeader + pos] = g.aux_words[k];
-      }
+  int64_t hops = 0;
+  for (int32_t w = h[0]; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops)
+    count += g.aux_splits[ws.arena[w].y + 1] - g.aux_splits[ws.arena[w].y];
+  h[4] = count;
+}
+
+__global__ void StreamFillKernel(DeviceGraph g, Workspace ws, int32_t n, int64_t arena_cap, const int32_t* head,
+                                 int32_t W, int32_t* rows) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  const int32_t* h = head + (int64_t)k * kHeadCols;
+  int32_t* row = rows + (int64_t)k * W;
+  int32_t pos = h[4];
+  int64_t hops = 0;
+  for (int32_t w = h[0]; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops) {
+    const int32_t a = ws.arena[w].y;
+    for (int32_t j = g.aux_splits[a + 1] - 1; j >= g.aux_splits[a]; --j) {
+      --pos;
+      if (pos < W) row[pos] = g.aux_words[j];
     }
   }
-  row[kColNumWords] = count;
-  row[kColOverflow] = L.overflow | (count > W ? kOverflowWords : 0);
-  row[kColFlags] = has_path ? kFlagHasPath : 0;
-  row[kColScore] = __float_as_int(score);
 }
 
 // Per lane (n_front, overflow bits) into out (S, 2).

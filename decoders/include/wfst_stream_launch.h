@@ -34,15 +34,19 @@ cudaError_t advance(const DeviceGraph& g, const SearchOptions& opt, const Capaci
                     int32_t steps, int32_t eps_passes, const int32_t* boost_keys, const float* boost_values,
                     int32_t boost_capacity, int32_t num_sms, cudaStream_t stream);
 
-// The final step of the lanes with lane_len == 0 (others -1), then their result rows (lanes, kResultHeader + W)
-// (layout: wfst_defs.h; rows of other lanes are unspecified).
+// The final step of the lanes with lane_len == 0 (others -1); their results are read with heads(final = true).
 cudaError_t finalize(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, void* workspace,
                      int32_t lanes, const int32_t* lane_len, const int32_t* boost_keys, const float* boost_values,
-                     int32_t boost_capacity, int32_t* result, int32_t W, int32_t num_sms, cudaStream_t stream);
+                     int32_t boost_capacity, int32_t num_sms, cudaStream_t stream);
 
-// Partial results of which[0..n) (rows (n, kResultHeader + W)): best frontier token, no end rules.
-cudaError_t partial(const DeviceGraph& g, const Capacities& caps, void* workspace, int32_t lanes, const int32_t* which,
-                    int32_t n, int32_t* result, int32_t W, cudaStream_t stream);
+// Results of which[0..n): head (n, 5) int32 = {link, score bits, flags (wfst_defs.h), overflow bits, words}.
+// final: the lanes just finalized; else partial (best frontier token, no end rules).
+cudaError_t heads(const DeviceGraph& g, const Capacities& caps, void* workspace, int32_t lanes, const int32_t* which,
+                  int32_t n, bool final, int32_t* head, cudaStream_t stream);
+
+// The words of heads' chains, oldest first, into rows (n, W) (W >= every head's word count).
+cudaError_t words(const DeviceGraph& g, const Capacities& caps, void* workspace, int32_t lanes, int32_t n,
+                  const int32_t* head, int32_t W, int32_t* rows, cudaStream_t stream);
 
 // Per lane {n_front, overflow bits} into out (lanes, 2) int32.
 cudaError_t lane_stats(const Capacities& caps, void* workspace, int32_t lanes, int32_t* out, cudaStream_t stream);
