@@ -223,18 +223,19 @@ def _best_with_labels_and_words(g, lp: np.ndarray, labels, words) -> float:
 def test_equals_k2py_online_on_embedded_sets(set_name):
     """The embedded tiny workload (char HLG, search_beam 20), streamed in 40-frame chunks (1.6 s), vs k2py's
     online intersecter fed the same chunks: identical words, scores within 1e-3 (k2py rescored by a forced pass)."""
+    import os
+    from pathlib import Path
+
     import k2py
 
-    from test_wfst_agreement import KIND, TOPOLOGY, setup as _setup  # noqa: F401  (graph build recipe)
     from decoders.graph import WfstGraph
     from eval.acoustic.base import Utterance
     from eval.acoustic.simulator import SimulatorSource
     from recipes.build_graphs import build_graphs
     from recipes.graphs.paths import ArcIndex, forced_best_path
     from recipes.workload import prepare_workload
-    import os
-    from pathlib import Path
 
+    KIND, TOPOLOGY = "char", "minimal"  # as tests/test_wfst_agreement.py
     wl = prepare_workload("tiny")
     root = Path(os.environ.get("BEAMDEC_TEST_GRAPH_ROOT", "data/graphs"))
     gdir = root / "tiny" / f"{KIND}_blanklast" / TOPOLOGY

@@ -120,6 +120,8 @@ def build_streams(data: LogProbSet, n_streams: int, frames_per_stream: int, chun
     flat = torch.cat([data.log_probs[b, : lengths[b]] for b in range(len(data))]).float().contiguous()
     segments, refs = [], []
     U = len(data)
+    if not any(lengths):
+        raise ValueError("build_streams: every utterance of the set has 0 frames")
     for i in range(n_streams):
         parts, text, total, u = [], [], 0, (i * 7) % U
         while not (parts and total + lengths[u] > frames_per_stream):
