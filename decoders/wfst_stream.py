@@ -29,6 +29,16 @@ max(compact_min_links, 2 L) + one step's links however long it runs (L: the link
 diverging tails). `memory_stats(stream)` reports it (CPU: decoders/csrc/wfst_stream_cpu.cpp).
 
 Blank skipping (config.blank_skip_threshold) drops frames chunk by chunk before the search, as offline.
+
+CUDA (decoders/csrc/wfst_stream_cuda.cpp, launcher wfst_stream_launch.cu, kernels wfst_stream_kernels.cuh): the
+offline decoder's own step kernels run over one persistent workspace whose lanes are the slots (allocated once:
+device memory is flat after the first call). A chunk call stages the streams' rows into their slots and steps them;
+slots outside the call stay parked. The word links of all slots share one arena, garbage-collected between calls
+when it is half full: each stream's converged prefix is drained to the host, the rest compacted
+(`memory_stats` reports the arena). Chunks longer than `max_chunk_frames` are split (the arena is sized for two
+pieces of every slot). Differences from the CPU reference: exact score ties may resolve differently (atomic order,
+as offline); partial hypotheses carry no word frames (timesteps None: the arena stores no frame); capacity
+overflows (WfstResult.overflow bits, decoders/wfst.py) cannot be rescued by re-decoding a stream and are reported.
 """
 from __future__ import annotations
 
