@@ -31,7 +31,7 @@ On the H200 (each command well under 3 minutes; --duration 600 gives the paper's
     python -m eval.bench.wfst_stream_bench sweep --decoders flashlight --streams 16 32 64 128 256 --duration 20 --run h200_sweep_fl
     python -m eval.bench.wfst_stream_bench throughput --device cuda --batches 32 256 --run h200_throughput
 
-Timing: every latency is a time.monotonic() difference (a common clock across the worker processes) with the
+Timing: every latency is an eval.metrics.clock_s() difference (one clock across the worker processes) with the
 GPU synchronised before a batch's completion time is taken; aggregate decoder seconds go through
 eval.metrics.Stopwatch, memory through eval.metrics.MemoryProbe, WER through eval.metrics.word_error_stats.
 """
@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from eval.bench.common import BenchRun, LogProbSet, describe_error, print_rows, release_device_memory, workload_set
-from eval.metrics import MemoryProbe, Stopwatch, cuda_free_bytes, word_error_stats
+from eval.metrics import MemoryProbe, Stopwatch, clock_s, cuda_allocated_bytes, cuda_free_bytes, word_error_stats
 from reports.streaming import latency_summary, md1_queue_wait_s, plot_memory_over_time, serving_table
 
 FRAME_S = 0.04
@@ -199,7 +199,7 @@ def run_memory(run: BenchRun, args, data: LogProbSet, graph) -> None:
                         st = dec.memory_stats(handles[alive[0]])
                         audio_s.append((k + 1) * C * FRAME_S)
                         if device.startswith("cuda"):
-                            mib.append(torch.cuda.memory_allocated(device) / 2**20)
+                            mib.append(cuda_allocated_bytes(device) / 2**20)
                             links.append(st["arena_links"])
                         else:  # the CPU reference's link stores (12 bytes a link), all streams
                             stored = [dec.memory_stats(handles[s])["stored_links"] for s in alive]
@@ -298,9 +298,9 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
     backlog_at_end = None
     busy = 0.0
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
-    t0 = time.monotonic() + 0.05
+    t0 = clock_s() + 0.05
     while events or ready_order:
-        now = time.monotonic() - t0
+        now = clock_s() - t0
         while events and events[0][0] <= now:
             a, s, k = heapq.heappop(events)
             q = pending.setdefault(s, [])
@@ -319,7 +319,7 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
         take = [heapq.heappop(ready_order) for _ in range(min(max_batch, len(ready_order)))]
         ss = [s for _, s in take]
         items = [pending[s].pop(0) for s in ss]
-        t_dispatch = time.monotonic() - t0
+        t_dispatch = clock_s() - t0
         lp, ln = streams.chunk(ss, [k for _, k in items])
         with watch:
             for s, (_, k) in zip(ss, items):  # a new utterance (segment) opens a decoder stream
@@ -333,7 +333,7 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
                     hyps[s].extend(w)
                     handles[s] = None
             sync()
-        t_done = time.monotonic() - t0
+        t_done = clock_s() - t0
         busy += t_done - t_dispatch
         bsz.append(len(ss))
         bcomp.append(t_done - t_dispatch)
@@ -343,7 +343,7 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
             done_t.append(t_done)
             if pending[s]:
                 heapq.heappush(ready_order, (pending[s][0][0], s))
-    wall = time.monotonic() - t0
+    wall = clock_s() - t0
     return ServeResult(arrival, dispatch, done_t, bsz, bcomp, [" ".join(h) for h in hyps], wall, arrivals_end,
                        backlog_at_end if backlog_at_end is not None else 0, busy)
 
@@ -370,10 +370,10 @@ def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched:
     arrivals_end = max((e[0] for e in events), default=0.0)
     backlog_at_end, busy, i = None, 0.0, 0
     for a, s, k in events:  # FIFO by arrival; one chunk at a time
-        now = time.monotonic() - t0
+        now = clock_s() - t0
         if now < a:
             time.sleep(a - now)
-        now = time.monotonic() - t0
+        now = clock_s() - t0
         if backlog_at_end is None and now >= arrivals_end:
             backlog_at_end = sum(1 for e in events[i:] if e[0] <= now)
         t_dispatch = now
@@ -387,7 +387,7 @@ def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched:
             d.decode_end()
             best = d.get_best_hypothesis()
             hyps[s].extend(fl.word_dict.get_entry(w) for w in best.words if w >= 0)
-        t_done = time.monotonic() - t0
+        t_done = clock_s() - t0
         busy += t_done - t_dispatch
         arrival.append(a)
         dispatch.append(t_dispatch)
@@ -395,7 +395,7 @@ def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched:
         i += 1
     conn.send(("done", dict(arrival=arrival, dispatch=dispatch, done=done_t, hyps=hyps, busy=busy,
                             arrivals_end=arrivals_end, backlog=backlog_at_end or 0,
-                            wall=time.monotonic() - t0)))
+                            wall=clock_s() - t0)))
 
 
 def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frames: int, fl_cfg: dict) -> ServeResult:
@@ -418,7 +418,7 @@ def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frame
             kind, msg = c.recv()
             if kind != "ready":
                 raise RuntimeError(f"flashlight worker: {msg}")
-        t0 = time.monotonic() + 0.5
+        t0 = clock_s() + 0.5
         for c in conns:
             c.send(t0)
         parts = []
