@@ -675,15 +675,17 @@ def main(argv=None) -> int:
         run_serve(run, args, data, graph, args.streams[0], args.duration, args.decoders)
     elif args.mode == "sweep":
         largest = {}
-        for name in args.decoders:
-            largest[name] = 0
+        for name in args.decoders:  # stops at the first N that does not keep up
+            largest[name] = {"largest_sustained": 0, "first_not_sustained": None}
             for n in sorted(args.streams):
                 kept = run_serve(run, args, data, graph, n, args.duration, [name])
                 if not kept.get(name):
+                    largest[name]["first_not_sustained"] = n
                     break
-                largest[name] = n
+                largest[name]["largest_sustained"] = n
         run.extra["largest_sustained.json"] = largest
-        print(f"largest N sustained in real time: {largest}")
+        print(f"largest N sustained in real time (first_not_sustained None: every N tried kept up, the limit is "
+              f"higher): {largest}")
     else:
         run_throughput(run, args, data, graph)
     path = run.close()
