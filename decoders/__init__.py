@@ -3,6 +3,7 @@
 Public API (imported lazily so that `import decoders` never compiles anything):
   WfstGraph                                     graph image / k2 / OpenFst graphs (decoders.graph)
   WfstDecoderConfig, WfstDecoder, WfstResult    WFST beam search, k2 semantics (decoders.wfst)
+  WfstStreamingDecoder, WfstStream              streaming WFST decoding, k2 online semantics (decoders.wfst_stream)
   CtcBeamSearchConfig, ctc_beam_search,
   CtcStreamingDecoder, CtcResult                CTC prefix beam search (decoders.ctc)
   Hypothesis                                    shared result type (decoders.types)
@@ -16,6 +17,8 @@ _EXPORTS = {
     "WfstDecoderConfig": "decoders.wfst",
     "WfstDecoder": "decoders.wfst",
     "WfstResult": "decoders.wfst",
+    "WfstStreamingDecoder": "decoders.wfst_stream",
+    "WfstStream": "decoders.wfst_stream",
     "CtcBeamSearchConfig": "decoders.ctc",
     "ctc_beam_search": "decoders.ctc",
     "CtcStreamingDecoder": "decoders.ctc",

@@ -121,6 +121,11 @@ class WfstDecoderConfig:
     rescue_factor: int = 8
     max_rescues: int = 2
     check_finite: bool = True  # reject NaN/+inf inside the valid frames (-inf, log 0, is valid)
+    # k2's online semantics (k2 OnlineDenseIntersecter; decoders/wfst_stream.py): the utterance length is unknown
+    # until the end, so the offline-only clauses of the dynamic beam (the last-5-frames min_active rule and its
+    # "no tightening" twin) stay inert on emitting steps; the final step is unchanged (beam 1e10). A streaming
+    # decode equals an offline decode with online=True exactly.
+    online: bool = False
 
     def __post_init__(self):
         if not (self.search_beam > 0 and math.isfinite(self.search_beam)):
@@ -437,7 +442,7 @@ def _ops():
 
             @torch.library.register_fake("beamdec::wfst_decode")
             def _(log_probs, lengths, *args):  # shape-only implementation for torch.compile / opcheck
-                words_capacity = args[-1]
+                words_capacity = args[22]  # (a trailing `online` may follow)
                 return log_probs.new_empty((log_probs.shape[0], RESULT_HEADER + words_capacity), dtype=torch.int32)
 
         except RuntimeError:  # already registered by another import path
@@ -557,6 +562,7 @@ class WfstDecoder:
             int(caps["hash_capacity"]),
             int(caps["arena_capacity"]),
             int(caps["words_capacity"]),
+            bool(cfg.online),
         )
         return out.cpu()  # the one device->host copy of the batch
 
@@ -578,7 +584,7 @@ class WfstDecoder:
         log_probs, lengths, keys, values, oov = self._prepare(log_probs, lengths, boosts)
         words_capacity = gpu_capacities(self.config, log_probs.shape[0], log_probs.shape[1])["words_capacity"]
         rows, out = _ops().wfst_search_stats(*self._graph_args(log_probs, lengths, keys, values, self.config),
-                                             int(words_capacity))
+                                             int(words_capacity), bool(self.config.online))
         st = out.tolist()
         steps = [max(1, r[5]) for r in st]
         stats = dict(peak_frontier=[r[0] for r in st], mean_frontier=[r[1] / n for r, n in zip(st, steps)],

@@ -341,6 +341,20 @@ def cuda_free_bytes(device: str) -> int:
     return int(torch.cuda.mem_get_info(device)[0])
 
 
+def cuda_allocated_bytes(device: str) -> int:
+    """Bytes held by torch's caching allocator's live tensors on `device` now (memory-over-time series)."""
+    import torch
+
+    return int(torch.cuda.memory_allocated(device))
+
+
+def clock_s() -> float:
+    """Monotonic seconds on a clock shared by every process of the host (CLOCK_MONOTONIC): the timeline of
+    per-request latencies (arrival, dispatch, completion) in eval.bench.wfst_stream_bench, whose worker processes
+    stamp their own events. Take completions after a device synchronisation."""
+    return time.monotonic()
+
+
 class MemoryProbe:
     """Host peak RSS (sampled every `interval_s` by a daemon thread) + CUDA peak for a `with` region.
 

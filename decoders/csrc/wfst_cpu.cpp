@@ -74,6 +74,7 @@ struct Options {
   bool allow_partial;
   float acoustic_scale;
   int32_t eps_iterations;
+  bool online = false;  // k2 online semantics: emitting steps see no utterance end (wfst_ops.h)
 };
 
 struct Token {
@@ -267,7 +268,8 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
         if (g.final_begin[tok.state] < g.row_splits[tok.state + 1]) redirect = false;
     }
     const int64_t active = static_cast<int64_t>(front.size());  // k2: states active on this frame
-    beam = wfst::k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, active, t, final_t);
+    beam = wfst::k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, active, t,
+                                 opt.online && !final_step ? wfst::kUnknownFrames : final_t);
 
     // The arcs a token expands on this step and the acoustic term of arc a.
     auto arc_range = [&](int32_t s, int32_t& begin, int32_t& end) {
@@ -409,7 +411,8 @@ at::Tensor decode_batch_cpu(const at::Tensor& log_probs, const at::Tensor& lengt
                             const at::Tensor& weight, int64_t start_state, int64_t final_state,
                             const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam,
                             int64_t min_active, int64_t max_active, bool allow_partial, double acoustic_scale,
-                            int64_t eps_iterations, int64_t words_capacity, std::vector<SearchStats>* stats) {
+                            int64_t eps_iterations, int64_t words_capacity, bool online,
+                            std::vector<SearchStats>* stats) {
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
@@ -427,7 +430,7 @@ at::Tensor decode_batch_cpu(const at::Tensor& log_probs, const at::Tensor& lengt
   }
   BEAMDEC_CHECK(!g.has_eps || eps_iterations >= 1, "wfst_decode: the graph has epsilon arcs, eps_iterations must be >= 1");
   Options opt{static_cast<float>(search_beam), static_cast<float>(min_active), static_cast<float>(max_active),
-              allow_partial, static_cast<float>(acoustic_scale), static_cast<int32_t>(eps_iterations)};
+              allow_partial, static_cast<float>(acoustic_scale), static_cast<int32_t>(eps_iterations), online};
   const int64_t C = boost_keys.size(1);
   auto out = at::zeros({B, wfst::kResultHeader + words_capacity}, at::TensorOptions().dtype(at::kInt));
   int32_t* out_ptr = out.data_ptr<int32_t>();
@@ -466,10 +469,10 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
                            const at::Tensor& boost_values, double search_beam, int64_t min_active,
                            int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                            int64_t /*frontier_capacity*/, int64_t /*candidate_capacity*/, int64_t /*hash_capacity*/,
-                           int64_t /*arena_capacity*/, int64_t words_capacity) {
+                           int64_t /*arena_capacity*/, int64_t words_capacity, bool online) {
   return decode_batch_cpu(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words,
                           weight, start_state, final_state, boost_keys, boost_values, search_beam, min_active,
-                          max_active, allow_partial, acoustic_scale, eps_iterations, words_capacity, nullptr);
+                          max_active, allow_partial, acoustic_scale, eps_iterations, words_capacity, online, nullptr);
 }
 
 std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
@@ -477,12 +480,13 @@ std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
     const at::Tensor& final_begin, const at::Tensor& dest, const at::Tensor& ilabel, const at::Tensor& aux_splits,
     const at::Tensor& aux_words, const at::Tensor& weight, int64_t start_state, int64_t final_state,
     const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam, int64_t min_active,
-    int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations, int64_t words_capacity) {
+    int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations, int64_t words_capacity,
+    bool online) {
   std::vector<SearchStats> stats(static_cast<size_t>(log_probs.dim() == 3 ? log_probs.size(0) : 0));
   at::Tensor result = decode_batch_cpu(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits,
                                        aux_words, weight, start_state, final_state, boost_keys, boost_values,
                                        search_beam, min_active, max_active, allow_partial, acoustic_scale,
-                                       eps_iterations, words_capacity, &stats);
+                                       eps_iterations, words_capacity, online, &stats);
   constexpr int64_t kCols = 7;
   auto out = at::zeros({static_cast<int64_t>(stats.size()), kCols}, at::TensorOptions().dtype(at::kLong));
   int64_t* o = out.data_ptr<int64_t>();

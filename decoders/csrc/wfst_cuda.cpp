@@ -21,7 +21,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             const at::Tensor& boost_values, double search_beam, int64_t min_active,
                             int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
-                            int64_t arena_capacity, int64_t words_capacity) {
+                            int64_t arena_capacity, int64_t words_capacity, bool online) {
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
@@ -54,7 +54,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                       static_cast<int32_t>(final_state), has_eps};
   wfst::SearchOptions opt{static_cast<float>(search_beam), static_cast<float>(min_active),
                           static_cast<float>(max_active), allow_partial, static_cast<float>(acoustic_scale),
-                          static_cast<int32_t>(eps_iterations)};
+                          static_cast<int32_t>(eps_iterations), online};
   wfst::Capacities caps{static_cast<int32_t>(frontier_capacity), static_cast<int32_t>(candidate_capacity),
                         static_cast<int32_t>(hash_capacity), arena_capacity, static_cast<int32_t>(words_capacity)};
 

@@ -8,10 +8,11 @@
 //               boost_keys (B,C) i32, boost_values (B,C) f32,
 //               search_beam, min_active, max_active, allow_partial, acoustic_scale,
 //               eps_iterations, frontier_capacity, candidate_capacity, hash_capacity,
-//               arena_capacity, words_capacity)
+//               arena_capacity, words_capacity, online=False)
 //     -> result (B, 4 + words_capacity) i32 on the input's device (layout: include/wfst_defs.h).
 // Capacities are ignored by the CPU reference (it never runs out), except eps_iterations, whose bound
-// is part of the semantics shared by both backends.
+// is part of the semantics shared by both backends. online: k2's online beam semantics (decoders/wfst.py,
+// WfstDecoderConfig.online): the offline-only clauses of the dynamic beam stay inert on emitting steps.
 #pragma once
 #include <torch/types.h>
 
@@ -28,7 +29,7 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
                            const at::Tensor& boost_values, double search_beam, int64_t min_active,
                            int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                            int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
-                           int64_t arena_capacity, int64_t words_capacity);
+                           int64_t arena_capacity, int64_t words_capacity, bool online);
 
 at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                             const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
@@ -37,7 +38,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             const at::Tensor& boost_values, double search_beam, int64_t min_active,
                             int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
-                            int64_t arena_capacity, int64_t words_capacity);
+                            int64_t arena_capacity, int64_t words_capacity, bool online);
 
 // CPU only: wfst_decode_cpu's result rows plus, per utterance, (B, 7) int64: peak and summed frontier (distinct
 // states of a step after its closure), peak and summed admitted candidates per step, word links (back-pointers
@@ -48,7 +49,8 @@ std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
     const at::Tensor& final_begin, const at::Tensor& dest, const at::Tensor& ilabel, const at::Tensor& aux_splits,
     const at::Tensor& aux_words, const at::Tensor& weight, int64_t start_state, int64_t final_state,
     const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam, int64_t min_active,
-    int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations, int64_t words_capacity);
+    int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations, int64_t words_capacity,
+    bool online);
 
 // Shared argument checks (names the argument and what was expected); defined in wfst_cpu.cpp.
 void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,

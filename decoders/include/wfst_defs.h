@@ -37,6 +37,10 @@ constexpr int kResultHeader = 4;
 constexpr int32_t kFlagReachedFinal = 1;  // best path ends with a real FINAL arc
 constexpr int32_t kFlagHasPath = 2;       // some path was found (final or allow_partial redirect)
 
+// `final_t` of an emitting step under k2's online semantics (the stream's length is unknown until it ends):
+// every clause of k2_dynamic_beam that looks at the end of the utterance stays inert.
+constexpr int32_t kUnknownFrames = 0x7fffffff - 8;
+
 // One step of k2's dynamic beam (GetPruningCutoffs). `active` is the number of frontier states on
 // this step (k2: RowSplits(1) of its [fsa][state][arc] arc tensor), `t` the step index and `final_t` =
 // length + 1 (k2's frame count including the final frame). The arithmetic mixes float and double exactly

@@ -39,6 +39,9 @@
 
 namespace wfst {
 namespace kernels {
+// Internal linkage: every launcher TU (wfst_launch.cu, wfst_stream_launch.cu) gets its own copy of the kernels, so
+// two of them can include this header without duplicate symbols at link time.
+namespace {
 
 constexpr uint32_t kEmptyKey = 0u;  // slot keys are state + 1: an all-zero slot is free (one memset clears)
 constexpr uint32_t kNoCand = 0xffffffffu;  // payload of a slot set without a candidate (the start token)
@@ -196,10 +199,12 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
       if (p.eps_check && pending && phase_before == kEmit) atomicOr(&L.overflow, kOverflowEpsilon);
       if (p.next == kWalkStep) {
         int32_t phase = p.t < len ? kEmit : (p.t == len ? kFinal : kDone);
+        if (phase == kFinal && opt.stream_chunk) phase = kDone;  // the stream goes on after this chunk
         if (phase == kFinal && opt.allow_partial && !any_final) phase = kRedirect;
         if (phase != kDone) {
           if (n_claims > F && live) ws.clear_lanes[1 + atomicAdd(&s_clear, 1)] = b;
-          L.beam = k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, n_front, p.t, len + 1);
+          L.beam = k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, n_front, p.t,
+                                   opt.online && phase == kEmit ? kUnknownFrames : len + 1);
           L.n_claims = 0;
           L.n_cands = 0;
           L.pass_begin = 0;
@@ -209,8 +214,8 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
           count = n_front;
         }
         L.phase = phase;
-      } else if (p.next == kWalkStart) {  // the start token's epsilon arcs
-        count = start_eps ? 1 : 0;
+      } else if (p.next == kWalkStart) {  // the start token's epsilon arcs (lanes being opened only)
+        count = start_eps && live ? 1 : 0;
       } else {  // kWalkCands: the candidates appended since the last pass
         if (p.step_cutoff && live) L.cutoff = ordered_to_float(max_ord) - beam;
         const int32_t end = min(n_cands, C);
@@ -693,5 +698,6 @@ __global__ void BacktrackKernel(DeviceGraph g, Workspace ws, int32_t batch, int3
   row[kColScore] = __float_as_int(score);
 }
 
+}  // namespace
 }  // namespace kernels
 }  // namespace wfst

@@ -31,6 +31,9 @@ struct SearchOptions {
   bool allow_partial;
   float acoustic_scale;
   int32_t eps_iterations;
+  bool online = false;        // k2 online semantics: emitting steps see no utterance end (wfst_defs.h)
+  bool stream_chunk = false;  // streaming chunk (wfst_stream_launch.cu): the end of a lane's frames is not
+                              // the end of its stream, so no final step happens in this call
 };
 
 struct Capacities {

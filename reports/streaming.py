@@ -1,0 +1,78 @@
+"""Streaming results: latency summaries, the M/D/1 model beside the measurement (the paper's Table 4 analysis), the
+serving table and the memory-over-time plot. Pure functions over recorded values and result rows (no torch).
+
+M/D/1 (seed 004, "a basic observation from queueing theory"): one server with a deterministic service time D
+(the compute latency) and Poisson arrivals at rate lambda. Utilisation rho = lambda D; mean queue wait
+W_q = rho D / (2 (1 - rho)); mean total latency D + W_q. The wait grows without bound as rho -> 1 (queues grow: the
+server does not keep up). For a dynamic batcher a "request" is one dispatched batch (its compute latency is D,
+lambda the dispatch rate); for a pool of per-stream-affine CPU workers each worker is its own M/D/1 server.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from reports.plots import _pyplot, _save
+
+PERCENTILES = (50, 90, 99)
+
+
+def latency_summary(values_s: Sequence[float], prefix: str) -> dict:
+    """{prefix_mean_ms, prefix_p50_ms, prefix_p90_ms, prefix_p99_ms} of latencies in seconds (nearest-rank
+    percentiles; empty input gives no keys)."""
+    vals = sorted(float(v) for v in values_s)
+    if not vals:
+        return {}
+    out = {f"{prefix}_mean_ms": 1000.0 * sum(vals) / len(vals)}
+    for p in PERCENTILES:
+        k = max(0, min(len(vals) - 1, math.ceil(p / 100.0 * len(vals)) - 1))
+        out[f"{prefix}_p{p}_ms"] = 1000.0 * vals[k]
+    return out
+
+
+def md1_queue_wait_s(arrival_rate_hz: float, service_s: float) -> float:
+    """Mean queue wait of an M/D/1 server (inf when rho >= 1)."""
+    rho = arrival_rate_hz * service_s
+    if rho >= 1.0:
+        return math.inf
+    return rho * service_s / (2.0 * (1.0 - rho))
+
+
+def serving_table(rows: Sequence[Any]) -> str:
+    """Markdown: per serving configuration, latencies measured (compute / queue / total) beside the M/D/1
+    prediction, sustained RTFx and whether it kept up (rows written by eval.bench.wfst_stream_bench serve)."""
+    head = ("| configuration | streams | arrivals | compute mean / p99 ms | queue mean / p99 ms | total mean / p50 / "
+            "p90 / p99 ms | M/D/1 total ms | utilisation | sustained RTFx | kept up |")
+    lines = [head, "|" + "---|" * 10]
+    for r in rows:
+        s = r.decoder_stats if hasattr(r, "decoder_stats") else r.get("decoder_stats", {})
+        p = r.params if hasattr(r, "params") else r.get("params", {})
+        if not s or "total_mean_ms" not in s:
+            continue
+        name = r.decoder if hasattr(r, "decoder") else r.get("decoder")
+
+        def f(key, fmt="{:.1f}"):
+            v = s.get(key)
+            return "—" if v is None else ("∞" if v == math.inf else fmt.format(v))
+
+        lines.append(
+            f"| {name} | {p.get('streams', '')} | {p.get('arrivals', '')} | {f('compute_mean_ms')} / {f('compute_p99_ms')} | "
+            f"{f('queue_mean_ms')} / {f('queue_p99_ms')} | {f('total_mean_ms')} / {f('total_p50_ms')} / "
+            f"{f('total_p90_ms')} / {f('total_p99_ms')} | {f('md1_total_ms')} | {f('utilisation', '{:.2f}')} | "
+            f"{f('sustained_rtfx', '{:.1f}')} | {'yes' if s.get('kept_up') else 'no'} |")
+    return "\n".join(lines)
+
+
+def plot_memory_over_time(series: dict, out_path: str | Path) -> Path:
+    """series: {"label": {"audio_s": [...], "mib": [...]}, ...} -> one line per label (memory vs stream time)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, s in series.items():
+        ax.plot([t / 60.0 for t in s["audio_s"]], s["mib"], label=label)
+    ax.set_xlabel("stream audio decoded (minutes)")
+    ax.set_ylabel("MiB")
+    ax.set_title("Streaming WFST decoder memory over a stream")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out_path)

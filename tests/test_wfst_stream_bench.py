@@ -1,0 +1,71 @@
+"""The streaming benchmark's pieces (eval/bench/wfst_stream_bench.py, reports/streaming.py): M/D/1, latency
+summaries, serving statistics, stream construction; and a tiny end-to-end serve run on the CPU (slow)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from eval.bench.common import LogProbSet
+from eval.bench.wfst_stream_bench import ServeResult, build_streams, serving_stats
+from reports.streaming import latency_summary, md1_queue_wait_s, serving_table
+
+
+def test_md1_wait_matches_the_formula_and_diverges_at_full_load():
+    # lambda = 10/s, D = 50 ms: rho = 0.5, W_q = rho D / (2 (1 - rho)) = 25 ms
+    assert md1_queue_wait_s(10.0, 0.05) == pytest.approx(0.025)
+    assert md1_queue_wait_s(0.0, 0.05) == 0.0
+    assert md1_queue_wait_s(20.0, 0.05) == math.inf
+    # quadratic growth in D at fixed lambda (the paper's point): doubling D more than doubles the wait
+    assert md1_queue_wait_s(5.0, 0.1) > 2 * md1_queue_wait_s(5.0, 0.05)
+
+
+def test_latency_summary_nearest_rank():
+    s = latency_summary([i / 1000 for i in range(1, 101)], "total")  # 1..100 ms
+    assert s["total_mean_ms"] == pytest.approx(50.5)
+    assert s["total_p50_ms"] == pytest.approx(50.0) and s["total_p90_ms"] == pytest.approx(90.0)
+    assert s["total_p99_ms"] == pytest.approx(99.0)
+    assert latency_summary([], "x") == {}
+
+
+def _result(arrival, dispatch, done, backlog=0, wall=None, ends=None, sizes=None):
+    comp = [d - s for d, s in zip(done, dispatch)]
+    return ServeResult(arrival, dispatch, done, sizes or [1] * len(done), comp, [""], wall or max(done),
+                       ends if ends is not None else max(arrival), backlog, sum(comp))
+
+
+def test_serving_stats_split_latency_and_detect_a_growing_queue():
+    # a server that keeps up: every chunk served 5 ms after it arrived, 2 ms of compute
+    arr = [0.4 * k for k in range(1, 101)]
+    ok = serving_stats(_result(arr, [a + 0.003 for a in arr], [a + 0.005 for a in arr]), 1, 40.0)
+    assert ok["queue_mean_ms"] == pytest.approx(3.0) and ok["compute_mean_ms"] == pytest.approx(2.0)
+    assert ok["total_p99_ms"] == pytest.approx(5.0) and ok["kept_up"] == 1
+    assert ok["utilisation"] == pytest.approx(100 * 0.002 / arr[-1])
+    # a server that takes 0.5 s per 0.4 s chunk: the queue grows, latency climbs, it does not keep up
+    done, t = [], 0.0
+    for a in arr:
+        t = max(t, a) + 0.5
+        done.append(t)
+    slow = serving_stats(_result(arr, [d - 0.5 for d in done], done, backlog=20, wall=done[-1]), 1, 40.0)
+    assert slow["kept_up"] == 0 and slow["late_over_early_latency"] > 2 and slow["md1_total_ms"] == math.inf
+    table = serving_table([type("R", (), {"decoder": "x", "decoder_stats": slow, "params": {"streams": 1}})()])
+    assert "| x | 1 |" in table and "∞" in table
+
+
+def test_streams_are_whole_utterances_in_order():
+    lengths = torch.tensor([5, 3, 7, 0, 4])
+    V = 3
+    lp = torch.arange(5 * 7 * V, dtype=torch.float32).reshape(5, 7, V)
+    data = LogProbSet(log_probs=lp, lengths=lengths, refs=["a", "b", "c", "", "d"], durations=[0.2] * 5,
+                      ids=[str(i) for i in range(5)], tokens=["x", "y", "_"], blank_id=2)
+    st = build_streams(data, 2, 12, chunk_frames=4)
+    assert st.refs[0] == "a b" and [len(s) for s in st.segments[0]] == [5, 3]
+    assert st.chunks[0] == [(0, 0, 4), (0, 4, 1), (1, 0, 3)]  # chunks never straddle an utterance
+    x, n = st.chunk([0, 0], [1, 2])
+    assert n.tolist() == [1, 3]
+    assert torch.equal(x[0, 0], lp[0, 4]) and torch.equal(x[1, :3], lp[1, :3]) and not x[0, 1:].any()
+    assert st.last_of_segment(0, 1) and st.first_of_segment(0, 2) and not st.last_of_segment(0, 0)
+    one = build_streams(data, 1, 12, chunk_frames=4, segmented=False)
+    assert len(one.segments[0]) == 1 and one.frames(0) == 8
