@@ -18,11 +18,20 @@ from wfst_testlib import random_graph, random_log_probs
 pytestmark = pytest.mark.gpu
 
 
+def _arc_multiset(lat):
+    """Each arc as (src, dst, third column, score row) in a canonical order: the device pass may emit the arcs that
+    leave one state in another order than the CPU (seen on the H200 for parallel arcs of TLG-shaped graphs); the
+    lattice, an FSA, is the same — the arc set and every score must agree exactly."""
+    scores = lat.arc_scores.reshape(lat.arc_scores.shape[0], -1).tolist()
+    return sorted(tuple(a) + tuple(sc) for a, sc in zip(lat.arcs.tolist(), scores))
+
+
 def assert_same_lattices(gpu, cpu, where=""):
     assert gpu.scores.tolist() == cpu.scores.tolist(), where
     assert torch.equal(gpu.header, cpu.header), (where, gpu.header.tolist(), cpu.header.tolist())
-    for name in ("state_splits", "states", "state_scores", "arc_splits", "arcs", "arc_scores"):
+    for name in ("state_splits", "states", "state_scores", "arc_splits"):
         assert torch.equal(getattr(gpu, name), getattr(cpu, name)), (where, name)
+    assert _arc_multiset(gpu) == _arc_multiset(cpu), (where, "arcs")
 
 
 def graph_of(rng, shape, finals):
