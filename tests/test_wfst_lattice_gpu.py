@@ -22,7 +22,7 @@ def _arc_multiset(lat):
     """Each arc as (src, dst, third column, score row) in a canonical order: the device pass may emit the arcs that
     leave one state in another order than the CPU (seen on the H200 for parallel arcs of TLG-shaped graphs); the
     lattice, an FSA, is the same — the arc set and every score must agree exactly."""
-    scores = lat.arc_scores.reshape(lat.arc_scores.shape[0], -1).tolist()
+    scores = [x if isinstance(x, list) else [x] for x in lat.arc_scores.tolist()]
     return sorted(tuple(a) + tuple(sc) for a, sc in zip(lat.arcs.tolist(), scores))
 
 
