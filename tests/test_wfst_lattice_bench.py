@@ -39,7 +39,7 @@ def test_mbr_bench_cpu_run_directory(tmp_path):
     # the lattice's best path is the 1-best: same errors
     assert (ok["lattice"].substitutions, ok["lattice"].deletions, ok["lattice"].insertions) == \
         (ok["best"].substitutions, ok["best"].deletions, ok["best"].insertions)
-    assert ok["mbr"].params["lattice_backend"] == "cpu"
+    assert ok["mbr"].decoder_config["lattice_backend"] == "cpu"
     assert ok["lattice"].decoder_stats["lattice_bytes"] > 0
     # Riva's decode_nbest result layout: [(score, [(word, start, end), ...]), ...], best first
     assert _riva_best_words([(-1.0, [("a", 0.0, 0.1), ("b", 0.1, 0.2)]), (-2.0, [("c", 0.0, 0.2)])]) == ["a", "b"]

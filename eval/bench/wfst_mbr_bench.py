@@ -15,7 +15,7 @@ eval.metrics through eval.bench.common (warm-up pass, then timed passes).
 
 On cuda our lattice comes from the GPU forward pass (decoders/include/wfst_lattice_kernels.cuh) plus the host prune,
 n-best and MBR (decoders/lattice.py); `--lattice-backend cpu` (BEAMDEC_WFST_LATTICE_BACKEND=cpu) measures the CPU
-reference lattice behind a CUDA 1-best instead. Rows carry `lattice_backend` in their params.
+reference lattice behind a CUDA 1-best instead. Rows carry `lattice_backend` in their decoder config.
 
     python -m eval.bench.wfst_mbr_bench --scale tiny --kind bpe --set other --max-utts 200 --batch 200 \
         --graph-dir compact=data/graphs/tiny/bpe_blanklast/compact
@@ -111,9 +111,10 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
 
     lab = f"{name}@{device.split(':')[0]}[{graph}, {output}]"
     params = {"graph": graph, "output": output, "scale": scale}
-    if name == "wfst" and output != "best":
-        params["lattice_backend"] = "cpu" if not device.startswith("cuda") or \
-            os.environ.get("BEAMDEC_WFST_LATTICE_BACKEND", "").lower() == "cpu" else "cuda"
+    # the lattice backend goes in the row's decoder config, not its params: the params pair our row with Riva's
+    backend = ({"lattice_backend": "cpu" if not device.startswith("cuda") or
+                os.environ.get("BEAMDEC_WFST_LATTICE_BACKEND", "").lower() == "cpu" else "cuda"}
+               if name == "wfst" and output != "best" else {})
     if name == "wfst":
         cfg = {"graph": "TLG", "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
                "acoustic_scale": acoustic_scale}
@@ -137,7 +138,7 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
         dec = lp = None  # noqa: F841
         release_device_memory()
     row = run.scored(decoder=lab, decoder_name=name, device=device, data=data, result=result, batch_size=batch,
-                     decoder_config={**cfg, "output": output}, run_mate=run_mate, params=params)
+                     decoder_config={**cfg, **backend, "output": output}, run_mate=run_mate, params=params)
     per_utt = result.stats.get("lattice_bytes")
     mem = "" if per_utt is None else f", lattice {per_utt / max(len(data), 1):.0f} B/utt"
     print(f"{lab}: RTFx {row.rtfx_decoder}, WER {100 * row.wer:.2f} %, CUDA peak {row.cuda_peak_bytes}{mem}",
