@@ -105,12 +105,26 @@ def _system_key(r: ResultRow) -> tuple:
         str(r.decoder_config.get("graph", "")), 2))
 
 
+def _systems(rows: Sequence[ResultRow]) -> dict:
+    """{(run, decoder label): {dataset: row}} of measured rows: one table line per system."""
+    systems: dict = {}
+    for r in rows:
+        systems.setdefault((r.run, r.decoder), {})[r.dataset] = r
+    return systems
+
+
+def _not_measured(rows: Sequence[ResultRow]) -> list:
+    """Markdown lines listing the rows that could not be measured here, with their reasons ([] when none)."""
+    missing = [r for r in rows if not r.ok]
+    if not missing:
+        return []
+    return ["", "Not measured here:", "", *[f"- `{r.decoder}` (run {r.run}): {r.reason}" for r in missing]]
+
+
 def table1_markdown(rows: Sequence[ResultRow], boot: dict) -> str:
     ok = [r for r in rows if r.ok and r.wer is not None]
     cis = intervals(boot)
-    systems: dict = {}
-    for r in ok:
-        systems.setdefault((r.run, r.decoder), {})[r.dataset] = r
+    systems = _systems(ok)
     order = sorted(systems, key=lambda k: _system_key(next(iter(systems[k].values()))))
     n = {d: next((r.utterances for r in ok if r.dataset == d), 0) for d in DATASETS}
     head = ["system", *[f"{d} WER % [95 % CI] (n={n[d]})" for d in DATASETS],
@@ -367,9 +381,7 @@ def table3_markdown(rows: Sequence[ResultRow]) -> str:
     ref = {r.dataset: r for r in ok if r.decoder_name == "flashlight" and (processes_of(r) or 1) == 1}
     if not ref:
         raise ValueError("table3: no Flashlight single-process rows to compare against")
-    systems: dict = {}
-    for r in ok:
-        systems.setdefault((r.run, r.decoder), {})[r.dataset] = r
+    systems = _systems(ok)
     order = sorted(systems, key=lambda k: (_ORDER.get(next(iter(systems[k].values())).decoder_name, 9),
                                            processes_of(next(iter(systems[k].values()))) or 0, k[1]))
     head = ["decoder", "device", *[f"RTFx {d}" for d in DATASETS], *[f"speed-up {d}" for d in DATASETS], "WER all %",
@@ -388,11 +400,7 @@ def table3_markdown(rows: Sequence[ResultRow]) -> str:
         cells.append(str(any_row.environment.get("cpu_count", "?")))
         body.append(cells)
     out = [_table(head, body, n_text=2)]
-    missing = [r for r in rows if not r.ok]
-    if missing:
-        out += ["", "Not measured here:", ""]
-        out += [f"- `{r.decoder}` (run {r.run}): {r.reason}" for r in missing]
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _not_measured(rows)) + "\n"
 
 
 def plot_table3(rows: Sequence[ResultRow], out_path: str | Path) -> Path:
@@ -435,9 +443,7 @@ def _flashlight_reference(rows: Sequence[ResultRow]) -> dict:
 def table2_markdown(rows: Sequence[ResultRow]) -> str:
     ok = [r for r in rows if r.ok]
     ref = _flashlight_reference(ok)
-    systems: dict = {}
-    for r in ok:
-        systems.setdefault((r.run, r.decoder), {})[r.dataset] = r
+    systems = _systems(ok)
     order = sorted(systems, key=lambda k: (_ORDER.get(next(iter(systems[k].values())).decoder_name, 9), k[1]))
     head = ["pipeline", "decoder device", "acoustic s (all)", "decoder s (all)",
             *[f"end-to-end RTFx {d}" for d in DATASETS], "× Flashlight (all)", "decoder-only RTFx (all)", "WER all %"]
@@ -458,11 +464,7 @@ def table2_markdown(rows: Sequence[ResultRow]) -> str:
            f"Acoustic model: NeMo features + Conformer-CTC on {env.get('gpu_name') or 'the CPU'} (shared by every "
            f"row of the run: computed once per batch); each row's end-to-end time = acoustic + transfer + its "
            f"decoder. Batch {next(iter(ok)).batch_size if ok else '?'}; {env.get('cpu_count', '?')} CPU cores here."]
-    missing = [r for r in rows if not r.ok]
-    if missing:
-        out += ["", "Not measured here:", ""]
-        out += [f"- `{r.decoder}` (run {r.run}): {r.reason}" for r in missing]
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _not_measured(rows)) + "\n"
 
 
 def plot_table2(rows: Sequence[ResultRow], out_path: str | Path) -> Path:
