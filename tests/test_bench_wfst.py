@@ -110,6 +110,7 @@ def test_profile_table_and_cpu_exit(tmp_path, capsys, monkeypatch):
     from reports.profile import kernel_profile_table, load_profile
 
     assert wfst_profile.kernel_name("void wfst::kernels::ExpandKernel<float>(int, float*)") == "ExpandKernel<float>"
+    assert wfst_profile.kernel_name("void wfst::(anonymous namespace)::MaxKernel<float>(wfst::DeviceGraph)") == "MaxKernel<float>"
     entry = dict(decoder="wfst@cuda[x]", graph="compact TLG", batch=32, utterances=2, lane_steps=10, wall_us=500.0,
                  gpu_busy_us=300.0, kernels={"A": {"launches": 2, "us": 100.0}, "B": {"launches": 1, "us": 200.0}})
     (tmp_path / "kernel_profile.json").write_text(json.dumps([entry]))

@@ -27,9 +27,10 @@ from eval.metrics import MemoryProbe, Stopwatch
 
 
 def kernel_name(name: str) -> str:
-    """'void wfst::kernels::ExpandKernel<float>(...)' -> 'ExpandKernel<float>'."""
-    name = re.sub(r"\(.*\)$", "", name).replace("void ", "")
-    return name.split("::")[-1]
+    """'void wfst::(anonymous namespace)::ExpandKernel<float>(...)' -> 'ExpandKernel<float>'."""
+    name = name.replace("(anonymous namespace)::", "").replace("void ", "")
+    name = re.sub(r"\(.*\)$", "", name)  # the argument list
+    return name.split("::")[-1] or name
 
 
 def kernel_totals(events) -> dict:
