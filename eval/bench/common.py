@@ -77,10 +77,19 @@ class LogProbSet:
 
         return TokenSet(tokens=list(self.tokens), blank_id=self.blank_id, kind=self.kind)
 
-    def save(self, path: str | Path) -> None:
-        """Plain tensors, strings and numbers only, so `load` reads it with torch.load(weights_only=True)."""
+    def save(self, path: str | Path, packed: bool = False) -> None:
+        """Plain tensors, strings and numbers only, so `load` reads it with torch.load(weights_only=True).
+
+        packed=True stores only the valid frames, concatenated, as float16 ((sum(lengths), V); ~4x smaller than a
+        padded float32 file, so a real-speech set fits the GPU host's carry limit); `load` restores the padded
+        float32 (B, T, V) layout. float16 rounds the log-probs (relative error <= 2^-11): every decoder compared
+        on a packed file reads the same rounded values."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        torch.save(dict(lp=self.log_probs, len=self.lengths, refs=list(self.refs), dur=[float(d) for d in self.durations],
+        lp = self.log_probs
+        if packed:
+            lp = torch.cat([lp[i, : int(n)] for i, n in enumerate(self.lengths.tolist())]).to(torch.float16)
+        torch.save(dict(lp=lp, packed=bool(packed), T=int(self.log_probs.shape[1]), len=self.lengths,
+                        refs=list(self.refs), dur=[float(d) for d in self.durations],
                         ids=list(self.ids), tokens=list(self.tokens), blank_id=int(self.blank_id), kind=self.kind,
                         dataset=self.dataset), str(path))
 
@@ -99,6 +108,8 @@ class LogProbSet:
         if not isinstance(d, dict) or not {"lp", "len", "refs", "dur"} <= set(d):
             raise ValueError(f"--lp-file {path}: expected a dict with lp, len, refs, dur")
         lp = d["lp"]
+        if d.get("packed"):
+            lp = cls._unpack(path, lp, d)
         if not isinstance(lp, torch.Tensor) or lp.dim() != 3:
             raise ValueError(f"--lp-file {path}: 'lp' must be a (B, T, V) tensor")
         V, n = int(lp.shape[2]), int(lp.shape[0])
@@ -107,6 +118,19 @@ class LogProbSet:
                    tokens=list(d.get("tokens") or [f"<t{i}>" for i in range(V)]),
                    blank_id=int(d.get("blank_id", V - 1)), kind=str(d.get("kind", "char")),
                    dataset=str(d.get("dataset", "other")))
+
+    @staticmethod
+    def _unpack(path: Path, lp, d: dict) -> torch.Tensor:
+        """(sum(lengths), V) packed frames -> zero-padded float32 (B, T, V)."""
+        lens = torch.as_tensor(d["len"]).to(torch.int64)
+        T = d.get("T")
+        if not isinstance(lp, torch.Tensor) or lp.dim() != 2 or lens.dim() != 1 or not isinstance(T, int) \
+                or int(lens.sum()) != lp.shape[0] or bool((lens < 0).any()) or bool((lens > T).any()):
+            raise ValueError(f"--lp-file {path}: a packed file needs 'lp' (sum(len), V), 'len' and 'T' >= max(len)")
+        out = torch.zeros(len(lens), T, lp.shape[1])
+        for i, row in enumerate(torch.split(lp.float(), lens.tolist())):
+            out[i, : row.shape[0]] = row
+        return out
 
 
 def workload_set(scale: str, kind: str, set_name: str, max_utts: int) -> LogProbSet:
