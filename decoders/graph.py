@@ -179,13 +179,19 @@ class WfstGraph:
 
     # ---- aux CSR -------------------------------------------------------------------------------------
     def aux_csr(self) -> tuple[np.ndarray, np.ndarray]:
-        """(aux_splits (A+1,), aux_words) -- derived from olabel when the graph has no multi-word arcs."""
+        """(aux_splits (A+1,), aux_words) -- derived from olabel when the graph has no multi-word arcs (computed once
+        per olabel array: the lattice code asks for it per utterance)."""
         if self.aux_splits is not None:
             return self.aux_splits, self.aux_words
+        hit = self.__dict__.get("_derived_aux_csr")
+        if hit is not None and hit[0] is self.olabel:
+            return hit[1], hit[2]
         has = (self.olabel != 0).astype(np.int64)
         splits = np.zeros(self.num_arcs + 1, dtype=np.int32)
         np.cumsum(has, out=splits[1:])
-        return splits, self.olabel[self.olabel != 0].astype(np.int32)
+        words = self.olabel[self.olabel != 0].astype(np.int32)
+        self.__dict__["_derived_aux_csr"] = (self.olabel, splits, words)
+        return splits, words
 
     def arc_words(self, arc: int) -> list[int]:
         """Word ids output by `arc`, in order."""

@@ -28,9 +28,10 @@ Semantics (the executable spec is decoders/csrc/wfst_lattice_cpu.cpp):
 - Bad input: `k < 1` is a ValueError; an utterance with no surviving path has an empty lattice
   (`has_path[i]` False, empty n-best, empty MBR hypothesis with score -inf), never an exception.
 
-CUDA (decoders/include/wfst_lattice_kernels.cuh): the same forward pass on the device, every lane at once; the
-tokens and admitted arcs are copied to the host once and pruned there by the CPU reference's prune, so both backends
-return identical, canonically numbered lattices (CPU tensors). Capacities (per-frame tokens, per-step arcs, the
+CUDA (decoders/include/wfst_lattice_kernels.cuh): the same forward pass on the device, every lane at once, then the
+same backward output-beam prune on the device (one block per lane, frames backwards, epsilon arcs level by level);
+only the kept tokens and arcs are copied to the host, where they get the CPU reference's canonical numbering, so both
+backends return identical lattices (CPU tensors). Capacities (per-frame tokens, per-step arcs, the
 token and arc arenas: `lattice_capacities`) are sized from the config; an utterance that hits one is flagged
 (`overflow`, wfst_defs.h bits) and re-decoded with `rescue_factor` x larger capacities up to `max_rescues` times, as
 the 1-best path does. BEAMDEC_WFST_LATTICE_BACKEND=cpu makes a CUDA decoder use the CPU reference instead.
@@ -164,7 +165,20 @@ class WfstLattices:
     # ---- labels ------------------------------------------------------------------------------------------
     def _arc_words(self, graph_arcs: np.ndarray) -> list[tuple[int, ...]]:
         splits, words = self.graph.aux_csr()
-        return [tuple(int(w) for w in words[splits[a]:splits[a + 1]]) for a in graph_arcs.tolist()]
+        ga = np.asarray(graph_arcs, dtype=np.int64)
+        sp = np.asarray(splits)
+        lo, n = sp[ga], sp[ga + 1] - sp[ga]
+        has = np.nonzero(n)[0]
+        out: list[tuple[int, ...]] = [()] * len(ga)
+        if has.size:
+            w = np.asarray(words)
+            if int(n[has].max()) == 1:  # the usual case: one word per arc
+                for j, x in zip(has.tolist(), w[lo[has]].tolist()):
+                    out[j] = (x,)
+            else:
+                for j, l, m in zip(has.tolist(), lo[has].tolist(), n[has].tolist()):
+                    out[j] = tuple(w[l:l + m].tolist())
+        return out
 
     def _word_strings(self, ids: Sequence[int]) -> list[str]:
         vocab = self.graph.words
@@ -173,8 +187,8 @@ class WfstLattices:
     # ---- paths -------------------------------------------------------------------------------------------
     def _path_hypothesis(self, u: dict, path_arcs: list[int], score: float) -> Hypothesis:
         """Hypothesis of one lattice path (lattice arc indices, in order) with word start/end frames."""
-        ilabel = np.asarray(self.graph.ilabel)
-        aw = self._arc_words(u["arc"][path_arcs]) if path_arcs else []
+        pa = np.asarray(path_arcs, dtype=np.int64)
+        aw = self._arc_words(u["arc"][pa]) if path_arcs else []
         words: list[int] = []
         starts: list[int] = []
         ends: list[int] = []
@@ -183,12 +197,14 @@ class WfstLattices:
         final_state = len(u["frame"]) - 1
         last_real = None  # frame of the last non-blank token read since the current word started
         prev_token = None
-        for k, ws in zip(path_arcs, aw):
-            f = int(u["frame"][u["src"][k]])
-            # an emitting arc reads frame f: it leads to frame f + 1 and not into the final state (the final
-            # step's arcs, FINAL or allow_partial redirected, read no frame)
-            emitting = int(u["dst"][k]) != final_state and int(u["frame"][u["dst"][k]]) == f + 1
-            lab = int(ilabel[u["arc"][k]]) if emitting else -1
+        # per path arc, as plain ints: the frame it reads and its label, -1 when it reads none (an emitting arc leads
+        # to frame f + 1 and not into the final state; the final step's arcs, FINAL or allow_partial redirected,
+        # read no frame)
+        src_f = u["frame"][u["src"][pa]] if path_arcs else np.zeros(0, np.int32)
+        dst = u["dst"][pa] if path_arcs else np.zeros(0, np.int32)
+        emitting = (dst != final_state) & (u["frame"][dst] == src_f + 1)
+        labs = np.where(emitting, np.asarray(self.graph.ilabel)[u["arc"][pa]] if path_arcs else 0, -1).tolist()
+        for f, lab, ws in zip(src_f.tolist(), labs, aw):
             if ws:
                 if words:
                     ends.append((last_real + 1) if (last_real is not None and self.blank_id is not None) else f)
@@ -227,12 +243,13 @@ class WfstLattices:
         # the first tight arc into each state (arcs are sorted by source, so reversed assignment keeps the first)
         first_in[u["dst"][idx[::-1]]] = idx[::-1]
         path, s = [], S - 1
+        first, src = first_in.tolist(), u["src"].tolist()
         while s != 0:
-            a = int(first_in[s])
+            a = first[s]
             if a < 0:  # cannot happen on a lattice from the forward pass; fall back to the exact search
                 return self.nbest_paths(i, 1)[0][0]
             path.append(a)
-            s = int(u["src"][a])
+            s = src[a]
         path.reverse()
         return path
 
@@ -504,6 +521,10 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
     device = log_probs.device if on_gpu else torch.device("cpu")
     g = graph_on_device(graph, device)
     lp = log_probs if on_gpu else log_probs.cpu().contiguous()
+    if on_gpu:  # the device prune reads the levels there; cached beside the graph's device arrays
+        if "eps_level" not in g:
+            g["eps_level"] = levels.to(device)
+        levels = g["eps_level"]
 
     def run(lp_, lengths_, keys_, values_, cfg_, factor) -> WfstLattices:
         caps = lattice_capacities(cfg_, lp_.shape[0], lp_.shape[1], int(lengths_.sum()) + int(lengths_.numel()), factor) \

@@ -83,6 +83,23 @@ def test_gpu_lattices_with_boosts_and_mbr_equal_cpu():
     assert [[h.words for h in n] for n in gpu.nbest(4)] == [[h.words for h in n] for n in cpu.nbest(4)]
 
 
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+def test_gpu_lattices_equal_cpu_on_long_inputs_and_wide_beams(shape):
+    """The device prune over long utterances (700 frames) and wide output beams (many kept arcs per frame, several
+    epsilon levels per frame on TLG-shaped graphs), mixed lengths in one batch."""
+    rng = np.random.default_rng(41 + len(shape))
+    g = graph_of(rng, shape, "some")
+    lp = random_log_probs(rng, 5, 700, g.num_tokens, peaky=0.6)
+    lengths = torch.tensor([700, 1, 0, 433, 699])
+    for output_beam in (3.0, 16.0):
+        cfg = WfstDecoderConfig(search_beam=16.0, output_beam=output_beam, max_active=500)
+        cpu = WfstDecoder(g, cfg, "cpu").decode_lattice(lp, lengths)
+        gpu = WfstDecoder(g, cfg, "cuda").decode_lattice(lp.cuda(), lengths)
+        assert all(o == 0 for o in gpu.overflow), gpu.overflow
+        assert_same_lattices(gpu, cpu, output_beam)
+        assert gpu.arcs.shape[0] > 0
+
+
 def test_gpu_capacity_overflow_is_flagged_and_rescued():
     """Tiny capacities (frontier 8 states, 16 arcs per step): the first pass overflows, the rescue (x8, x64)
     re-decodes those utterances and the result equals the CPU lattice; without rescues the bits are reported."""

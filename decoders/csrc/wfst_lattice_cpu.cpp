@@ -564,41 +564,64 @@ void prune_lattice(const int32_t* eps_level, int32_t final_state, float output_b
     for (int64_t k = begin[2 * f + 1]; k < begin[2 * f + 2]; ++k) visit(order[k]);
   }
 
-  // Kept states in canonical order: frame, epsilon level (a topological order of the frame's epsilon arcs),
-  // graph state (unique within a frame) -- independent of the order the forward pass created them in.
-  std::vector<int32_t> new_id(static_cast<size_t>(ntok), -1);
+  // The kept states (touched by a kept arc) and arcs, then the canonical numbering (shared with the CUDA op).
+  std::vector<int32_t> kept_id(static_cast<size_t>(ntok), -1);
   for (size_t k = 0; k < A; ++k)
-    if (keep[k]) new_id[raw.arcs[k].src] = new_id[raw.arcs[k].dst] = 0;
-  std::vector<int32_t> frame_toks;
-  int32_t next_id = 0;
-  for (int32_t f = 0; f < num_frames; ++f) {
-    frame_toks.clear();
-    for (int64_t i = raw.frame_begin[f]; i < raw.frame_begin[f + 1]; ++i)
-      if (new_id[i] == 0) frame_toks.push_back(static_cast<int32_t>(i));
-    std::sort(frame_toks.begin(), frame_toks.end(), [&](int32_t x, int32_t y) {
-      const int32_t lx = eps_level[tok_state[x]], ly = eps_level[tok_state[y]];
-      return lx != ly ? lx < ly : tok_state[x] < tok_state[y];
-    });
-    for (int32_t i : frame_toks) {
-      new_id[i] = next_id++;
-      out.state_frame.push_back(f);
-      out.state_graph.push_back(tok_state[i]);
-      out.state_fwd.push_back(tok_score[i]);
-      out.state_bwd.push_back(bwd[i]);
+    if (keep[k]) kept_id[raw.arcs[k].src] = kept_id[raw.arcs[k].dst] = 0;
+  std::vector<KeptToken> toks;
+  for (int64_t i = 0; i < ntok; ++i)
+    if (kept_id[i] == 0) {
+      kept_id[i] = static_cast<int32_t>(toks.size());
+      toks.push_back({frame_of[i], tok_state[i], eps_level[tok_state[i]], tok_score[i], bwd[i]});
     }
-  }
-  std::vector<int64_t> kept;
+  std::vector<KeptArc> arcs;
   for (size_t k = 0; k < A; ++k)
-    if (keep[k]) kept.push_back(static_cast<int64_t>(k));
-  std::sort(kept.begin(), kept.end(), [&](int64_t x, int64_t y) {
-    const int32_t sx = new_id[raw.arcs[x].src], sy = new_id[raw.arcs[y].src];
-    return sx != sy ? sx < sy : raw.arcs[x].arc < raw.arcs[y].arc;
+    if (keep[k]) {
+      const RawArc& r = raw.arcs[k];
+      arcs.push_back({kept_id[r.src], kept_id[r.dst], r.arc, r.ll});
+    }
+  canonical_lattice(toks, arcs, out);
+}
+
+void canonical_lattice(const std::vector<KeptToken>& toks, const std::vector<KeptArc>& arcs, UttLattice& out) {
+  // States in canonical order: frame, epsilon level (a topological order of the frame's epsilon arcs), graph
+  // state (unique within a frame) -- independent of the order the forward pass created them in.
+  const size_t n = toks.size();
+  std::vector<int32_t> order(n), new_id(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+    const KeptToken &a = toks[x], &b = toks[y];
+    if (a.frame != b.frame) return a.frame < b.frame;
+    return a.level != b.level ? a.level < b.level : a.state < b.state;
   });
+  out.state_frame.reserve(n);
+  out.state_graph.reserve(n);
+  out.state_fwd.reserve(n);
+  out.state_bwd.reserve(n);
+  for (size_t r = 0; r < n; ++r) {
+    const KeptToken& t = toks[order[r]];
+    new_id[order[r]] = static_cast<int32_t>(r);
+    out.state_frame.push_back(t.frame);
+    out.state_graph.push_back(t.state);
+    out.state_fwd.push_back(t.fwd);
+    out.state_bwd.push_back(t.bwd);
+  }
+  // Arcs by (source, graph arc): unique, since a token admits each of its graph arcs once per step.
+  std::vector<int64_t> kept(arcs.size());
+  std::iota(kept.begin(), kept.end(), 0);
+  std::sort(kept.begin(), kept.end(), [&](int64_t x, int64_t y) {
+    const int32_t sx = new_id[arcs[x].src], sy = new_id[arcs[y].src];
+    return sx != sy ? sx < sy : arcs[x].arc < arcs[y].arc;
+  });
+  out.arc_src.reserve(arcs.size());
+  out.arc_dst.reserve(arcs.size());
+  out.arc_id.reserve(arcs.size());
+  out.arc_ll.reserve(arcs.size());
   for (int64_t k : kept) {
-    out.arc_src.push_back(new_id[raw.arcs[k].src]);
-    out.arc_dst.push_back(new_id[raw.arcs[k].dst]);
-    out.arc_id.push_back(raw.arcs[k].arc);
-    out.arc_ll.push_back(raw.arcs[k].ll);
+    out.arc_src.push_back(new_id[arcs[k].src]);
+    out.arc_dst.push_back(new_id[arcs[k].dst]);
+    out.arc_id.push_back(arcs[k].arc);
+    out.arc_ll.push_back(arcs[k].ll);
   }
 }
 

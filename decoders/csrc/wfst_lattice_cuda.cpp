@@ -1,7 +1,7 @@
 // Torch-facing CUDA op of the lattice mode: validates, allocates the workspace and arenas from torch's caching
-// allocator, runs the forward pass on the device (decoders/csrc/wfst_lattice_launch.cu), copies the arenas to the
-// host once and prunes there with the CPU reference's prune (wfst_lattice_host.h), so both backends return the same
-// canonical lattices (CPU tensors).
+// allocator, runs the forward pass and the backward output-beam prune on the device (decoders/csrc/
+// wfst_lattice_launch.cu), copies only the kept tokens and arcs to the host and numbers them there with the CPU
+// reference's canonical order (wfst_lattice_host.h), so both backends return the same lattices (CPU tensors).
 #include <ATen/Parallel.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -9,6 +9,8 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "wfst_defs.h"
 #include "wfst_lattice_host.h"
@@ -34,8 +36,9 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
   const int64_t N = row_splits.numel() - 1, A = dest.numel();
   BEAMDEC_CHECK(eps_level.scalar_type() == at::kInt && eps_level.is_contiguous() && eps_level.numel() == N &&
-                    eps_level.is_cpu(),
-                "wfst_lattice: eps_level must be a contiguous CPU int32 tensor with one entry per state (", N, ")");
+                    (eps_level.is_cpu() || eps_level.device() == log_probs.device()),
+                "wfst_lattice: eps_level must be a contiguous int32 tensor with one entry per state (", N,
+                "), on the CPU or the log-probs' device");
   BEAMDEC_CHECK(output_beam > 0, "wfst_lattice: output_beam must be > 0 (+inf keeps every arc), got ", output_beam);
   BEAMDEC_CHECK(A < wfst::kLatticeEpsArcBit, "wfst_lattice_cuda: the graph has too many arcs (", A, ") for lattices");
   BEAMDEC_CHECK(frontier_capacity >= 1 && frontier_capacity < (1LL << 28), "wfst_lattice: frontier_capacity out of range");
@@ -89,62 +92,99 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
       c10::cuda::getCurrentCUDAStream().stream());
   BEAMDEC_CHECK(err == cudaSuccess, "wfst_lattice_cuda: CUDA error ", cudaGetErrorString(err));
 
-  // One copy of what was used (the cursors may exceed the capacities on overflow).
+  // The output-beam prune on the device; only what survives travels to the host.
+  at::Tensor bwd = at::zeros({token_capacity}, on(at::kInt));
+  at::Tensor tok_frame = at::full({token_capacity}, -1, on(at::kInt));
+  at::Tensor tok_lane = at::empty({token_capacity}, on(at::kInt));
+  at::Tensor arc_keep = at::zeros({arc_capacity}, on(at::kByte));
+  at::Tensor lane_out = at::empty({B, 4}, on(at::kInt));
+  at::Tensor levels = eps_level.to(dev);  // a no-op for the device copy decoders/lattice.py passes
+  wfst::LatticePruneBuffers buf{reinterpret_cast<uint32_t*>(bwd.data_ptr<int32_t>()), tok_frame.data_ptr<int32_t>(),
+                                tok_lane.data_ptr<int32_t>(), arc_keep.data_ptr<uint8_t>(),
+                                lane_out.data_ptr<int32_t>()};
+  err = wfst::lattice_prune(caps, out, static_cast<int32_t>(B), static_cast<int32_t>(max_length),
+                            lengths_dev.data_ptr<int32_t>(), levels.data_ptr<int32_t>(),
+                            static_cast<int32_t>(final_state), static_cast<float>(output_beam), buf,
+                            c10::cuda::getCurrentCUDAStream().stream());
+  BEAMDEC_CHECK(err == cudaSuccess, "wfst_lattice_cuda: CUDA error ", cudaGetErrorString(err));
   at::Tensor used = cursors.cpu();
   const int64_t n_tok = std::min<int64_t>(used.data_ptr<int64_t>()[0], token_capacity);
   const int64_t n_arc = std::min<int64_t>(used.data_ptr<int64_t>()[1], arc_capacity);
-  at::Tensor h_state = tok_state.narrow(0, 0, n_tok).cpu(), h_score = tok_score.narrow(0, 0, n_tok).cpu();
-  at::Tensor h_arcs = arcs.narrow(0, 0, n_arc).cpu();
-  at::Tensor h_fb = frame_begin.cpu(), h_fc = frame_count.cpu(), h_bb = block_begin.cpu(), h_bc = block_count.cpu();
-  at::Tensor h_lane = lane_result.cpu();
-  const int32_t* st = h_state.data_ptr<int32_t>();
-  const float* sc = h_score.data_ptr<float>();
-  const wfst::LatticeArc* ar = reinterpret_cast<const wfst::LatticeArc*>(h_arcs.data_ptr<int32_t>());
-  const int32_t* fb = h_fb.data_ptr<int32_t>();
-  const int32_t* fc = h_fc.data_ptr<int32_t>();
-  const int64_t* bb = h_bb.data_ptr<int64_t>();
-  const int32_t* bc = h_bc.data_ptr<int32_t>();
-  const int32_t* lr = h_lane.data_ptr<int32_t>();
-  const int32_t* levels = eps_level.data_ptr<int32_t>();
+  at::Tensor tidx = at::nonzero(tok_frame.narrow(0, 0, n_tok) >= 0).squeeze(1);
+  at::Tensor aidx = at::nonzero(arc_keep.narrow(0, 0, n_arc)).squeeze(1);
+  at::Tensor kstate = tok_state.index_select(0, tidx);
+  // kept tokens, by arena id: [id, lane, frame, graph state, eps level, forward bits, ordered backward]
+  at::Tensor h_tok = at::stack({tidx.to(at::kInt), tok_lane.index_select(0, tidx), tok_frame.index_select(0, tidx),
+                                kstate, levels.index_select(0, kstate), tok_score.index_select(0, tidx).view(at::kInt),
+                                bwd.index_select(0, tidx)},
+                               1)
+                         .cpu();
+  at::Tensor h_arc = arcs.index_select(0, aidx).cpu();  // kept arcs {src, dst (arena ids), arc | eps bit, ll bits}
+  at::Tensor h_lane = lane_out.cpu(), h_res = lane_result.cpu();
+
+  const int64_t K = h_tok.size(0), M = h_arc.size(0);
+  const int32_t* kt = h_tok.data_ptr<int32_t>();
+  const wfst::LatticeArc* ka = reinterpret_cast<const wfst::LatticeArc*>(h_arc.data_ptr<int32_t>());
+  const int32_t* lo = h_lane.data_ptr<int32_t>();
+  const int32_t* lr = h_res.data_ptr<int32_t>();
+  // group by lane: tokens (kept in arena-id order, so a binary search finds an arc's ends) and arcs
+  std::vector<int32_t> ids(static_cast<size_t>(K)), local(static_cast<size_t>(K));
+  std::vector<int64_t> tok_begin(static_cast<size_t>(B) + 1, 0), arc_begin(static_cast<size_t>(B) + 1, 0);
+  for (int64_t p = 0; p < K; ++p) {
+    ids[p] = kt[7 * p];
+    local[p] = static_cast<int32_t>(tok_begin[kt[7 * p + 1] + 1]++);
+  }
+  for (int64_t b = 0; b < B; ++b) tok_begin[b + 1] += tok_begin[b];
+  std::vector<int64_t> tok_order(static_cast<size_t>(K));
+  for (int64_t p = 0; p < K; ++p) tok_order[tok_begin[kt[7 * p + 1]] + local[p]] = p;
+  auto position = [&](int32_t id) -> int64_t {
+    const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+    BEAMDEC_CHECK(it != ids.end() && *it == id, "wfst_lattice_cuda: a kept arc ends in an unkept token (internal)");
+    return it - ids.begin();
+  };
+  std::vector<int64_t> arc_src_pos(static_cast<size_t>(M)), arc_dst_pos(static_cast<size_t>(M));
+  std::vector<int32_t> arc_lane(static_cast<size_t>(M));
+  for (int64_t k = 0; k < M; ++k) {
+    arc_src_pos[k] = position(ka[k].src);
+    arc_dst_pos[k] = position(ka[k].dst);
+    arc_lane[k] = kt[7 * arc_src_pos[k] + 1];
+    ++arc_begin[arc_lane[k] + 1];
+  }
+  for (int64_t b = 0; b < B; ++b) arc_begin[b + 1] += arc_begin[b];
+  std::vector<int64_t> arc_order(static_cast<size_t>(M));
+  {
+    std::vector<int64_t> fill(arc_begin.begin(), arc_begin.end() - 1);
+    for (int64_t k = 0; k < M; ++k) arc_order[fill[arc_lane[k]]++] = k;
+  }
   std::vector<lattice::UttLattice> lats(static_cast<size_t>(B));
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t len = len_host[b], frames = len + 2;
-      lattice::RawLattice raw;
-      raw.overflow = lr[2 * b];
-      raw.redirected = lr[2 * b + 1] != 0;
-      std::vector<int64_t> local_off(static_cast<size_t>(frames) + 1, 0);
-      raw.frame_begin.assign(1, 0);
-      for (int64_t f = 0; f < frames; ++f) {
-        const int64_t k = b * S + f, base = fb[k], n = fc[k];
-        const bool ok = base >= 0 && base + n <= n_tok;  // a frame lost to an overflowed arena stays empty
-        if (ok)
-          for (int64_t i = 0; i < n; ++i) {
-            raw.tok_state.push_back(st[base + i]);
-            raw.tok_score.push_back(sc[base + i]);
-          }
-        local_off[f + 1] = local_off[f] + (ok ? n : 0);
-        raw.frame_begin.push_back(local_off[f + 1]);
+      lattice::UttLattice& L = lats[b];
+      L.overflow = lr[2 * b];
+      L.tokens_before = lo[4 * b + 1];
+      L.arcs_before = lo[4 * b + 2];
+      if (lo[4 * b] < 0) continue;  // no path: empty lattice
+      float score;
+      std::memcpy(&score, lo + 4 * b + 3, sizeof(float));
+      L.score = score;
+      L.flags = wfst::kFlagHasPath | (lr[2 * b + 1] != 0 ? 0 : wfst::kFlagReachedFinal);
+      std::vector<lattice::KeptToken> toks;
+      toks.reserve(static_cast<size_t>(tok_begin[b + 1] - tok_begin[b]));
+      for (int64_t r = tok_begin[b]; r < tok_begin[b + 1]; ++r) {
+        const int32_t* t = kt + 7 * tok_order[r];
+        float fwd, bwd_f;
+        std::memcpy(&fwd, t + 5, sizeof(float));
+        bwd_f = wfst::ordered_to_float(static_cast<uint32_t>(t[6]));
+        toks.push_back({t[2], t[3], t[4], fwd, bwd_f});
       }
-      auto local = [&](int64_t g_id, int64_t f) -> int64_t {  // arena id -> utterance-local id, -1 if foreign
-        if (f < 0 || f >= frames) return -1;
-        const int64_t k = b * S + f, base = fb[k], n = local_off[f + 1] - local_off[f];
-        return (g_id >= base && g_id < base + n) ? local_off[f] + (g_id - base) : -1;
-      };
-      for (int64_t f = 0; f < frames; ++f) {
-        const int64_t k = b * S + f, base = bb[k], m = bc[k];
-        if (base < 0 || base + m > n_arc) continue;
-        for (int64_t i = 0; i < m; ++i) {
-          const wfst::LatticeArc& a = ar[base + i];
-          if (a.src < 0) continue;
-          const bool eps = (a.arc & wfst::kLatticeEpsArcBit) != 0;
-          const int64_t s = local(a.src, eps ? f : f - 1), d = local(a.dst, f);
-          if (s < 0 || d < 0) continue;
-          raw.arcs.push_back({static_cast<int32_t>(s), static_cast<int32_t>(d), a.arc & ~wfst::kLatticeEpsArcBit,
-                              a.ll});
-        }
+      std::vector<lattice::KeptArc> arcs_b;
+      arcs_b.reserve(static_cast<size_t>(arc_begin[b + 1] - arc_begin[b]));
+      for (int64_t r = arc_begin[b]; r < arc_begin[b + 1]; ++r) {
+        const int64_t k = arc_order[r];
+        arcs_b.push_back({local[arc_src_pos[k]], local[arc_dst_pos[k]], ka[k].arc & ~wfst::kLatticeEpsArcBit,
+                          ka[k].ll});
       }
-      lattice::prune_lattice(levels, static_cast<int32_t>(final_state), static_cast<float>(output_beam), raw, lats[b]);
+      lattice::canonical_lattice(toks, arcs_b, L);
     }
   });
   return lattice::pack_lattices(lats);

@@ -1,6 +1,7 @@
 // Host-side lattice pieces shared by the CPU reference (wfst_lattice_cpu.cpp) and the CUDA op
-// (wfst_lattice_cuda.cpp): the raw forward-pass lattice both backends produce, the exact backward output-beam
-// prune with canonical numbering (defined in wfst_lattice_cpu.cpp), and the packing into the op's tensors.
+// (wfst_lattice_cuda.cpp): the raw forward-pass lattice of the CPU reference, its exact backward output-beam prune,
+// the canonical numbering both backends end with (the CUDA op prunes on the device and sends only what survives),
+// and the packing into the op's tensors. Defined in wfst_lattice_cpu.cpp.
 #pragma once
 #include <torch/types.h>
 
@@ -45,6 +46,26 @@ struct UttLattice {
 // k2's PruneTimeRange over the whole utterance (see wfst_lattice_cpu.cpp). `eps_level` per graph state.
 void prune_lattice(const int32_t* eps_level, int32_t final_state, float output_beam, const RawLattice& raw,
                    UttLattice& out);
+
+// What survives the prune, in any order: the states touched by a kept arc and the kept arcs (src / dst index into
+// the kept states). The CPU prune collects them on the host, the CUDA prune on the device.
+struct KeptToken {
+  int32_t frame;
+  int32_t state;  // graph state
+  int32_t level;  // its epsilon level
+  float fwd;
+  float bwd;
+};
+struct KeptArc {
+  int32_t src;
+  int32_t dst;
+  int32_t arc;
+  float ll;
+};
+
+// Fills out's states and arcs in canonical order (states by (frame, eps level, graph state), arcs by (src, graph
+// arc)), whatever order `toks` and `arcs` come in; score, flags and counts are the caller's.
+void canonical_lattice(const std::vector<KeptToken>& toks, const std::vector<KeptArc>& arcs, UttLattice& out);
 
 // (scores, header, state_splits, states, state_scores, arc_splits, arcs, arc_scores): the wfst_lattice op's result.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>

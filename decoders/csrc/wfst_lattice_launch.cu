@@ -13,6 +13,7 @@ using lattice_kernels::Workspace;
 constexpr size_t kAlign = 256;
 constexpr int kThreads = 256;
 constexpr int kBlocksPerLane = 32;  // grid.x of the per-lane kernels (grid-stride loops inside)
+constexpr int kPruneThreads = 512;  // one block per lane walks its frames backwards
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -94,6 +95,17 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Lattic
 }
 
 }  // namespace
+
+cudaError_t lattice_prune(const LatticeCapacities& caps, const LatticeOutputs& out, int32_t batch, int32_t max_length,
+                          const int32_t* lengths, const int32_t* eps_level, int32_t final_state, float output_beam,
+                          const LatticePruneBuffers& buf, cudaStream_t stream) {
+  using namespace lattice_kernels;
+  if (batch == 0) return cudaSuccess;
+  const Sizes P{batch, 0, 0, 0, caps.frontier, caps.candidates, max_length + 2, caps.tokens, caps.arcs};
+  const PruneOutputs po{buf.bwd, buf.tok_frame, buf.tok_lane, buf.arc_keep, buf.lane_out};
+  prune_kernel<<<batch, kPruneThreads, 0, stream>>>(out, P, lengths, eps_level, final_state, -output_beam, po);
+  return cudaGetLastError();
+}
 
 size_t lattice_workspace_bytes(int32_t batch, int32_t num_states, const LatticeCapacities& caps) {
   return carve(nullptr, batch, num_states, caps, nullptr);

@@ -386,6 +386,139 @@ __global__ void clear_kernel(Workspace ws, Sizes P) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Backward output-beam prune on the device: the CPU reference's prune_lattice (wfst_lattice_cpu.cpp) over the arenas
+// the forward pass left, one block per lane walking its frames backwards. The final token's backward score is
+// -forward(final); per frame f, first the emitting arcs f -> f + 1 (committed with frame f + 1), then the frame's
+// epsilon arcs in decreasing epsilon level of their source, one level per pass with a barrier between, so every
+// arc's destination is complete when the arc is visited (an epsilon arc s -> d has level(d) > level(s)). An arc is
+// kept iff forward(src) + (arc + backward(dst)) >= -output_beam; a state's backward score is the max over its kept
+// arcs (an atomic max on the ordered encoding: order-independent, and the same float additions as the CPU, so the
+// scores are the CPU's bit for bit). Arcs and tokens outside the frame ranges a lane committed are skipped as the
+// host does. Kept tokens get their lane and frame (tok_frame >= 0 marks them), kept arcs a 1 in arc_keep; per lane
+// [final token or -1, tokens before, arcs before, final score bits] go to lane_out.
+struct PruneOutputs {
+  uint32_t* bwd;       // (token capacity) ordered backward score, 0: none (caller zeroes)
+  int32_t* tok_frame;  // (token capacity) frame of a kept token, -1: not kept (caller fills -1)
+  int32_t* tok_lane;   // (token capacity) lane of a kept token
+  uint8_t* arc_keep;   // (arc capacity) 1: kept (caller zeroes)
+  int32_t* lane_out;   // (B, 4)
+};
+
+__device__ __forceinline__ void frame_range(const LatticeOutputs& out, const Sizes& P, int64_t n_tok, int32_t b,
+                                            int32_t f, int32_t& base, int32_t& n) {
+  const int64_t k = static_cast<int64_t>(b) * P.S + f;
+  base = out.frame_begin[k];
+  n = out.frame_count[k];
+  if (!(base >= 0 && static_cast<int64_t>(base) + n <= n_tok)) n = 0;  // a frame lost to an overflowed arena
+}
+
+__device__ __forceinline__ bool in_range(int32_t id, int32_t base, int32_t n) { return id >= base && id < base + n; }
+
+__global__ void prune_kernel(LatticeOutputs out, Sizes P, const int32_t* lengths, const int32_t* eps_level,
+                             int32_t final_state, float neg_beam, PruneOutputs po) {
+  const int32_t b = blockIdx.x;
+  const int64_t n_tok = min(static_cast<int64_t>(out.cursors[0]), P.tok_cap);
+  const int64_t n_arc = min(static_cast<int64_t>(out.cursors[1]), P.arc_cap);
+  const int32_t frames = lengths[b] + 2;
+  __shared__ int32_t s_final, s_maxlev;
+  __shared__ unsigned long long s_toks, s_arcs;
+  if (threadIdx.x == 0) {
+    s_final = -1;
+    s_toks = s_arcs = 0ull;
+  }
+  __syncthreads();
+  unsigned long long toks = 0, arcs_seen = 0;
+  for (int32_t f = threadIdx.x; f < frames; f += blockDim.x) {
+    int32_t base, n;
+    frame_range(out, P, n_tok, b, f, base, n);
+    toks += static_cast<unsigned long long>(n);
+  }
+  {
+    int32_t base, n;
+    frame_range(out, P, n_tok, b, frames - 1, base, n);
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+      if (out.tok_state[base + i] == final_state) s_final = base + i;  // unique in the frame
+  }
+  __syncthreads();
+  const int32_t fin = s_final;
+  if (threadIdx.x == 0 && fin >= 0) po.bwd[fin] = float_to_ordered(-out.tok_score[fin]);
+  __syncthreads();
+
+  auto visit = [&](int64_t k, const LatticeArc& a, int32_t fs, int32_t fd) {
+    const uint32_t bo = po.bwd[a.dst];
+    if (bo == 0u) return;
+    const float ab = __fadd_rn(a.ll, ordered_to_float(bo));  // k2: backward_loglike at the start of the arc
+    if (__fadd_rn(ab, out.tok_score[a.src]) >= neg_beam) {
+      po.arc_keep[k] = 1;
+      atomicMax(po.bwd + a.src, float_to_ordered(ab));
+      po.tok_frame[a.src] = fs;
+      po.tok_frame[a.dst] = fd;
+      po.tok_lane[a.src] = b;
+      po.tok_lane[a.dst] = b;
+    }
+  };
+  auto block_of = [&](int32_t f, int64_t& base, int32_t& m) {
+    const int64_t k = static_cast<int64_t>(b) * P.S + f;
+    base = out.block_begin[k];
+    m = out.block_count[k];
+    if (!(base >= 0 && base + m <= n_arc)) m = 0;
+  };
+
+  int32_t nb = 0, nn = 0;  // the frame after f
+  for (int32_t f = frames - 1; f >= 0; --f) {
+    int32_t fb, fn;
+    frame_range(out, P, n_tok, b, f, fb, fn);
+    if (f + 1 < frames) {  // emitting arcs f -> f + 1, committed with frame f + 1
+      int64_t ab;
+      int32_t m;
+      block_of(f + 1, ab, m);
+      for (int32_t i = threadIdx.x; i < m; i += blockDim.x) {
+        const LatticeArc a = out.arcs[ab + i];
+        if (a.src < 0 || (a.arc & kLatticeEpsArcBit) || !in_range(a.src, fb, fn) || !in_range(a.dst, nb, nn)) continue;
+        ++arcs_seen;
+        visit(ab + i, a, f, f + 1);
+      }
+    }
+    if (threadIdx.x == 0) s_maxlev = -1;
+    __syncthreads();
+    int64_t eb;
+    int32_t em;
+    block_of(f, eb, em);
+    for (int32_t i = threadIdx.x; i < em; i += blockDim.x) {
+      const LatticeArc a = out.arcs[eb + i];
+      if (a.src < 0 || !(a.arc & kLatticeEpsArcBit) || !in_range(a.src, fb, fn) || !in_range(a.dst, fb, fn)) continue;
+      ++arcs_seen;
+      atomicMax(&s_maxlev, eps_level[out.tok_state[a.src]]);
+    }
+    __syncthreads();
+    const int32_t top = s_maxlev;
+    for (int32_t lev = top; lev >= 0; --lev) {  // epsilon arcs by decreasing level of their source
+      for (int32_t i = threadIdx.x; i < em; i += blockDim.x) {
+        const LatticeArc a = out.arcs[eb + i];
+        if (a.src < 0 || !(a.arc & kLatticeEpsArcBit) || !in_range(a.src, fb, fn) || !in_range(a.dst, fb, fn) ||
+            eps_level[out.tok_state[a.src]] != lev)
+          continue;
+        visit(eb + i, a, f, f);
+      }
+      __syncthreads();
+    }
+    nb = fb;
+    nn = fn;
+    __syncthreads();  // s_maxlev is reset next; the frame's backward scores are complete
+  }
+  atomicAdd(&s_toks, toks);
+  atomicAdd(&s_arcs, arcs_seen);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* lo = po.lane_out + 4 * static_cast<int64_t>(b);
+    lo[0] = fin;
+    lo[1] = static_cast<int32_t>(min(s_toks, 0x7fffffffull));
+    lo[2] = static_cast<int32_t>(min(s_arcs, 0x7fffffffull));
+    lo[3] = fin >= 0 ? __float_as_int(out.tok_score[fin]) : 0;
+  }
+}
+
 #undef LAT_WARP_LOOP
 
 }  // namespace lattice_kernels

@@ -1,7 +1,8 @@
 // Torch-free launcher interface of the CUDA lattice forward pass (decoders/csrc/wfst_lattice_launch.cu, kernels in
 // decoders/include/wfst_lattice_kernels.cuh). The pass is the CPU reference's lattice_forward
 // (decoders/csrc/wfst_lattice_cpu.cpp) on every lane at once: it keeps every token of every frame and every admitted
-// arc in two arenas; the host then prunes them (wfst_lattice_host.h), so both backends share the prune.
+// arc in two arenas; lattice_prune then marks what the output beam keeps, on the device, and only that is copied to
+// the host for the canonical numbering both backends share (wfst_lattice_host.h).
 // Every pointer is device memory owned by the caller; the launcher only enqueues work on `stream`.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -53,5 +54,21 @@ cudaError_t lattice_forward(const DeviceGraph& graph, const SearchOptions& opt, 
                             const int32_t* lengths, int32_t max_length, const int32_t* boost_keys,
                             const float* boost_values, int32_t boost_capacity, void* workspace,
                             const LatticeOutputs& out, cudaStream_t stream);
+
+// Device buffers of the backward output-beam prune (lattice_prune); sizes are the arena capacities.
+struct LatticePruneBuffers {
+  uint32_t* bwd;       // (tokens,) zeroed by the caller
+  int32_t* tok_frame;  // (tokens,) filled with -1 by the caller
+  int32_t* tok_lane;   // (tokens,)
+  uint8_t* arc_keep;   // (arcs,) zeroed by the caller
+  int32_t* lane_out;   // (B, 4) [final token id or -1, tokens before, arcs before, final score bits]
+};
+
+// Enqueues the backward output-beam prune of what lattice_forward left in `out` (the CPU reference's
+// prune_lattice, one block per lane): marks the kept arcs and tokens and computes every kept token's backward score.
+// `eps_level` (num_states,) int32 on the device.
+cudaError_t lattice_prune(const LatticeCapacities& caps, const LatticeOutputs& out, int32_t batch, int32_t max_length,
+                          const int32_t* lengths, const int32_t* eps_level, int32_t final_state, float output_beam,
+                          const LatticePruneBuffers& buf, cudaStream_t stream);
 
 }  // namespace wfst

@@ -11,6 +11,8 @@ launch overhead and host work).
 
     python -m eval.bench.wfst_profile --lp-file data/lp/small_other_char_200.pt \
         --graph-dir compact=data/graphs/small/char_blanklast/compact --batch 1 32 200 --utts 200 --b1-utts 10
+    python -m eval.bench.wfst_profile --scale tiny --kind bpe --output lattice \
+        --graph-dir compact=data/graphs/tiny/bpe_blanklast/compact --batch 1 200     # lattice mode (issue 14)
 """
 from __future__ import annotations
 
@@ -68,7 +70,12 @@ def main(argv=None) -> int:
     from eval.adapters.base import DecodingContext, build_decoder
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lp-file", type=Path, required=True)
+    ap.add_argument("--lp-file", type=Path, default=None, help="log-probs from wfst_bench --dump-lp (else the workload's)")
+    ap.add_argument("--scale", default="tiny", help="without --lp-file: the workload's simulator log-probs")
+    ap.add_argument("--kind", default="bpe")
+    ap.add_argument("--set", default="other")
+    ap.add_argument("--output", default="best", choices=["best", "lattice", "mbr"],
+                    help="what is decoded: the 1-best search, decode_lattice + its best path, or + MBR")
     ap.add_argument("--graph-dir", action="append", required=True, help="NAME=DIR with TLG.bin (repeatable)")
     ap.add_argument("--graph", default="TLG", choices=["TLG", "HLG"])
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 32, 200])
@@ -83,8 +90,14 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("wfst_profile: profiling the CUDA kernels needs a CUDA device; nothing run", file=sys.stderr)
         return 2
-    data = LogProbSet.load(args.lp_file)
-    cfg = {"graph": args.graph, "search_beam": args.search_beam, "output_beam": 8.0, "max_active": args.max_active}
+    if args.lp_file is not None:
+        data = LogProbSet.load(args.lp_file)
+    else:
+        from eval.bench.common import workload_set
+
+        data = workload_set(args.scale, args.kind, args.set, args.utts)
+    cfg = {"graph": args.graph, "search_beam": args.search_beam, "output_beam": 8.0, "max_active": args.max_active,
+           "output": "mbr" if args.output == "mbr" else "best"}
     run = BenchRun(args.experiment, args.run, config={"benchmark": "eval.bench.wfst_profile", "lp_file": str(args.lp_file),
                                                       "graph_dirs": args.graph_dir, "batches": args.batch,
                                                       "decoder": cfg}, output_dir=args.output_dir)
@@ -97,13 +110,18 @@ def main(argv=None) -> int:
         if not sep or not Path(d).is_dir():
             ap.error(f"--graph-dir expects NAME=DIR with an existing directory, got {spec!r}")
         dec = build_decoder("wfst", cfg, DecodingContext(tokens=data.token_set(), device="cuda", graph_dir=Path(d)))
+        if args.output == "lattice":
+            from eval.bench.wfst_mbr_bench import WfstLatticeBestAdapter
+
+            dec = WfstLatticeBestAdapter(dec)
         for b in args.batch:
             sub = data.head(min(args.utts if b >= 8 else args.b1_utts, len(data)))
             result, kernels = profile_pass(dec, sub.log_probs.cuda(), sub.lengths, b)
             graph = f"{name} {args.graph}"
-            label = f"wfst@cuda[{graph}, b={b}]"
+            label = f"wfst@cuda[{graph}, {args.output}, b={b}]" if args.output != "best" else f"wfst@cuda[{graph}, b={b}]"
             run.scored(decoder=label, decoder_name="wfst", device="cuda", data=sub, result=result, batch_size=b,
-                       decoder_config=cfg, params={"graph": graph, "profiled": True})
+                       decoder_config={**cfg, "output": args.output},
+                       params={"graph": graph, "profiled": True, "output": args.output})
             profiles.append(dict(decoder=label, graph=graph, batch=b, utterances=len(sub),
                                  lane_steps=int((sub.lengths + 1).sum()), wall_us=result.seconds * 1e6,
                                  gpu_busy_us=sum(k["us"] for k in kernels.values()), kernels=kernels))

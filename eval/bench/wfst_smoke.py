@@ -1,5 +1,5 @@
-"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs) for
-compute-sanitizer runs.
+"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs) and lattice decode
+(forward pass + device prune, with a capacity rescue) for compute-sanitizer runs.
 
     BEAMDEC_COMPONENTS=wfst compute-sanitizer --tool memcheck python -m eval.bench.wfst_smoke
 """
@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from test_wfst_lattice import acyclic_eps_graph  # noqa: E402
 from wfst_testlib import random_graph, random_log_probs  # noqa: E402
 
 from decoders.wfst import WfstDecoder, WfstDecoderConfig  # noqa: E402
@@ -30,6 +31,14 @@ def main() -> None:
         lp_inf[2, 0] = float("-inf")
         rinf = dec.decode(lp_inf, [9, 0, 1])
         print("eps" if eps else "noeps", r.words, r.scores.tolist(), r.overflow, r16.overflow, rinf.has_path)
+    for eps in (False, True):  # lattices: the forward pass, the device prune, an overflow rescue
+        g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \
+            else random_graph(rng, num_states=50, num_tokens=29)
+        lp = random_log_probs(rng, 4, 12, 29).cuda()
+        for cfg in (WfstDecoderConfig(output_beam=6.0),
+                    WfstDecoderConfig(output_beam=6.0, frontier_capacity=4, candidate_factor=1, max_rescues=2)):
+            lats = WfstDecoder(g, cfg, "cuda").decode_lattice(lp, [12, 0, 1, 7], boosts=[{3: 1.0}, {}, None, {}])
+            print("lattice", "eps" if eps else "noeps", lats.has_path, lats.overflow, int(lats.arcs.shape[0]))
     torch.cuda.synchronize()
     print("smoke ok")
 

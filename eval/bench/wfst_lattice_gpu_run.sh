@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One GPU-host call for the WFST lattice mode (issue 14): the lattice GPU tests, compute-sanitizer memcheck and
+# racecheck over the WFST smoke (1-best and lattice kernels, the device prune included), the lattice benchmark
+# (ours best / lattice / MBR vs Riva decode_mbr / decode_nbest, eval.bench.wfst_mbr_bench) and the per-kernel profile
+# of lattice mode vs 1-best (eval.bench.wfst_profile), on the tiny workload's BPE TLGs rebuilt here from seeds.
+#
+#   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
+#   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
+# Env: SCALE (tiny), BATCH (200), UTTS (200), SKIP_TESTS=1 (benchmarks only), EXTRA_BENCH (a command run last).
+# Results: $OUT/summary.txt and $OUT/results.tar.gz (logs, and runs/: the run directories; `python -m reports.cli DIR`
+# renders each) -- two files, since a device call returns at most eight.
+set -uo pipefail
+TOP=${OUT:-/tmp/wfst_lattice_out}; OUT=$TOP/results; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=.:${PYTHONPATH:-}
+SCALE=${SCALE:-tiny} BATCH=${BATCH:-200} UTTS=${UTTS:-200}
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit 1
+fi
+t0=$(date +%s)
+stage() { echo "== [$(( $(date +%s) - t0 )) s] $1"; shift; "$@"; }
+status=0
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/summary.txt"
+(python3 -c "from decoders._ext import load_extension; load_extension()" > "$OUT/ext_build.log" 2>&1) & EXT=$!
+stage workload python3 -m recipes.workload scale=$SCALE > "$OUT/workload.log" 2>&1 || { cat "$OUT/workload.log"; exit 1; }
+stage graphs python3 -c "from recipes.build_graphs import build_graphs
+build_graphs(scale='$SCALE', token_kinds=['bpe'], blanks=['last'], topologies=['compact', 'normal'], max_hlg_arcs=0)" \
+  > "$OUT/graphs.log" 2>&1 || { tail -20 "$OUT/graphs.log"; exit 1; }
+wait $EXT || { cat "$OUT/ext_build.log"; exit 1; }
+tail -2 "$OUT/ext_build.log"
+G=data/graphs/$SCALE/bpe_blanklast
+if [ -z "${SKIP_TESTS:-}" ]; then
+  stage gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_wfst_lattice_gpu.py 2>&1 \
+    | tee "$OUT/gpu_tests.txt" | tail -15
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  echo "lattice gpu tests: $(tail -1 "$OUT/gpu_tests.txt")" >> "$OUT/summary.txt"
+  for tool in memcheck racecheck; do
+    log="$OUT/sanitizer_wfst_smoke_${tool}.txt"
+    stage "$tool wfst_smoke" compute-sanitizer --tool $tool --error-exitcode 3 python3 -m eval.bench.wfst_smoke > "$log" 2>&1
+    rc=$?
+    line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+    echo "$tool wfst_smoke: rc=$rc ${line:-no summary line}" | tee -a "$OUT/summary.txt"
+    [ $rc -eq 0 ] || { status=1; tail -30 "$log"; }
+  done
+fi
+stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe --set other --max-utts $UTTS \
+  --batch $BATCH --graph-dir compact=$G/compact --output-dir "$OUT/runs" --run ${SCALE}_b$BATCH 2>&1 \
+  | tee "$OUT/mbr_bench.log" | grep -v "^  " | tail -25
+for output in best lattice; do
+  stage "profile $output" python3 -m eval.bench.wfst_profile --scale $SCALE --kind bpe --set other --output $output \
+    --graph-dir compact=$G/compact --batch 1 $BATCH --utts $UTTS --b1-utts 20 --output-dir "$OUT/runs" \
+    --run ${SCALE}_$output 2>&1 | tee "$OUT/profile_$output.log" | tail -40
+done
+[ -n "${EXTRA_BENCH:-}" ] && stage extra bash -c "$EXTRA_BENCH"
+echo "total $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+cp "$OUT/summary.txt" "$TOP/summary.txt"
+tar czf "$TOP/results.tar.gz" -C "$TOP" results && rm -rf "$OUT"
+cat "$TOP/summary.txt"
+exit $status
