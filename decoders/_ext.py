@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -111,7 +112,10 @@ def load_extension(verbose: bool | None = None):
         defines = [f"-DBEAMDEC_WITH_{c.upper()}" for c in components]
         if with_cuda:
             defines.append("-DBEAMDEC_WITH_CUDA")
-        cflags = ["-O3", "-std=c++17", *defines]
+        # -fopenmp: at::parallel_for (the CPU references' loop over the batch, the lattice host work) is an OpenMP
+        # region compiled into this extension; without the flag it silently runs on one thread. Threads:
+        # torch.get_num_threads() (OMP_NUM_THREADS / torch.set_num_threads), recorded in every result row.
+        cflags = ["-O3", "-std=c++17", *(["-fopenmp"] if sys.platform.startswith("linux") else []), *defines]
         cuda_flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", *defines]
         sources = _sources(components, with_cuda)
         if with_cuda:
@@ -137,6 +141,7 @@ def load_extension(verbose: bool | None = None):
             extra_include_paths=[str(INCLUDE), str(CSRC)],
             extra_cflags=cflags,
             extra_cuda_cflags=cuda_flags,
+            extra_ldflags=["-fopenmp"] if sys.platform.startswith("linux") else [],
             build_directory=str(cache),
             with_cuda=with_cuda,
             is_python_module=False,

@@ -141,7 +141,7 @@ class WfstLattices:
     def memory_bytes(self, i: Optional[int] = None) -> int:
         """Bytes the lattice(s) hold in this layout (states: 16 B, arcs: 16 B)."""
         if i is None:
-            return sum(self.memory_bytes(j) for j in range(len(self)))
+            return 16 * int(self.state_splits[-1] - self.state_splits[0]) + 16 * int(self.arc_splits[-1] - self.arc_splits[0])
         return 16 * self.num_states(i) + 16 * self.num_arcs(i)
 
     def _index(self, i) -> int:
@@ -204,13 +204,14 @@ class WfstLattices:
         dst = u["dst"][pa] if path_arcs else np.zeros(0, np.int32)
         emitting = (dst != final_state) & (u["frame"][dst] == src_f + 1)
         labs = np.where(emitting, np.asarray(self.graph.ilabel)[u["arc"][pa]] if path_arcs else 0, -1).tolist()
+        group = 0  # words of the current word arc, waiting for their end (the words of one arc share it)
         for f, lab, ws in zip(src_f.tolist(), labs, aw):
             if ws:
-                if words:
-                    ends.append((last_real + 1) if (last_real is not None and self.blank_id is not None) else f)
+                ends += [(last_real + 1) if (last_real is not None and self.blank_id is not None) else f] * group
                 for w in ws:
                     words.append(w)
                     starts.append(f)
+                group = len(ws)
                 last_real = None
             if lab >= 0:
                 if lab != self.blank_id:
@@ -219,12 +220,8 @@ class WfstLattices:
                         tokens.append(lab)
                         steps.append(f)
                 prev_token = lab
-        if words:
-            end_frame = int(u["frame"][-1]) - 1  # frames read: 0 .. len - 1
-            ends.append((last_real + 1) if (last_real is not None and self.blank_id is not None) else end_frame)
-            # a multi-word arc: its words share start and end
-            while len(ends) < len(words):
-                ends.insert(len(ends) - 1, ends[-1])
+        end_frame = int(u["frame"][-1]) - 1 if len(u["frame"]) else 0  # frames read: 0 .. len - 1
+        ends += [(last_real + 1) if (last_real is not None and self.blank_id is not None) else end_frame] * group
         return Hypothesis(tokens=tokens, words=self._word_strings(words), score=float(score), timesteps=steps,
                           word_start_frames=[float(s) for s in starts], word_end_frames=[float(e) for e in ends])
 
@@ -255,13 +252,29 @@ class WfstLattices:
 
     def best(self) -> list[Hypothesis]:
         """The lattice's best path per utterance (equals decode()'s), with word times; no words and -inf for an
-        empty lattice."""
+        empty lattice. The paths and their hypotheses come from one C++ pass over the batch (wfst_lattice_best,
+        the rules of best_path and _path_hypothesis)."""
+        from decoders.wfst import _ops
+
+        splits, words = self.graph.aux_csr()
+        status, tok_splits, toks, word_splits, wtab = _ops().wfst_lattice_best(
+            self.state_splits, self.states, self.state_scores, self.arc_splits, self.arcs, self.arc_scores,
+            _int32_tensor(self.graph.ilabel), _int32_tensor(splits), _int32_tensor(words),
+            -1 if self.blank_id is None else int(self.blank_id))
+        st, ts, ws = status.tolist(), tok_splits.tolist(), word_splits.tolist()
+        tl, wl = toks.tolist(), wtab.tolist()
         out = []
         for i in range(len(self)):
-            if self.num_states(i) == 0:
+            if st[i] == 0:
                 out.append(Hypothesis(tokens=[], words=[], score=-math.inf))
-                continue
-            out.append(self._path_hypothesis(self._utt(i), self.best_path(i), float(self.scores[i])))
+            elif st[i] < 0:  # no tight path (not seen from the forward pass): the exact search
+                out.append(self._path_hypothesis(self._utt(i), self.best_path(i), float(self.scores[i])))
+            else:
+                t, w = tl[ts[i]:ts[i + 1]], wl[ws[i]:ws[i + 1]]
+                out.append(Hypothesis(tokens=[x[0] for x in t], words=self._word_strings([x[0] for x in w]),
+                                      score=float(self.scores[i]), timesteps=[x[1] for x in t],
+                                      word_start_frames=[float(x[1]) for x in w],
+                                      word_end_frames=[float(x[2]) for x in w]))
         return out
 
     def nbest(self, k: int) -> list[list[Hypothesis]]:
@@ -461,6 +474,11 @@ class WfstLattices:
             if self.graph.words is None:
                 raise ValueError("to_openfst: words_path given but the graph has no word table")
             write_symbol_table(words_path, self.graph.words)
+
+
+def _int32_tensor(a) -> torch.Tensor:
+    """A contiguous int32 CPU tensor sharing `a`'s memory when it already is int32."""
+    return torch.from_numpy(np.ascontiguousarray(np.asarray(a), dtype=np.int32))
 
 
 LATTICE_BACKEND_ENV = "BEAMDEC_WFST_LATTICE_BACKEND"  # "cpu" forces the CPU reference on a CUDA decoder

@@ -488,3 +488,41 @@ def test_demo_lattice_opens_in_kaldifst_and_as_k2_dict(tmp_path):
     assert all(0.0 <= c <= 1.0 + 1e-6 for c in h.word_confidences)
     nb = lats.nbest(5)[i]
     assert nb[0].words == ref.word_strings[i] and all(a.score >= b.score for a, b in zip(nb, nb[1:]))
+
+
+def _with_multiword_arcs(rng, g):
+    """`g` with 1-3 words on each arc that outputs one (aux CSR), so words of one arc share their times."""
+    from dataclasses import replace
+
+    counts = np.where(np.asarray(g.olabel) != 0, rng.integers(1, 4, size=g.num_arcs), 0)
+    splits = np.zeros(g.num_arcs + 1, dtype=np.int32)
+    np.cumsum(counts, out=splits[1:])
+    words = rng.integers(1, max(g.num_words, 2), size=int(splits[-1])).astype(np.int32)
+    return replace(g, aux_splits=splits, aux_words=words)
+
+
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+@pytest.mark.parametrize("multiword", [False, True])
+def test_batched_best_equals_the_python_path_rules(shape, multiword):
+    """WfstLattices.best() (one C++ pass over the batch) equals best_path + _path_hypothesis per utterance (the Python
+    rules, also behind nbest): tokens, frames, words and their start/end frames, with and without a blank id."""
+    rng = np.random.default_rng(77 + len(shape) + 3 * multiword)
+    for gi in range(6):
+        g = acyclic_eps_graph(rng, num_states=int(rng.integers(3, 60)), num_tokens=int(rng.integers(2, 12)),
+                              num_words=15, finals="some") if shape == "TLG" else \
+            random_graph(rng, num_states=int(rng.integers(2, 60)), num_tokens=int(rng.integers(2, 12)))
+        if multiword:
+            g = _with_multiword_arcs(rng, g)
+        lp = random_log_probs(rng, 6, 30, g.num_tokens)
+        lengths = torch.tensor([30, 0, 1, 17, 30, 5])
+        for blank in (None, 0, g.num_tokens - 1):
+            cfg = WfstDecoderConfig(search_beam=12.0, output_beam=5.0, blank_id=blank)
+            lats = WfstDecoder(g, cfg, "cpu").decode_lattice(lp, lengths)
+            fast = lats.best()
+            for i in range(len(lats)):
+                if lats.num_states(i) == 0:
+                    assert fast[i].words == [] and fast[i].score == -math.inf
+                    continue
+                ref = lats._path_hypothesis(lats._utt(i), lats.best_path(i), float(lats.scores[i]))
+                assert fast[i] == ref, (gi, blank, i)
+                assert len(fast[i].word_end_frames) == len(fast[i].words)

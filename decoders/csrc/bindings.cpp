@@ -59,6 +59,10 @@ TORCH_LIBRARY(beamdec, m) {
       "int frontier_capacity, int candidate_capacity, int token_capacity, int arc_capacity) "
       "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
+      "wfst_lattice_best(Tensor state_splits, Tensor states, Tensor state_scores, Tensor arc_splits, Tensor arcs, "
+      "Tensor arc_scores, Tensor ilabel, Tensor aux_splits, Tensor aux_words, int blank_id) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
       "wfst_lattice_mbr(Tensor state_splits, Tensor states, Tensor arc_splits, Tensor arcs, Tensor arc_scores, "
       "Tensor arc_words) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 #endif
@@ -79,6 +83,7 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
   m.impl("wfst_decode", &beamdec::wfst_decode_cpu);
   m.impl("wfst_search_stats", &beamdec::wfst_search_stats_cpu);
   m.impl("wfst_lattice", &beamdec::wfst_lattice_cpu);
+  m.impl("wfst_lattice_best", &beamdec::wfst_lattice_best_cpu);
   m.impl("wfst_lattice_mbr", &beamdec::wfst_lattice_mbr_cpu);
 #endif
 }

@@ -288,6 +288,14 @@ class Mbr {
       : N_(num_states), arcs_(std::move(arcs)), state_times_(std::move(state_times)) {
     pre_.resize(static_cast<size_t>(N_) + 1);
     for (size_t i = 0; i < arcs_.size(); ++i) pre_[arcs_[i].end_node].push_back(static_cast<int32_t>(i));
+    // the lattice's words (epsilon first), densely numbered: the sausage statistics are a (position x word) array
+    words_.push_back(0);
+    for (const Arc& a : arcs_) words_.push_back(a.word);
+    std::sort(words_.begin(), words_.end());
+    words_.erase(std::unique(words_.begin(), words_.end()), words_.end());
+    arc_word_.resize(arcs_.size());
+    for (size_t i = 0; i < arcs_.size(); ++i)
+      arc_word_[i] = static_cast<int32_t>(std::lower_bound(words_.begin(), words_.end(), arcs_[i].word) - words_.begin());
   }
 
   static double LogAdd(double a, double b) {
@@ -406,14 +414,23 @@ class Mbr {
     std::vector<double> alpha_dash, alpha_dash_arc(W), beta_dash(static_cast<size_t>(N_ + 1) * W, 0.0),
         beta_dash_arc(W);
     std::vector<char> b_arc(W);
-    std::vector<std::map<int32_t, double>> gamma(W);
+    // gamma(q, w) over the lattice's words (Kaldi: a map per position; the same sums in the same order, and the
+    // entries a map would hold are the touched ones, read back in increasing word id)
+    const size_t K = words_.size();
+    std::vector<double> gamma(static_cast<size_t>(W) * K, 0.0);
+    std::vector<char> touched(static_cast<size_t>(W) * K, 0);
+    auto acc = [&](int32_t q, int32_t wi, double x) {
+      const size_t j = static_cast<size_t>(q) * K + static_cast<size_t>(wi);
+      gamma[j] += x;
+      touched[j] = 1;
+    };
     std::vector<double> tau_b(W, 0.0), tau_e(W, 0.0);
     EditDistance(Q, alpha_dash, alpha_dash_arc);
     beta_dash[N_ * W + Q] = 1.0;
     for (int32_t n = N_; n >= 2; --n) {
       for (int32_t i : pre_[n]) {
         const Arc& arc = arcs_[i];
-        const int32_t s_a = arc.start_node, w_a = arc.word;
+        const int32_t s_a = arc.start_node, w_a = arc.word, wi_a = arc_word_[i];
         const double p_a = arc.loglike;
         alpha_dash_arc[0] = alpha_dash[s_a * W + 0] + l(w_a, 0, true);
         for (int32_t q = 1; q <= Q; ++q) {
@@ -445,7 +462,7 @@ class Mbr {
           switch (b_arc[q]) {
             case 1:
               beta_dash[s_a * W + q - 1] += beta_dash_arc[q];
-              gamma[q][w_a] += beta_dash_arc[q];
+              acc(q, wi_a, beta_dash_arc[q]);
               tau_b[q] += state_times_[s_a] * beta_dash_arc[q];
               tau_e[q] += state_times_[n] * beta_dash_arc[q];
               break;
@@ -454,7 +471,7 @@ class Mbr {
               break;
             default:  // 3
               beta_dash_arc[q - 1] += beta_dash_arc[q];
-              gamma[q][0] += beta_dash_arc[q];
+              acc(q, 0, beta_dash_arc[q]);
               tau_b[q] += state_times_[n] * beta_dash_arc[q];
               tau_e[q] += state_times_[n] * beta_dash_arc[q];
               break;
@@ -468,13 +485,15 @@ class Mbr {
     for (int32_t q = Q; q >= 1; --q) {
       beta_dash_arc[q] += beta_dash[1 * W + q];
       beta_dash_arc[q - 1] += beta_dash[1 * W + q];
-      gamma[q][0] += beta_dash[1 * W + q];
+      acc(q, 0, beta_dash[1 * W + q]);
       tau_b[q] += state_times_[1] * beta_dash[1 * W + q];
       tau_e[q] += state_times_[1] * beta_dash[1 * W + q];
     }
     gamma_.assign(static_cast<size_t>(Q), {});
     for (int32_t q = 1; q <= Q; ++q) {
-      for (const auto& wg : gamma[q]) gamma_[q - 1].push_back({wg.first, static_cast<float>(wg.second)});
+      for (size_t k = 0; k < K; ++k)
+        if (touched[static_cast<size_t>(q) * K + k])
+          gamma_[q - 1].push_back({words_[k], static_cast<float>(gamma[static_cast<size_t>(q) * K + k])});
       if (gamma_[q - 1].empty()) gamma_[q - 1].push_back({0, 0.0f});
       // largest posterior first (ties: lower word id, epsilon first: std::map order, stable sort)
       std::stable_sort(gamma_[q - 1].begin(), gamma_[q - 1].end(),
@@ -496,6 +515,8 @@ class Mbr {
   std::vector<Arc> arcs_;
   std::vector<double> state_times_;  // 1-based
   std::vector<std::vector<int32_t>> pre_;
+  std::vector<int32_t> words_;     // distinct word labels of the arcs, sorted, 0 first
+  std::vector<int32_t> arc_word_;  // per arc: its word's index in words_
   std::vector<int32_t> R_;
   std::vector<double> alpha_;
   std::vector<std::vector<std::pair<int32_t, float>>> gamma_;
@@ -653,22 +674,24 @@ pack_lattices(const std::vector<UttLattice>& lats) {
   float* ss = state_scores.data_ptr<float>();
   int32_t* ar = arcs.data_ptr<int32_t>();
   float* as = arc_scores.data_ptr<float>();
-  for (int64_t b = 0; b < B; ++b) {
-    const UttLattice& L = lats[b];
-    const int64_t s0 = state_splits.data_ptr<int64_t>()[b], a0 = arc_splits.data_ptr<int64_t>()[b];
-    for (size_t i = 0; i < L.state_frame.size(); ++i) {
-      st[2 * (s0 + i)] = L.state_frame[i];
-      st[2 * (s0 + i) + 1] = L.state_graph[i];
-      ss[2 * (s0 + i)] = L.state_fwd[i];
-      ss[2 * (s0 + i) + 1] = L.state_bwd[i];
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const UttLattice& L = lats[b];
+      const int64_t s0 = state_splits.data_ptr<int64_t>()[b], a0 = arc_splits.data_ptr<int64_t>()[b];
+      for (size_t i = 0; i < L.state_frame.size(); ++i) {
+        st[2 * (s0 + i)] = L.state_frame[i];
+        st[2 * (s0 + i) + 1] = L.state_graph[i];
+        ss[2 * (s0 + i)] = L.state_fwd[i];
+        ss[2 * (s0 + i) + 1] = L.state_bwd[i];
+      }
+      for (size_t i = 0; i < L.arc_src.size(); ++i) {
+        ar[3 * (a0 + i)] = L.arc_src[i];
+        ar[3 * (a0 + i) + 1] = L.arc_dst[i];
+        ar[3 * (a0 + i) + 2] = L.arc_id[i];
+        as[a0 + i] = L.arc_ll[i];
+      }
     }
-    for (size_t i = 0; i < L.arc_src.size(); ++i) {
-      ar[3 * (a0 + i)] = L.arc_src[i];
-      ar[3 * (a0 + i) + 1] = L.arc_dst[i];
-      ar[3 * (a0 + i) + 2] = L.arc_id[i];
-      as[a0 + i] = L.arc_ll[i];
-    }
-  }
+  });
   return {scores, header, state_splits, states, state_scores, arc_splits, arcs, arc_scores};
 }
 
@@ -722,6 +745,139 @@ wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const a
     });
   });
   return lattice::pack_lattices(lats);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_best_cpu(const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& state_scores,
+                      const at::Tensor& arc_splits, const at::Tensor& arcs, const at::Tensor& arc_scores,
+                      const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+                      int64_t blank_id) {
+  BEAMDEC_CHECK(state_splits.dim() == 1 && state_splits.scalar_type() == at::kLong && state_splits.is_contiguous() &&
+                    arc_splits.sizes() == state_splits.sizes() && arc_splits.scalar_type() == at::kLong &&
+                    arc_splits.is_contiguous() && state_splits.numel() >= 1,
+                "wfst_lattice_best: state_splits/arc_splits must be contiguous int64 (B + 1,)");
+  const int64_t B = state_splits.numel() - 1;
+  const int64_t* ssp = state_splits.data_ptr<int64_t>();
+  const int64_t* asp = arc_splits.data_ptr<int64_t>();
+  const int64_t S = ssp[B], A = asp[B];
+  BEAMDEC_CHECK(states.dim() == 2 && states.size(0) == S && states.size(1) == 2 && states.scalar_type() == at::kInt &&
+                    states.is_contiguous() && state_scores.sizes() == states.sizes() &&
+                    state_scores.scalar_type() == at::kFloat && state_scores.is_contiguous(),
+                "wfst_lattice_best: states (S, 2) int32 and state_scores (S, 2) float32 expected, S = state_splits[-1]");
+  BEAMDEC_CHECK(arcs.dim() == 2 && arcs.size(0) == A && arcs.size(1) == 3 && arcs.scalar_type() == at::kInt &&
+                    arcs.is_contiguous() && arc_scores.dim() == 1 && arc_scores.numel() == A &&
+                    arc_scores.scalar_type() == at::kFloat && arc_scores.is_contiguous(),
+                "wfst_lattice_best: arcs (A, 3) int32 and arc_scores (A,) float32 expected, A = arc_splits[-1]");
+  BEAMDEC_CHECK(ilabel.dim() == 1 && ilabel.scalar_type() == at::kInt && ilabel.is_contiguous() &&
+                    aux_splits.dim() == 1 && aux_splits.numel() == ilabel.numel() + 1 &&
+                    aux_splits.scalar_type() == at::kInt && aux_splits.is_contiguous() &&
+                    aux_words.scalar_type() == at::kInt && aux_words.is_contiguous(),
+                "wfst_lattice_best: the graph's ilabel (A_g,), aux_splits (A_g + 1,) and aux_words must be int32");
+  const int32_t* st = states.data_ptr<int32_t>();
+  const float* ss = state_scores.data_ptr<float>();
+  const int32_t* ar = arcs.data_ptr<int32_t>();
+  const float* as = arc_scores.data_ptr<float>();
+  const int32_t* il = ilabel.data_ptr<int32_t>();
+  const int32_t* xs = aux_splits.data_ptr<int32_t>();
+  const int32_t* xw = aux_words.data_ptr<int32_t>();
+  const int64_t AG = ilabel.numel(), XW = aux_words.numel();
+  struct Best {
+    int64_t status = 0;  // 0 empty lattice, 1 traced, -1 no tight path (the caller falls back to the exact search)
+    std::vector<int32_t> tokens, steps, words, starts, ends;
+  };
+  std::vector<Best> res(static_cast<size_t>(B));
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
+      Best& r = res[b];
+      if (ns == 0) continue;
+      auto frame = [&](int64_t s) { return st[2 * (s0 + s)]; };
+      auto fwd = [&](int64_t s) { return ss[2 * (s0 + s)]; };
+      // the first arc (in arc order) into each state whose float32 forward(src) + score equals forward(dst)
+      std::vector<int64_t> first_in(static_cast<size_t>(ns), -1);
+      for (int64_t k = na - 1; k >= 0; --k) {
+        const int32_t src = ar[3 * (a0 + k)], dst = ar[3 * (a0 + k) + 1];
+        BEAMDEC_CHECK(src >= 0 && src < ns && dst >= 0 && dst < ns, "wfst_lattice_best: arc ", a0 + k,
+                      " leaves the utterance's states");
+        const float sum = fwd(src) + as[a0 + k];
+        if (sum == fwd(dst)) first_in[dst] = k;
+      }
+      std::vector<int64_t> path;
+      int64_t s = ns - 1;
+      while (s != 0 && static_cast<int64_t>(path.size()) <= na) {
+        const int64_t k = first_in[s];
+        if (k < 0) break;
+        path.push_back(k);
+        s = ar[3 * (a0 + k)];
+      }
+      if (s != 0) {
+        r.status = -1;
+        continue;
+      }
+      std::reverse(path.begin(), path.end());
+      r.status = 1;
+      // the hypothesis of the path: decoders/lattice.py _path_hypothesis, the same rules
+      const int64_t final_state = ns - 1;
+      int32_t last_real = -1, prev_token = -1;
+      bool have_prev = false;
+      size_t group = 0;  // words of the current word arc, waiting for their end
+      auto word_end = [&](int32_t otherwise) { return (last_real >= 0 && blank_id >= 0) ? last_real + 1 : otherwise; };
+      for (const int64_t k : path) {
+        const int32_t src = ar[3 * (a0 + k)], dst = ar[3 * (a0 + k) + 1], ga = ar[3 * (a0 + k) + 2];
+        BEAMDEC_CHECK(ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW,
+                      "wfst_lattice_best: graph arc ", ga, " outside the graph");
+        const int32_t f = frame(src);
+        const bool emitting = dst != final_state && frame(dst) == f + 1;
+        const int32_t lab = emitting ? il[ga] : -1;
+        if (xs[ga + 1] > xs[ga]) {
+          r.ends.insert(r.ends.end(), group, word_end(f));
+          group = 0;
+          for (int32_t j = xs[ga]; j < xs[ga + 1]; ++j) {
+            r.words.push_back(xw[j]);
+            r.starts.push_back(f);
+            ++group;
+          }
+          last_real = -1;
+        }
+        if (lab >= 0) {
+          if (lab != blank_id) {
+            last_real = f;
+            if (!have_prev || lab != prev_token) {
+              r.tokens.push_back(lab);
+              r.steps.push_back(f);
+            }
+          }
+          prev_token = lab;
+          have_prev = true;
+        }
+      }
+      r.ends.insert(r.ends.end(), group, word_end(frame(ns - 1) - 1));  // frames read: 0 .. len - 1
+    }
+  });
+  auto i64 = at::TensorOptions().dtype(at::kLong);
+  auto i32 = at::TensorOptions().dtype(at::kInt);
+  at::Tensor status = at::empty({B}, i64), tok_splits = at::zeros({B + 1}, i64), word_splits = at::zeros({B + 1}, i64);
+  int64_t nt = 0, nw = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    status.data_ptr<int64_t>()[b] = res[b].status;
+    tok_splits.data_ptr<int64_t>()[b + 1] = (nt += static_cast<int64_t>(res[b].tokens.size()));
+    word_splits.data_ptr<int64_t>()[b + 1] = (nw += static_cast<int64_t>(res[b].words.size()));
+  }
+  at::Tensor toks = at::empty({nt, 2}, i32), words = at::empty({nw, 3}, i32);  // [token, frame], [word, start, end]
+  for (int64_t b = 0; b < B; ++b) {
+    const Best& r = res[b];
+    int32_t* t = toks.data_ptr<int32_t>() + 2 * tok_splits.data_ptr<int64_t>()[b];
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      t[2 * i] = r.tokens[i];
+      t[2 * i + 1] = r.steps[i];
+    }
+    int32_t* w = words.data_ptr<int32_t>() + 3 * word_splits.data_ptr<int64_t>()[b];
+    for (size_t i = 0; i < r.words.size(); ++i) {
+      w[3 * i] = r.words[i];
+      w[3 * i + 1] = r.starts[i];
+      w[3 * i + 2] = r.ends[i];
+    }
+  }
+  return {status, tok_splits, toks, word_splits, words};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_mbr_cpu(

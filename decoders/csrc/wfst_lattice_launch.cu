@@ -1,5 +1,8 @@
 // Torch-free launcher of the CUDA lattice forward pass: carves the caller's workspace and enqueues every step
 // (decoders/include/wfst_lattice_kernels.cuh) on `stream` without a host synchronisation.
+#include <algorithm>
+#include <cstdlib>
+
 #include "wfst_lattice_kernels.cuh"
 #include "wfst_lattice_launch.h"
 
@@ -12,7 +15,18 @@ using lattice_kernels::Workspace;
 
 constexpr size_t kAlign = 256;
 constexpr int kThreads = 256;
-constexpr int kBlocksPerLane = 32;  // grid.x of the per-lane kernels (grid-stride loops inside)
+// grid.x of the per-lane kernels (grid-stride loops inside): 32 blocks for a few lanes, fewer as the batch grows, so
+// a launch stays about one wave of blocks (H200, tiny TLG, batch 200: 32 blocks per lane made resolve / eps_expand
+// launches 30 us each, mostly idle blocks; the frontier of one lane is a few hundred to a few thousand tokens).
+// BEAMDEC_LATTICE_BLOCKS_PER_LANE=<n> overrides it (a tuning knob for A/B measurements).
+int blocks_per_lane(int32_t batch) {
+  static const int forced = [] {
+    const char* v = std::getenv("BEAMDEC_LATTICE_BLOCKS_PER_LANE");
+    return v ? std::max(0, std::min(1024, std::atoi(v))) : 0;
+  }();
+  if (forced > 0) return forced;
+  return batch <= 32 ? 32 : std::max(4, std::min(32, 1024 / batch));
+}
 constexpr int kPruneThreads = 512;  // one block per lane walks its frames backwards
 
 size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
@@ -55,7 +69,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Lattic
   if (err != cudaSuccess) return err;
   err = cudaMemsetAsync(ws.dscore, 0, sizeof(uint32_t) * static_cast<size_t>(B) * g.num_states, stream);
   if (err != cudaSuccess) return err;
-  const dim3 lanes_grid((B + kThreads - 1) / kThreads), per_lane(kBlocksPerLane, B);
+  const dim3 lanes_grid((B + kThreads - 1) / kThreads), per_lane(blocks_per_lane(B), B);
   const int32_t passes = g.has_eps ? opt.eps_iterations : 0;
 
   auto closure_and_commit = [&](int32_t frame) {

@@ -17,6 +17,13 @@
 //     -> (word_splits (B+1) i64, words (W,) i32, times (W, 2) f32 [begin, end frame], confidences (W,) f32,
 //         arc_posteriors (A,) f32 (log semiring, natural log), total_logprob (B,) f64)
 //
+//   wfst_lattice_best(state_splits, states, state_scores, arc_splits, arcs, arc_scores, ilabel (A_g,) i32,
+//                     aux_splits (A_g + 1,) i32, aux_words i32, blank_id (-1: none))     the graph's arrays
+//     -> (status (B,) i64 [1 traced, 0 empty lattice, -1 no tight path: use the exact search],
+//         token_splits (B+1) i64, tokens (N, 2) i32 [column, frame],
+//         word_splits (B+1) i64, words (W, 3) i32 [word id, start frame, end frame])
+//     the best path of every lattice and its hypothesis (decoders/lattice.py WfstLattices.best), on the CPU.
+//
 // Both backends return CPU tensors (the CUDA op prunes on the host, wfst_lattice_cuda.cpp).
 // Semantics: decoders/csrc/wfst_lattice_cpu.cpp.
 #pragma once
@@ -47,6 +54,11 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
                   bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
                   double output_beam, int64_t frontier_capacity, int64_t candidate_capacity, int64_t token_capacity,
                   int64_t arc_capacity);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_best_cpu(
+    const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& state_scores,
+    const at::Tensor& arc_splits, const at::Tensor& arcs, const at::Tensor& arc_scores, const at::Tensor& ilabel,
+    const at::Tensor& aux_splits, const at::Tensor& aux_words, int64_t blank_id);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_mbr_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,

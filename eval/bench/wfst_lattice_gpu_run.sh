@@ -46,10 +46,13 @@ fi
 stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe --set other --max-utts $UTTS \
   --batch $BATCH --graph-dir compact=$G/compact --output-dir "$OUT/runs" --run ${SCALE}_b$BATCH 2>&1 \
   | tee "$OUT/mbr_bench.log" | grep -v "^  " | tail -25
-for output in best lattice; do
-  stage "profile $output" python3 -m eval.bench.wfst_profile --scale $SCALE --kind bpe --set other --output $output \
+# per-kernel profiles; lattice mode also with 32 blocks per lane at every batch (the former launch shape), an A/B
+for spec in best: lattice: lattice:32 mbr:; do
+  output=${spec%%:*} bpl=${spec#*:}
+  stage "profile $output ${bpl:+(blocks per lane $bpl)}" env ${bpl:+BEAMDEC_LATTICE_BLOCKS_PER_LANE=$bpl} \
+    python3 -m eval.bench.wfst_profile --scale $SCALE --kind bpe --set other --output $output \
     --graph-dir compact=$G/compact --batch 1 $BATCH --utts $UTTS --b1-utts 20 --output-dir "$OUT/runs" \
-    --run ${SCALE}_$output 2>&1 | tee "$OUT/profile_$output.log" | tail -40
+    --run ${SCALE}_$output${bpl:+_bpl$bpl} 2>&1 | tee "$OUT/profile_$output$bpl.log" | grep -E "wall|^\| [a-z_]+(kernel|Kernel)" | head -24
 done
 [ -n "${EXTRA_BENCH:-}" ] && stage extra bash -c "$EXTRA_BENCH"
 echo "total $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
