@@ -374,6 +374,12 @@ class Mbr {
     return penalize ? 1.0 + 1.0e-05 : 1.0;  // Kaldi's delta(): prefer not inserting epsilon-matched words
   }
   int32_t r(int32_t q) const { return R_[q - 1]; }
+  // l(0, r(q)) for q = 1..Q (index 0 unused): the cost of a reference symbol against no hypothesis word
+  std::vector<double> insertion_costs(int32_t Q) const {
+    std::vector<double> ins(static_cast<size_t>(Q) + 1, 0.0);
+    for (int32_t q = 1; q <= Q; ++q) ins[q] = l(0, r(q));
+    return ins;
+  }
 
   // Kaldi MinimumBayesRisk::EditDistance: alpha (log forward) and alpha_dash (expected edit distance of each
   // node's prefixes to R's first q symbols). Returns the expected loss.
@@ -384,24 +390,24 @@ class Mbr {
     alpha_[1] = 0.0;
     alpha_dash[1 * W + 0] = 0.0;
     for (int32_t q = 1; q <= Q; ++q) alpha_dash[1 * W + q] = alpha_dash[1 * W + q - 1] + l(0, r(q));
+    const std::vector<double> ins = insertion_costs(Q);
     for (int32_t n = 2; n <= N_; ++n) {
       double alpha_n = kNegInfD;
       for (int32_t i : pre_[n]) alpha_n = LogAdd(alpha_n, alpha_[arcs_[i].start_node] + arcs_[i].loglike);
       alpha_[n] = alpha_n;
+      double* dst = alpha_dash.data() + static_cast<size_t>(n) * W;
       for (int32_t i : pre_[n]) {
         const Arc& arc = arcs_[i];
         const int32_t s_a = arc.start_node, w_a = arc.word;
         const double post = std::exp(alpha_[s_a] + arc.loglike - alpha_[n]);
-        for (int32_t q = 0; q <= Q; ++q) {
-          if (q == 0) {
-            alpha_dash_arc[q] = alpha_dash[s_a * W + q] + l(w_a, 0, true);
-          } else {
-            const int32_t r_q = r(q);
-            const double a1 = alpha_dash[s_a * W + q - 1] + l(w_a, r_q), a2 = alpha_dash[s_a * W + q] + l(w_a, 0, true),
-                         a3 = alpha_dash_arc[q - 1] + l(0, r_q);
-            alpha_dash_arc[q] = std::min(a1, std::min(a2, a3));
-          }
-          alpha_dash[n * W + q] += post * alpha_dash_arc[q];
+        const double* src = alpha_dash.data() + static_cast<size_t>(s_a) * W;
+        const double del = l(w_a, 0, true);  // the arc's word against no reference word
+        double prev = alpha_dash_arc[0] = src[0] + del;
+        dst[0] += post * prev;
+        for (int32_t q = 1; q <= Q; ++q) {
+          const double a1 = src[q - 1] + l(w_a, r(q)), a2 = src[q] + del, a3 = prev + ins[q];
+          prev = alpha_dash_arc[q] = std::min(a1, std::min(a2, a3));
+          dst[q] += post * prev;
         }
       }
     }
@@ -426,17 +432,18 @@ class Mbr {
     };
     std::vector<double> tau_b(W, 0.0), tau_e(W, 0.0);
     EditDistance(Q, alpha_dash, alpha_dash_arc);
+    const std::vector<double> ins = insertion_costs(Q);
     beta_dash[N_ * W + Q] = 1.0;
     for (int32_t n = N_; n >= 2; --n) {
       for (int32_t i : pre_[n]) {
         const Arc& arc = arcs_[i];
         const int32_t s_a = arc.start_node, w_a = arc.word, wi_a = arc_word_[i];
         const double p_a = arc.loglike;
-        alpha_dash_arc[0] = alpha_dash[s_a * W + 0] + l(w_a, 0, true);
+        const double* src = alpha_dash.data() + static_cast<size_t>(s_a) * W;
+        const double del = l(w_a, 0, true);
+        alpha_dash_arc[0] = src[0] + del;
         for (int32_t q = 1; q <= Q; ++q) {
-          const int32_t r_q = r(q);
-          const double a1 = alpha_dash[s_a * W + q - 1] + l(w_a, r_q), a2 = alpha_dash[s_a * W + q] + l(w_a, 0, true),
-                       a3 = alpha_dash_arc[q - 1] + l(0, r_q);
+          const double a1 = src[q - 1] + l(w_a, r(q)), a2 = src[q] + del, a3 = alpha_dash_arc[q - 1] + ins[q];
           if (a1 <= a2) {
             if (a1 <= a3) {
               b_arc[q] = 1;
