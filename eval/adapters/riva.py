@@ -1,8 +1,14 @@
 """riva-asrlib-decoder (the released Riva/Kaldi CUDA WFST decoder) behind the decoder protocol. CUDA only.
 
 Uses ctx.graph_dir/TLG.fst + words.txt (Kaldi numbering: <eps> = 0, token = log-prob column + 1) and
-MBR decoding. Beams default to the paper's: default_beam 17, lattice_beam 8, max_active 10000.
-API learnt from the package's python_decoder module (BatchedMappedDecoderCuda(config, fst, words, V)).
+MBR decoding (`decode`); `decode_best` is Riva's 1-best (decode_nbest's first entry). Beams default to the
+paper's: default_beam 17, lattice_beam 8, max_active 10000.
+API learnt from the package's python_decoder module (BatchedMappedDecoderCuda(config, fst, words, V)) and its
+test suite (riva/asrlib/decoder/test_graph_construction.py in riva-asrlib-decoder 0.4.4):
+- decode_mbr returns per utterance a list of (word string, start s, end s) tuples;
+- decode_nbest returns per utterance a list of NBestResult objects, best first, with `.score`, `.words` (word
+  IDs of the graph's words.txt, "word id" per line), `.ilabels`, `.word_start_times_seconds`, ...; the list's
+  length is `lattice_postprocessor_opts.nbest` (the suite sets 1).
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ class RivaAdapterConfig:
     max_active: int = 10000
     max_batch_size: int = 200
     acoustic_scale: float = 1.0
+    nbest: int = 1  # decode_nbest's list length (lattice_postprocessor_opts.nbest; the 1-best reads the first)
 
 
 CONFIG_SCHEMA = RivaAdapterConfig
@@ -62,8 +69,13 @@ class RivaAdapter:
         if not self.acoustic_scale > 0:
             raise ValueError(f"riva: acoustic_scale must be > 0, got {self.acoustic_scale}")
         c.online_opts.lattice_postprocessor_opts.acoustic_scale = 1.0
+        if int(cfg.nbest) < 1:
+            raise ValueError(f"riva: nbest must be >= 1, got {cfg.nbest}")
+        c.online_opts.lattice_postprocessor_opts.nbest = int(cfg.nbest)  # as Riva's test suite sets it
         c.n_input_per_chunk = 50
         self.max_batch = batch
+        self.device = torch.device("cuda")
+        self.id_to_word = read_word_symbols(words)  # decode_nbest gives word IDs
         self.decoder = BatchedMappedDecoderCuda(c, str(fst), str(words), ctx.tokens.vocab_size)
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor,
@@ -77,6 +89,60 @@ class RivaAdapter:
                                                                                                         torch.int64))
             out += [Hypothesis(tokens=[], words=[w[0] for w in sent], score=0.0) for sent in res]
         return out
+
+    def decode_best(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[Hypothesis]:
+        """Riva's 1-best: decode_nbest's first entry per utterance (its lattice's best path), words mapped through
+        words.txt. Refuses a batch with frames where no utterance got a word (what an n-best list left empty, or a
+        changed result layout, would score as 100 % deletions)."""
+        lp = (log_probs.float().to(self.device) * self.acoustic_scale).contiguous()
+        out: list[Hypothesis] = []
+        for i in range(0, lp.shape[0], self.max_batch):
+            res = self.decoder.decode_nbest(lp[i : i + self.max_batch], lengths[i : i + self.max_batch].to("cpu",
+                                                                                                         torch.int64))
+            out += nbest_best_hypotheses(res, self.id_to_word, lengths[i : i + self.max_batch])
+        return out
+
+
+def read_word_symbols(path) -> dict[int, str]:
+    """words.txt ("word id" per line, Kaldi/OpenFst symbol table) -> {id: word}, as Riva's test suite reads it."""
+    out: dict[int, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 2:
+                raise ValueError(f"riva: {path}:{n}: expected 'word id', got {line.rstrip()!r}")
+            out[int(parts[1])] = parts[0]
+    return out
+
+
+def nbest_best_hypotheses(results, id_to_word: dict[int, str], lengths=None) -> list[Hypothesis]:
+    """decode_nbest's result for a batch (per utterance a list of NBestResult, best first) -> the first entry of
+    each as a Hypothesis: words mapped through `id_to_word` (<eps> dropped), score NBestResult.score as Riva gives
+    it. An utterance with an empty list gets no words. Raises when the batch had frames (`lengths`, when given) but
+    no utterance got a word, and on a word ID that words.txt does not have."""
+    out: list[Hypothesis] = []
+    for entries in results:
+        if not entries:
+            out.append(Hypothesis(tokens=[], words=[], score=float("-inf")))
+            continue
+        first = entries[0]
+        if not hasattr(first, "words"):
+            raise TypeError(f"riva: decode_nbest entry {type(first).__name__} has no .words (NBestResult expected)")
+        words = []
+        for wid in first.words:
+            w = id_to_word.get(int(wid))
+            if w is None:
+                raise ValueError(f"riva: decode_nbest returned word ID {wid}, which words.txt does not have")
+            if w != "<eps>":
+                words.append(w)
+        out.append(Hypothesis(tokens=[], words=words, score=float(first.score)))
+    frames = int(lengths.sum()) if lengths is not None else 1
+    if out and frames > 0 and not any(h.words for h in out):
+        raise RuntimeError("riva: decode_nbest returned no words for any utterance of the batch "
+                           "(lattice_postprocessor_opts.nbest unset, or its result layout changed)")
+    return out
 
 
 @register_decoder("riva")

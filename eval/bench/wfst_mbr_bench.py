@@ -39,36 +39,20 @@ from eval.metrics import cuda_free_bytes
 
 
 class RivaBestAdapter:
-    """Riva's 1-best: decode_nbest's first entry (its lattice's best path), through the riva adapter's decoder."""
+    """Riva's 1-best: decode_nbest's first entry (its lattice's best path), through the riva adapter's decoder
+    (eval/adapters/riva.py: RivaAdapter.decode_best, config nbest 1, word IDs mapped through words.txt)."""
 
     name = "riva"
 
     def __init__(self, cfg, ctx):
         from eval.adapters.riva import RivaAdapter
 
-        self.inner = RivaAdapter(cfg, ctx)
+        self.inner = RivaAdapter({**cfg, "nbest": 1}, ctx)
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts=None) -> list[Hypothesis]:
-        a = self.inner
-        lp = (log_probs.float().cuda() * a.acoustic_scale).contiguous()
-        out: list[Hypothesis] = []
-        for i in range(0, lp.shape[0], a.max_batch):
-            res = a.decoder.decode_nbest(lp[i : i + a.max_batch], lengths[i : i + a.max_batch].to("cpu", torch.int64))
-            out += [Hypothesis(tokens=[], words=_riva_best_words(r), score=0.0) for r in res]
-        if out and int(lengths.sum()) > 0 and not any(h.words for h in out):
-            # an n-best list left unconfigured would score as 100 % deletions: refuse instead of reporting that
-            raise RuntimeError("riva decode_nbest returned no words for any utterance of the batch")
-        return out
-
-
-def _riva_best_words(entries) -> list[str]:
-    """decode_nbest's per-utterance result: [(score, [(word, start, end), ...]), ...], best first."""
-    if not entries:
-        return []
-    first = entries[0]
-    words = first[1] if isinstance(first, (tuple, list)) and len(first) == 2 and not isinstance(first[0], str) \
-        else entries
-    return [w[0] if isinstance(w, (tuple, list)) else str(w) for w in words]
+        if boosts and any(boosts):
+            raise NotImplementedError("riva: word boosting is not wired")
+        return self.inner.decode_best(log_probs, lengths)
 
 
 def _build(name: str, output: str, cfg: dict, ctx):
