@@ -96,10 +96,11 @@ def test_rescore_experiment_one_run_directory(tmp_path):
                           "experiment.progress=false", "model.token_kind=char", "model.blank=first",
                           "graph.topology=normal", "experiment.ci_resamples=200"])
     out = run_experiment(cfg, workload=wl, source_factory=fake_source_factory)
-    labels = ["wfst", "wfst[output=nbest_rescore]", "wfst[output=lattice_rescore]"]
+    labels = ["wfst", "wfst[output=nbest_rescore]", "wfst[output=lattice_rescore]",
+              "wfst[output=lattice_rescore,rescore_order=0]"]
     rows = {(r.decoder, r.dataset): r for r in load_rows(out.run_dir)}
     assert {d for d, _ in rows} == set(labels) and wl.calls == [4, 4]
-    for lb, output in zip(labels, ["best", "nbest_rescore", "lattice_rescore"]):
+    for lb, output in zip(labels, ["best", "nbest_rescore", "lattice_rescore", "lattice_rescore"]):
         r = rows[(lb, "other")]
         assert r.ok and r.decoder_name == "wfst" and r.decoder_config["output"] == output
         assert r.wer_ci["low"] <= r.wer <= r.wer_ci["high"] and r.utterances == 5
@@ -109,3 +110,6 @@ def test_rescore_experiment_one_run_directory(tmp_path):
     assert "wfst[output=lattice_rescore]" in text and "lattice_rescore" in text
     hyps = [json.loads(x) for x in open(out.run_dir / "hyps.jsonl")]
     assert {h["decoder"] for h in hyps} == set(labels)
+    # the control (lattice rescoring with the first pass's own LM) gives the 1-best back
+    by = {lb: [h["hyp"] for h in hyps if h["decoder"] == lb] for lb in labels}
+    assert by[labels[3]] == by["wfst"]
