@@ -237,8 +237,7 @@ def validate_config(cfg: DictConfig) -> DictConfig:
         if typed.data.scale not in SCALES:
             raise ValueError(f"unknown data.scale {typed.data.scale!r}; valid choices: {sorted(SCALES)}")
     for label in decoder_labels(typed):
-        name, _ = split_decoder_label(label)
-        resolve_decoder_config(name, typed)  # unknown names and ill-typed parameters fail here, before any work
+        resolve_decoder_config(label, typed)  # unknown names and ill-typed parameters fail here, before any work
     if typed.boost.mode == BoostMode.words and not (typed.boost.words or typed.boost.words_file):
         raise ValueError("boost.mode=words needs boost.words=[...] or boost.words_file=<path>")
     if typed.boost.mode == BoostMode.per_utterance_file and not typed.boost.per_utterance_file:
@@ -266,10 +265,34 @@ def decoder_labels(cfg: DictConfig) -> list[str]:
     return labels
 
 
+_LABEL_PARAMS = re.compile(r"\[([^\[\]]*)\]")
+
+
 def split_decoder_label(label: str) -> tuple[str, Optional[str]]:
-    """"wfst@cuda" -> ("wfst", "cuda"); "greedy" -> ("greedy", None)."""
-    name, _, device = str(label).partition("@")
+    """"wfst@cuda" -> ("wfst", "cuda"); "greedy" -> ("greedy", None); parameters in brackets are not part of the
+    name or device: "wfst[output=mbr]@cuda" and "wfst@cuda[output=mbr]" -> ("wfst", "cuda") (label_overrides)."""
+    base = _LABEL_PARAMS.sub("", str(label))
+    if "[" in base or "]" in base:
+        raise ValueError(f"decoder label {label!r}: unbalanced brackets (expected name[key=value,...]@device)")
+    name, _, device = base.partition("@")
     return name, (device or None)
+
+
+def label_overrides(label: str) -> dict:
+    """The decoder parameters a label carries in brackets, so that one run compares one decoder under several
+    settings: "wfst[output=lattice_rescore,rescore_lm_scale=0.5]" -> {"output": "lattice_rescore",
+    "rescore_lm_scale": 0.5} (values read as YAML scalars; no commas inside values). They apply after the
+    decoder group and experiment.decoder_overrides, to this label only; the label stays the row's name."""
+    import yaml
+
+    out: dict = {}
+    for group in _LABEL_PARAMS.findall(str(label)):
+        for item in (x.strip() for x in group.split(",")):
+            key, eq, value = item.partition("=")
+            if not item or not eq or not key.strip():
+                raise ValueError(f"decoder label {label!r}: expected [key=value,...], got {item!r}")
+            out[key.strip()] = yaml.safe_load(value.strip()) if value.strip() else ""
+    return out
 
 
 def check_decoder_name(name: str) -> None:
@@ -307,10 +330,12 @@ def _one_line(e: Exception) -> str:
 
 def resolve_decoder_config(name: str, cfg: DictConfig) -> DictConfig:
     """Decoder `name`'s config in an evaluation config: the `decoder` group when it names this decoder (it
-    holds the command-line overrides), then experiment.decoder_overrides[name]."""
+    holds the command-line overrides), then experiment.decoder_overrides[name], then, when `name` is a decoder
+    label with parameters ("wfst[output=mbr]@cuda"), that label's (label_overrides)."""
+    label, (name, _) = name, split_decoder_label(name)
     group = cfg.decoder if "name" in cfg.decoder and cfg.decoder.name == name else None
     overrides = (cfg.experiment.decoder_overrides or {}).get(name)
-    return decoder_config(name, group, overrides)
+    return decoder_config(name, group, overrides, label_overrides(label))
 
 
 def decoder_schema(name: str) -> type:

@@ -189,7 +189,7 @@ def build_decoder_runs(
         device = device or default_device
         if dist is not None:
             device = dist.device(device)
-        dcfg = resolve_decoder_config(name, cfg)
+        dcfg = resolve_decoder_config(label, cfg)  # with the label's own [key=value] parameters
         run = DecoderRun(label=label, name=name, device=device,
                          config=OmegaConf.to_container(dcfg, resolve=True, enum_to_str=True))
         try:
@@ -534,7 +534,8 @@ def decoding_context(
         arpa_path=arpa_path,
         lexicon_path=lexicon if lexicon is not None and lexicon.is_file() else None,
         words_path=_first_path(cfg.data.words_path, workload and workload.words_path),
-        extra={"topology": _value(cfg.graph.topology), "scale": str(cfg.data.scale)},
+        # the workload itself: the wfst adapter's rescoring builds its higher-order LM (Workload.arpa_of_order)
+        extra={"topology": _value(cfg.graph.topology), "scale": str(cfg.data.scale), "workload": workload},
     )
     return ctx, graph_reason
 
@@ -652,7 +653,7 @@ def resolved_config(cfg: DictConfig) -> dict:
     """What every rank must agree on: the typed config and every decoder's config after its YAML and overrides."""
     return {
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-        "decoders": {lb: OmegaConf.to_container(resolve_decoder_config(split_decoder_label(lb)[0], cfg), resolve=True,
+        "decoders": {lb: OmegaConf.to_container(resolve_decoder_config(lb, cfg), resolve=True,
                                                 enum_to_str=True) for lb in decoder_labels(cfg)},
     }
 

@@ -1,4 +1,5 @@
-"""Order-3 interpolated Kneser-Ney LM with relative-entropy pruning, written as ARPA; and a small ARPA reader.
+"""Order-3 (and order-n) interpolated Kneser-Ney LM with relative-entropy pruning, written as ARPA; and a small
+ARPA reader.
 
 Why our own estimator: the real target (LibriSpeech `3-gram.pruned.3e-7.arpa`) is an SRILM/KenLM-style
 Kneser-Ney model pruned by relative entropy. `kaldingram` (PyPI) would estimate one too but writes no `<unk>`
@@ -17,6 +18,13 @@ anyway, so this module implements the textbook estimator in numpy (runs anywhere
 - Back-off weights are recomputed after pruning from the explicit probabilities so that every history is
   normalised exactly: bow(h) = (1 - sum_explicit p(w|h)) / (1 - sum_explicit p_backoff(w|h')).
   (Without pruning this equals the interpolation weight gamma(h), which a test checks.)
+
+`estimate_kneser_ney` is the order-3 estimator every workload's `lm_3gram.arpa` comes from;
+`estimate_kneser_ney_order` is the same estimator for any order n >= 2 (the highest order raw counts, every lower
+order continuation counts, pruning from the highest order down, each kept n-gram's history and suffix kept), for
+the higher-order rescoring LMs (`recipes.workload.Workload.arpa_of_order`, e.g. `lm_4gram.arpa`); at order 3 it
+gives the order-3 estimator's tables (a test checks). n-grams are packed base V + 3 into int64, so
+(V + 3) ** n must stay below 2 ** 63 (order 4 up to ~55k words: the tiny and small workloads, not bench).
 
 Word ids: 0..V-1 are the vocabulary words; V = `<s>`, V+1 = `</s>`, V+2 = `<unk>`.
 """
@@ -222,6 +230,162 @@ def estimate_kneser_ney(
     return tables, stats
 
 
+def estimate_kneser_ney_order(
+    sentence_ids: np.ndarray,
+    offsets: np.ndarray,
+    vocab_size: int,
+    order: int,
+    prune_threshold: float = 0.0,
+    progress: bool = False,
+) -> tuple[list[NgramTable], ArpaStats]:
+    """`estimate_kneser_ney` for any order >= 2: the `order` NgramTables (unigrams .. order-grams) and statistics.
+
+    Same estimator: one discount per order; the highest order uses raw counts, lower orders continuation counts
+    (n-grams starting with `<s>` raw counts); unigrams interpolated with the uniform distribution over words +
+    `</s>` + `<unk>`. Pruning (Stolcke, single n-gram approximation, P(h) the model's own probability of the
+    history) goes from the highest order down; an n-gram survives while it is the history or the suffix of a
+    surviving (n+1)-gram. Back-off weights are recomputed from the kept probabilities (exact normalisation)."""
+    import time
+
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    order = int(order)
+    if order < 2:
+        raise ValueError(f"order must be >= 2, got {order}")
+    V = int(vocab_size)
+    N = V + 3
+    if N ** order >= 2 ** 63:
+        raise ValueError(f"order {order} over {V} words does not fit int64 n-gram keys ((V+3)^order >= 2^63)")
+    bos, eos = V, V + 1
+    S = len(offsets) - 1
+    lengths = np.diff(offsets)
+    if S == 0 or lengths.min() < 1:
+        raise ValueError("sentences must be non-empty and at least one sentence is required")
+    if sentence_ids.size and (sentence_ids.min() < 0 or sentence_ids.max() >= V):
+        raise ValueError(f"sentence_ids must lie in [0, {V})")
+    bar = tqdm(total=4, desc=f"kneser-ney order {order}", disable=not progress, leave=False)
+    L = lengths + 2
+    seq = np.empty(int(L.sum()), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(L)[:-1]])
+    seq[starts] = bos
+    seq[starts + L - 1] = eos
+    body = np.ones(seq.size, dtype=bool)
+    body[starts] = False
+    body[starts + L - 1] = False
+    seq[body] = sentence_ids
+    # k-gram types (k >= 2) and raw counts: windows whose non-final elements are not </s> (no crossing of ends)
+    keys: list = [None, np.arange(N, dtype=np.int64)]
+    raw: list = [None, None]
+    win, ok = seq.copy(), np.ones(seq.size, dtype=bool)
+    for k in range(2, order + 1):
+        ok = ok[:-1] & (seq[k - 2 : -1] != eos)
+        win = win[:-1] * N + seq[k - 1 :]
+        kk, cc = np.unique(win[ok], return_counts=True)
+        keys.append(kk)
+        raw.append(cc.astype(np.float64))
+    del win, ok
+    bar.update()
+    # the counts each order is estimated from
+    cnt: list = [None] * (order + 1)
+    cnt[order] = raw[order]
+    for k in range(order - 1, 1, -1):
+        suf, nsuf = np.unique(keys[k + 1] % N ** k, return_counts=True)
+        pos = np.searchsorted(keys[k], suf)
+        if not np.all(keys[k][pos] == suf):
+            raise RuntimeError(f"internal: {k + 1}-gram suffix missing from the {k}-grams")
+        c = np.zeros(len(keys[k]))
+        c[pos] = nsuf
+        first = keys[k] // N ** (k - 1)
+        cnt[k] = np.where(first == bos, raw[k], c)
+    uni = np.bincount(keys[2] % N, minlength=N).astype(np.float64)
+    uni[bos] = 0.0
+    cnt[1] = uni
+    # ---- probabilities: unigrams, then each order interpolated with the one below ----
+    D1 = _discount(uni[uni > 0])
+    total1, nz1 = uni.sum(), np.count_nonzero(uni)
+    p: list = [None] * (order + 1)
+    p[1] = np.maximum(uni - D1, 0.0) / total1 + (D1 * nz1 / total1) / (V + 2)
+    p[1][bos] = 0.0
+    discounts = [D1]
+    gamma: list = [None] * (order + 1)  # gamma[k]: per (k)-gram, its weight as a history of (k+1)-grams
+    hist_idx: list = [None] * (order + 1)  # hist_idx[k]: per k-gram, the index of its history among (k-1)-grams
+    suf_idx: list = [None] * (order + 1)  # suf_idx[k]: per k-gram, the index of its suffix among (k-1)-grams
+    for k in range(2, order + 1):
+        Dk = _discount(cnt[k])
+        discounts.append(Dk)
+        h = keys[k] // N
+        h_uniq, h_inv, h_types = np.unique(h, return_inverse=True, return_counts=True)
+        h_sum = np.bincount(h_inv, weights=cnt[k])
+        hpos = np.searchsorted(keys[k - 1], h_uniq)
+        if not np.all(keys[k - 1][hpos] == h_uniq):
+            raise RuntimeError(f"internal: {k}-gram history missing from the {k - 1}-grams")
+        g = np.ones(len(keys[k - 1]))
+        g[hpos] = Dk * h_types / h_sum
+        gamma[k - 1] = g
+        hist_idx[k] = hpos[h_inv]
+        suf = keys[k] % N ** (k - 1)
+        spos = np.searchsorted(keys[k - 1], suf)
+        if not np.all(keys[k - 1][spos] == suf):
+            raise RuntimeError(f"internal: {k}-gram suffix missing from the {k - 1}-grams")
+        suf_idx[k] = spos
+        p[k] = (cnt[k] - Dk) / h_sum[h_inv] + g[hist_idx[k]] * p[k - 1][spos]
+    bar.update()
+    counts_before = [N] + [len(keys[k]) for k in range(2, order + 1)]
+
+    # ---- pruning, highest order first ----
+    keep: list = [None, np.ones(N, dtype=bool)] + [np.ones(len(keys[k]), dtype=bool) for k in range(2, order + 1)]
+    if prune_threshold > 0:
+        pseq = [None, np.where(np.arange(N) == bos, 1.0, p[1])]  # P(k-gram as a sequence); sentence start certain
+        for k in range(2, order):
+            pseq.append(pseq[k - 1][hist_idx[k]] * p[k])
+        for k in range(order, 1, -1):
+            hi, si = hist_idx[k], suf_idx[k]
+            delta = pseq[k - 1][hi] * p[k] * (np.log(p[k]) - np.log(gamma[k - 1][hi] * p[k - 1][si]))
+            keep[k] = delta >= prune_threshold
+            if k < order:  # the history and the suffix of every kept (k+1)-gram stay
+                keep[k][hist_idx[k + 1][keep[k + 1]]] = True
+                keep[k][suf_idx[k + 1][keep[k + 1]]] = True
+    bar.update()
+
+    # ---- back-off weights from the kept probabilities ----
+    tables: list[NgramTable] = []
+    bows: list = [None] * order
+    has: list = [None] * order
+    for j in range(1, order):
+        kept = keep[j + 1]
+        hi, si = hist_idx[j + 1][kept], suf_idx[j + 1][kept]
+        M = len(keys[j])
+        num = 1.0 - _group_sums(hi, p[j + 1][kept], M)
+        den = 1.0 - _group_sums(hi, p[j][si], M)
+        hj = np.bincount(hi, minlength=M) > 0
+        b = np.ones(M)
+        b[hj] = num[hj] / den[hj]
+        if np.any(b <= 0):
+            raise RuntimeError("internal: non-positive back-off weight")
+        bows[j], has[j] = b, hj
+    with np.errstate(divide="ignore"):
+        tables.append(NgramTable(keys[1], np.log(p[1]), np.log(bows[1]), has[1]))
+    for k in range(2, order + 1):
+        kk = keep[k]
+        if k < order:
+            tables.append(NgramTable(keys[k][kk], np.log(p[k][kk]), np.log(bows[k][kk]), has[k][kk]))
+        else:
+            tables.append(NgramTable(keys[k][kk], np.log(p[k][kk]), np.zeros(int(kk.sum())),
+                                     np.zeros(int(kk.sum()), bool)))
+    bar.update()
+    bar.close()
+    stats = ArpaStats(
+        counts_before_pruning=counts_before,
+        counts=[N] + [int(keep[k].sum()) for k in range(2, order + 1)],
+        discounts=discounts,
+        num_tokens=int(sentence_ids.size),
+        num_sentences=int(S),
+        seconds={"estimate": time.perf_counter() - t0},
+    )
+    return tables, stats
+
+
 def write_arpa(path: str | Path, tables: list[NgramTable], words: Sequence[str], progress: bool = False) -> None:
     """Write the tables as ARPA (log10 probabilities, 6 decimals). `<s>` gets probability -99."""
     from tqdm import tqdm
@@ -229,7 +393,7 @@ def write_arpa(path: str | Path, tables: list[NgramTable], words: Sequence[str],
     V = len(words)
     N = V + 3
     sym = np.array(list(words) + [BOS, EOS, UNK], dtype=object)
-    uni, big, tri = tables
+    uni = tables[0]
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write("\n\\data\\\n")
         for n, t in enumerate(tables, start=1):
@@ -255,10 +419,12 @@ def write_arpa(path: str | Path, tables: list[NgramTable], words: Sequence[str],
         ulp = uni.logp.copy()
         ulp[V] = -99.0 / _LOG10E  # <s>
         section(1, sym[uni.keys], NgramTable(uni.keys, ulp, uni.logbow, uni.is_history))
-        bk = big.keys
-        section(2, sym[bk // N] + " " + sym[bk % N], big)
-        tk = tri.keys
-        section(3, sym[tk // (N * N)] + " " + sym[(tk // N) % N] + " " + sym[tk % N], tri)
+        for n, t in enumerate(tables[1:], start=2):
+            k = t.keys
+            names = sym[(k // N ** (n - 1)) % N]
+            for i in range(1, n):
+                names = names + " " + sym[(k // N ** (n - 1 - i)) % N]
+            section(n, names, t)
         f.write("\n\\end\\\n")
 
 
@@ -347,11 +513,16 @@ def build_arpa(
     out_path: str | Path,
     prune_threshold: float = 0.0,
     progress: bool = False,
+    order: int = 3,
 ) -> ArpaStats:
-    """Estimate + prune + write. Returns statistics (n-gram counts per order before/after pruning)."""
+    """Estimate + prune + write. Returns statistics (n-gram counts per order before/after pruning). Order 3 is
+    `estimate_kneser_ney` (the workloads' bytes), any other order `estimate_kneser_ney_order`."""
     import time
 
-    tables, stats = estimate_kneser_ney(sentence_ids, offsets, len(words), prune_threshold, progress)
+    if int(order) == 3:
+        tables, stats = estimate_kneser_ney(sentence_ids, offsets, len(words), prune_threshold, progress)
+    else:
+        tables, stats = estimate_kneser_ney_order(sentence_ids, offsets, len(words), order, prune_threshold, progress)
     t0 = time.perf_counter()
     write_arpa(out_path, tables, words, progress)
     stats.seconds["write"] = time.perf_counter() - t0

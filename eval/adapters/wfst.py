@@ -8,8 +8,10 @@ reference on CPU tensors, the CUDA kernels when the device is cuda. Supports per
 - nbest: the lattice's best path, with the `nbest_size` best distinct word sequences in Hypothesis.nbest and
   word start/end frames;
 - mbr: Kaldi's minimum-Bayes-risk hypothesis over the lattice, with word confidences and times;
-- nbest_rescore / lattice_rescore: icefall's n-best / whole-lattice rescoring (eval/rescore.py) with the ARPA
-  at `rescore_arpa` (empty: the workload's, ctx.arpa_path) at `rescore_lm_scale`.
+- nbest_rescore / lattice_rescore: icefall's n-best / whole-lattice rescoring (eval/rescore.py) at
+  `rescore_lm_scale` with the ARPA at `rescore_arpa`; empty: the workload's order-`rescore_order` ARPA
+  (Workload.arpa_of_order: lm_4gram.arpa by default, built on first use and cached), or without a workload
+  (a user's model and LM) ctx.arpa_path, refused when its order is below `rescore_order` (0: any order).
 Lattices come from the CUDA lattice pass on cuda (pruned on the host) and the CPU reference on cpu (decoders/lattice.py).
 """
 from __future__ import annotations
@@ -42,6 +44,7 @@ CONFIG_SCHEMA = adapter_schema("wfst", WfstDecoderConfig, [
     ("output", WfstOutput, WfstOutput.best),
     ("nbest_size", int, 10),
     ("rescore_arpa", str, ""),
+    ("rescore_order", int, 4),
     ("rescore_lm_scale", float, 1.0),
 ])
 
@@ -70,10 +73,23 @@ class WfstAdapter:
         if self.output in (WfstOutput.nbest_rescore, WfstOutput.lattice_rescore):
             from eval.rescore import NgramLM
 
-            arpa = cfg.rescore_arpa or ctx.arpa_path
+            order = int(cfg.rescore_order)
+            if order < 0:
+                raise ValueError(f"wfst: rescore_order must be >= 0 (0: any), got {order}")
+            workload = (ctx.extra or {}).get("workload")
+            if cfg.rescore_arpa:
+                arpa = cfg.rescore_arpa
+            elif order and workload is not None and hasattr(workload, "arpa_of_order"):
+                arpa = workload.arpa_of_order(order)
+            else:
+                arpa = ctx.arpa_path
             if not arpa:
                 raise ValueError(f"wfst: output={self.output.value} needs rescore_arpa (or the workload's ARPA)")
             self.lm = NgramLM(arpa)
+            if self.lm.order < order:
+                raise ValueError(f"wfst: output={self.output.value}: {arpa} is an order-{self.lm.order} LM, below "
+                                 f"rescore_order={order}; set rescore_arpa=<an order-{order} ARPA> (or rescore_order=0)")
+            self.rescore_arpa = str(arpa)
         self.last_result = None
         self._stats = {"overflow_count": 0, "rescued_count": 0, "partial_count": 0, "oov_boost_words": 0}
         if self.output is not WfstOutput.best:
