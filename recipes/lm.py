@@ -74,6 +74,27 @@ def _group_sums(group: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     return np.bincount(group, weights=values, minlength=size)
 
 
+def _padded_sentences(sentence_ids: np.ndarray, offsets: np.ndarray, V: int) -> np.ndarray:
+    """CSR sentences checked and flattened as `<s> w1 .. wn </s>` per sentence (`<s>` = V, `</s>` = V + 1)."""
+    bos, eos = V, V + 1
+    S = len(offsets) - 1
+    lengths = np.diff(offsets)
+    if S == 0 or lengths.min() < 1:
+        raise ValueError("sentences must be non-empty and at least one sentence is required")
+    if sentence_ids.size and (sentence_ids.min() < 0 or sentence_ids.max() >= V):
+        raise ValueError(f"sentence_ids must lie in [0, {V})")
+    L = lengths + 2
+    seq = np.empty(int(L.sum()), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(L)[:-1]])
+    seq[starts] = bos
+    seq[starts + L - 1] = eos
+    body = np.ones(seq.size, dtype=bool)
+    body[starts] = False
+    body[starts + L - 1] = False
+    seq[body] = sentence_ids
+    return seq
+
+
 def estimate_kneser_ney(
     sentence_ids: np.ndarray,
     offsets: np.ndarray,
@@ -94,23 +115,9 @@ def estimate_kneser_ney(
     V = int(vocab_size)
     N = V + 3
     bos, eos, unk = V, V + 1, V + 2
+    seq = _padded_sentences(sentence_ids, offsets, V)  # <s> w1 .. wn </s> per sentence, flattened
     S = len(offsets) - 1
-    lengths = np.diff(offsets)
-    if S == 0 or lengths.min() < 1:
-        raise ValueError("sentences must be non-empty and at least one sentence is required")
-    if sentence_ids.size and (sentence_ids.min() < 0 or sentence_ids.max() >= V):
-        raise ValueError(f"sentence_ids must lie in [0, {V})")
     bar = tqdm(total=6, desc="kneser-ney", disable=not progress, leave=False)
-    # padded sequence <s> w1 .. wn </s> per sentence, flattened
-    L = lengths + 2
-    seq = np.empty(int(L.sum()), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(L)[:-1]])
-    seq[starts] = bos
-    seq[starts + L - 1] = eos
-    body = np.ones(seq.size, dtype=bool)
-    body[starts] = False
-    body[starts + L - 1] = False
-    seq[body] = sentence_ids
     # bigrams/trigrams must not cross sentence ends: drop those whose non-final element is </s>
     a, b = seq[:-1], seq[1:]
     ok2 = a != eos
@@ -258,22 +265,9 @@ def estimate_kneser_ney_order(
     if N ** order >= 2 ** 63:
         raise ValueError(f"order {order} over {V} words does not fit int64 n-gram keys ((V+3)^order >= 2^63)")
     bos, eos = V, V + 1
+    seq = _padded_sentences(sentence_ids, offsets, V)
     S = len(offsets) - 1
-    lengths = np.diff(offsets)
-    if S == 0 or lengths.min() < 1:
-        raise ValueError("sentences must be non-empty and at least one sentence is required")
-    if sentence_ids.size and (sentence_ids.min() < 0 or sentence_ids.max() >= V):
-        raise ValueError(f"sentence_ids must lie in [0, {V})")
     bar = tqdm(total=4, desc=f"kneser-ney order {order}", disable=not progress, leave=False)
-    L = lengths + 2
-    seq = np.empty(int(L.sum()), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(L)[:-1]])
-    seq[starts] = bos
-    seq[starts + L - 1] = eos
-    body = np.ones(seq.size, dtype=bool)
-    body[starts] = False
-    body[starts + L - 1] = False
-    seq[body] = sentence_ids
     # k-gram types (k >= 2) and raw counts: windows whose non-final elements are not </s> (no crossing of ends)
     keys: list = [None, np.arange(N, dtype=np.int64)]
     raw: list = [None, None]
