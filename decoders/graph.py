@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
+import weakref
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +141,12 @@ def _section_offsets(N: int, A: int, X: int, WB: int, IB: int) -> tuple[list[tup
     return out, off
 
 
+# aux_csr() of graphs without multi-word arcs, derived from olabel once per graph (kept out of the graph object; an
+# entry leaves with its graph)
+_aux_csr_cache: dict[int, tuple] = {}
+_aux_csr_lock = threading.Lock()
+
+
 @dataclass
 class WfstGraph:
     num_states: int
@@ -183,14 +191,19 @@ class WfstGraph:
         per olabel array: the lattice code asks for it per utterance)."""
         if self.aux_splits is not None:
             return self.aux_splits, self.aux_words
-        hit = self.__dict__.get("_derived_aux_csr")
+        key = id(self)
+        with _aux_csr_lock:
+            hit = _aux_csr_cache.get(key)
         if hit is not None and hit[0] is self.olabel:
             return hit[1], hit[2]
         has = (self.olabel != 0).astype(np.int64)
         splits = np.zeros(self.num_arcs + 1, dtype=np.int32)
         np.cumsum(has, out=splits[1:])
         words = self.olabel[self.olabel != 0].astype(np.int32)
-        self.__dict__["_derived_aux_csr"] = (self.olabel, splits, words)
+        with _aux_csr_lock:
+            if key not in _aux_csr_cache:
+                weakref.finalize(self, _aux_csr_cache.pop, key, None)
+            _aux_csr_cache[key] = (self.olabel, splits, words)
         return splits, words
 
     def arc_words(self, arc: int) -> list[int]:
