@@ -28,15 +28,22 @@ the state carries the beams' LM and automaton states, and chunked decoding equal
 Three implementations with one semantics:
 - `reference_prefix_beam_search`: plain Python over prefix tuples, float64, every extension of every beam
   considered; the executable spec (tests check it against a brute-force sum over all alignments).
-- `ctc_lm_beam_search`: batched, vectorized torch (B, beam, V) on the log-probs' device (CPU or CUDA); the LM and
-  the automaton are device tables searched with `torch.searchsorted` along back-off / failure chains, so there
-  is no host round trip until the final copy of the results. Prefixes are identified by 64-bit hashes (+ length
-  and last token) for the one merge a prefix beam search needs (beam i extended by c equals beam j).
-  PARTIAL: no hand-written CUDA kernel yet (decoders/include/ctc_*.cuh have none for fusion); on a GPU this path
-  runs as torch kernels, the per-frame step captured once as a CUDA graph and replayed per kept frame
-  (`cuda_graphs`, default on; eager launches otherwise).
-- ties: candidates with exactly equal scores may be ranked differently by the two (the reference ranks stays
-  before extensions, lower beam and lower token first; torch.topk's order among equal values is unspecified).
+- the fused kernel (`CtcLmConfig.kernel`, "auto" picks it on CUDA): one launch per decode, one thread block per
+  row running the frame loop, blank skipping, each frame's candidate scoring with the LM / automaton lookups
+  (per-state sorted arc lists searched along back-off / failure chains), the prefix merge (the hash rule below),
+  an exact radix top-k of the beam x vocab candidates, and the final scoring and back-tracking
+  (decoders/include/ctc_lm_kernels.cuh; op `beamdec::ctc_lm_decode`). Its CPU op runs the kernel's own code item
+  by item (tests compare it with the torch path in both item orders). Covers the token `NgramLM` and
+  `PhraseBoost`; the word-level `LexiconWordLM`, a custom `scorer` and streaming keep the torch path.
+- `ctc_lm_beam_search` with kernel="torch" (the CPU default): batched, vectorized torch (B, beam, V) on the
+  log-probs' device; the LM and the automaton are device tables searched with `torch.searchsorted` along
+  back-off / failure chains, so there is no host round trip until the final copy of the results. Prefixes are
+  identified by 64-bit hashes (+ length and last token) for the one merge a prefix beam search needs (beam i
+  extended by c equals beam j). On a GPU the per-frame step (~70 kernels) is captured once as a CUDA graph and
+  replayed per kept frame (`cuda_graphs`, default on; eager launches otherwise).
+- ties: candidates with exactly equal scores may be ranked differently by the torch path (torch.topk's order
+  among equal values is unspecified); the reference and the fused kernel rank stays before extensions, lower beam
+  and lower token first.
 
 Word-level LM (ARPA over words + lexicon, torchaudio/Flashlight convention): `LexiconWordLM`, passed as `lm=`
 (it carries its own lm_weight and word_score, so the search applies it with weight 1; see its docstring).
