@@ -1,6 +1,6 @@
 // CUDA implementation of ctc_lm_decode: checks (ctc_lm_make_params), allocation on the caching allocator, the
 // current stream, one launch (ctc_lm_launch.cu). No synchronisation.
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/types.h>
 
@@ -30,7 +30,7 @@ CtcLmOutputs ctc_lm_decode_cuda(CTC_LM_DECODE_ARGS) {
   p.out_tokens = tokens.data_ptr<int32_t>();
   p.out_len = lens.data_ptr<int32_t>();
   p.out_scores = scores.data_ptr<float>();
-  const cudaError_t err = ctclm::launch_decode(p, (int)block_threads, at::cuda::getCurrentCUDAStream());
+  const cudaError_t err = ctclm::launch_decode(p, (int)block_threads, c10::cuda::getCurrentCUDAStream());
   if (err != cudaSuccess) {
     const std::string m = std::string("ctc_lm_decode: CUDA launch failed: ") + cudaGetErrorString(err);
     TORCH_CHECK(false, m);
