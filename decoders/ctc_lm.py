@@ -28,15 +28,22 @@ the state carries the beams' LM and automaton states, and chunked decoding equal
 Three implementations with one semantics:
 - `reference_prefix_beam_search`: plain Python over prefix tuples, float64, every extension of every beam
   considered; the executable spec (tests check it against a brute-force sum over all alignments).
-- `ctc_lm_beam_search`: batched, vectorized torch (B, beam, V) on the log-probs' device (CPU or CUDA); the LM and
-  the automaton are device tables searched with `torch.searchsorted` along back-off / failure chains, so there
-  is no host round trip until the final copy of the results. Prefixes are identified by 64-bit hashes (+ length
-  and last token) for the one merge a prefix beam search needs (beam i extended by c equals beam j).
-  PARTIAL: no hand-written CUDA kernel yet (decoders/include/ctc_*.cuh have none for fusion); on a GPU this path
-  runs as torch kernels, the per-frame step captured once as a CUDA graph and replayed per kept frame
-  (`cuda_graphs`, default on; eager launches otherwise).
-- ties: candidates with exactly equal scores may be ranked differently by the two (the reference ranks stays
-  before extensions, lower beam and lower token first; torch.topk's order among equal values is unspecified).
+- the fused kernel (`CtcLmConfig.kernel`, "auto" picks it on CUDA): one launch per decode, one thread block per
+  row running the frame loop, blank skipping, each frame's candidate scoring with the LM / automaton lookups
+  (per-state sorted arc lists searched along back-off / failure chains), the prefix merge (the hash rule below),
+  an exact radix top-k of the beam x vocab candidates, and the final scoring and back-tracking
+  (decoders/include/ctc_lm_kernels.cuh; op `beamdec::ctc_lm_decode`). Its CPU op runs the kernel's own code item
+  by item (tests compare it with the torch path in both item orders). Covers the token `NgramLM` and
+  `PhraseBoost`; the word-level `LexiconWordLM`, a custom `scorer` and streaming keep the torch path.
+- `ctc_lm_beam_search` with kernel="torch" (the CPU default): batched, vectorized torch (B, beam, V) on the
+  log-probs' device; the LM and the automaton are device tables searched with `torch.searchsorted` along
+  back-off / failure chains, so there is no host round trip until the final copy of the results. Prefixes are
+  identified by 64-bit hashes (+ length and last token) for the one merge a prefix beam search needs (beam i
+  extended by c equals beam j). On a GPU the per-frame step (~70 kernels) is captured once as a CUDA graph and
+  replayed per kept frame (`cuda_graphs`, default on; eager launches otherwise).
+- ties: candidates with exactly equal scores may be ranked differently by the torch path (torch.topk's order
+  among equal values is unspecified); the reference and the fused kernel rank stays before extensions, lower beam
+  and lower token first.
 
 Word-level LM (ARPA over words + lexicon, torchaudio/Flashlight convention): `LexiconWordLM`, passed as `lm=`
 (it carries its own lm_weight and word_score, so the search applies it with weight 1; see its docstring).
@@ -755,6 +762,9 @@ class ComposedScorer:
 
 
 # ------------------------------------------------------------------------------------------------- config
+KERNELS = ("auto", "fused", "torch")
+
+
 @dataclass
 class CtcLmConfig:
     """CTC prefix beam search with shallow fusion.
@@ -767,7 +777,13 @@ class CtcLmConfig:
     blank_skip_threshold: frames with P(blank) above it are skipped (>= 1.0 disables).
     nbest: hypotheses returned per row, 1..beam_size.
     cuda_graphs: on a GPU, run the frame loop as a captured CUDA graph replayed per frame (same kernels, same
-        results; falls back to eager launches with a warning if capture fails). Ignored on the CPU.
+        results; falls back to eager launches with a warning if capture fails). Ignored on the CPU and by the
+        fused kernel.
+    kernel: "auto": the fused kernel (one launch per decode, decoders/include/ctc_lm_kernels.cuh) on CUDA when it
+        covers the scorers (a token `NgramLM` and/or `PhraseBoost`, or none), else the torch path (the CPU, the
+        word-level `LexiconWordLM`, a custom `scorer`); "fused": the fused kernel on any device (on the CPU the
+        kernel's own code, run item by item: for tests), an error for what it does not cover; "torch": the
+        vectorized torch path. Streaming (`CtcLmStreamingDecoder`) always runs the torch path.
     """
 
     beam_size: int = 10
@@ -778,6 +794,7 @@ class CtcLmConfig:
     blank_skip_threshold: float = 0.98
     nbest: int = 1
     cuda_graphs: bool = True
+    kernel: str = "auto"
 
     def __post_init__(self):
         if not isinstance(self.beam_size, int) or not 1 <= self.beam_size <= 128:
@@ -795,6 +812,8 @@ class CtcLmConfig:
         thr = float(self.blank_skip_threshold)
         if math.isnan(thr) or thr < 0.0:
             raise ValueError(f"blank_skip_threshold must be a probability >= 0 (>= 1 disables), got {thr}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {list(KERNELS)}, got {self.kernel!r}")
 
 
 @dataclass
@@ -1035,10 +1054,106 @@ def ctc_lm_beam_search(
     config = config or CtcLmConfig()
     _check(log_probs, lengths, config)
     B, T, V = log_probs.shape
+    if _use_fused(config, lm, scorer, log_probs.device):
+        return _fused_search(log_probs, lengths, config, lm, boost)
     search = _search_for(config, V, lm, boost, scorer, log_probs.device)
     state = search.init_state(B)
     search.advance(state, log_probs, lengths.to(log_probs.device))
     return search.finalize(state)
+
+
+# ------------------------------------------------------------------------------------------- fused kernel
+def _fused_unsupported(lm, scorer) -> Optional[str]:
+    """What the fused kernel does not cover (None: it covers this call)."""
+    if scorer is not None:
+        return "a custom scorer"
+    if lm is not None and not isinstance(lm, NgramLM):
+        return f"{type(lm).__name__} (the word-level LM runs on the torch path)"
+    return None
+
+
+def _use_fused(config: CtcLmConfig, lm, scorer, device) -> bool:
+    if config.kernel == "torch":
+        return False
+    why = _fused_unsupported(lm, scorer)
+    if config.kernel == "fused":
+        if why is not None:
+            raise ValueError(f"kernel='fused' does not cover {why}; use kernel='auto' or 'torch'")
+        return True
+    return why is None and torch.device(device).type == "cuda"
+
+
+def _chain_csr(table: "_ChainTable", num_states: int, device) -> list[torch.Tensor]:
+    """A `_ChainTable` as the kernel's per-state arc lists: row_ptr (S+1), label, weight, dest, fallback,
+    fallback_w (int32 / float32; the same float32 weights the torch path reads)."""
+    keys = table.keys.cpu().numpy()
+    keep = keys >= 0  # PhraseBoost without phrases stores one key -1 that matches nothing
+    keys = keys[keep]
+    L = table.num_labels
+    states = keys // L
+    row_ptr = np.searchsorted(states, np.arange(num_states + 1), side="left")
+    out = [row_ptr, keys - states * L, table.weights.cpu().numpy()[keep], table.dests.cpu().numpy()[keep],
+           table.fallback.cpu().numpy(), table.fallback_w.cpu().numpy()]
+    if num_states >= 2 ** 31 - 1 or len(keys) >= 2 ** 31:
+        raise ValueError("the LM / automaton is too large for the fused kernel's 32-bit tables")
+    dtypes = (torch.int32, torch.int32, torch.float32, torch.int32, torch.int32, torch.float32)
+    return [torch.from_numpy(np.ascontiguousarray(a)).to(dtype=d).to(device) for a, d in zip(out, dtypes)]
+
+
+def _fused_lm_tables(lm: NgramLM, device) -> list[torch.Tensor]:
+    """The LM's kernel tables on `device`, built once per LM and device (the LM is immutable once built)."""
+    cache = lm.__dict__.setdefault("_fused_tables", {})
+    key = str(torch.device(device))
+    if key not in cache:
+        csr = _chain_csr(lm.table, lm.num_states, device)
+        cache[key] = csr + [lm.col_label.cpu().to(torch.int32).to(device)]
+    return cache[key]
+
+
+def _fused_search(log_probs: torch.Tensor, lengths: torch.Tensor, config: CtcLmConfig, lm: Optional[NgramLM],
+                  boost: Optional[PhraseBoost]) -> CtcLmResult:
+    """`ctc_lm_beam_search` as one fused kernel launch (ctc_lm_decode): the same semantics as the torch path."""
+    from decoders._ext import ops
+
+    B, T, V = log_probs.shape
+    dev = log_probs.device
+    _check_scorer_vocab(lm, boost, V)
+    lp = log_probs.float().contiguous()
+    if bool((torch.isnan(lp) | (lp == math.inf)).any()):
+        raise ValueError("log_probs contains NaN or +inf; log-probs must be finite or -inf")
+    i32, f32 = torch.int32, torch.float32
+    empty_i, empty_f = torch.zeros(0, dtype=i32, device=dev), torch.zeros(0, dtype=f32, device=dev)
+    use_lm = lm is not None and config.lm_weight != 0
+    if use_lm:
+        lm_t = _fused_lm_tables(lm, dev)
+        bos, eos = lm.bos_state, lm.eos_label
+    else:
+        lm_t = [empty_i, empty_i, empty_f, empty_i, empty_i, empty_f, empty_i]
+        bos, eos = 0, 0
+    if boost is not None:
+        if boost.roots.numel() != B:
+            raise ValueError(f"boosts: {boost.roots.numel()} rows of phrases for a batch of {B}")
+        row_ptr, label, _, dest, fallback, _ = _chain_csr(boost.table, boost.num_states, dev)
+        boost_t = [row_ptr, label, dest, fallback, boost.credit.to(dev, f32).contiguous(),
+                   boost.out.to(dev, f32).contiguous(), boost.roots.to(dev, i32).contiguous()]
+    else:
+        boost_t = [empty_i, empty_i, empty_i, empty_i, empty_f, empty_f, empty_i]
+    thr = float(config.blank_skip_threshold)
+    skip_mode, log_thr = (1, math.log(thr)) if 0 < thr < 1 else ((2, 0.0) if thr <= 0 else (0, 0.0))
+    tokens, lens, scores = ops().ctc_lm_decode(
+        lp, lengths.to(dev, torch.int64).contiguous(), *lm_t, *boost_t, config.beam_size, config.blank_id,
+        skip_mode, log_thr, float(config.insertion_bonus), float(config.lm_weight), bool(config.lm_eos), bos, eos,
+        config.nbest, _FUSED_BLOCK_THREADS, _FUSED_REVERSE_ITEMS)
+    lens_c = lens.cpu().numpy()
+    toks_c = tokens.cpu().numpy()
+    scores_c = scores.cpu()
+    toks = [[toks_c[b, n, : lens_c[b, n]].tolist() for n in range(config.nbest)] for b in range(B)]
+    return CtcLmResult(tokens=toks, scores=scores_c)
+
+
+# tests: the CPU op's item order (True: last to first) and the CUDA threads per block (0: the kernel's default)
+_FUSED_REVERSE_ITEMS = False
+_FUSED_BLOCK_THREADS = 0
 
 
 _SEARCH_CACHE: dict = {}

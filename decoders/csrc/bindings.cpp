@@ -5,6 +5,7 @@
 
 #ifdef BEAMDEC_WITH_CTC
 #include "ctc_ops.h"
+#include "ctc_lm_ops.h"
 #endif
 #ifdef BEAMDEC_WITH_WFST
 #include "wfst_ops.h"
@@ -33,6 +34,15 @@ TORCH_LIBRARY(beamdec, m) {
       "ctc_init_state(Tensor(a!) state, int beam_size, int blank_id, int vocab_size, int max_seq_len, "
       "int page_size, int num_pages) -> ()");
   m.def("ctc_debug_raise(Tensor x, int mode) -> ()");  // error-path diagnostics (tests only)
+  // ---- CTC prefix beam search + token n-gram LM + phrase boosting, fused (decoders/ctc_lm.py kernel="fused") ----
+  // Arguments and outputs: decoders/csrc/ctc_lm_ops.h; semantics: decoders/include/ctc_lm_kernels.cuh.
+  m.def(
+      "ctc_lm_decode(Tensor log_probs, Tensor lengths, Tensor lm_row_ptr, Tensor lm_label, Tensor lm_weight, "
+      "Tensor lm_dest, Tensor lm_fallback, Tensor lm_fallback_w, Tensor col_label, Tensor boost_row_ptr, "
+      "Tensor boost_label, Tensor boost_dest, Tensor boost_fallback, Tensor boost_credit, Tensor boost_out, "
+      "Tensor boost_roots, int beam, int blank, int skip_mode, float log_thr, float bonus, float lm_weight_value, "
+      "bool lm_eos, int bos_state, int eos_label, int nbest, int block_threads, bool reverse_items) "
+      "-> (Tensor, Tensor, Tensor)");
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: schemas ----
@@ -77,6 +87,7 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cpu);
   m.impl("ctc_init_state", &beamdec::ctc_init_state_cpu);
   m.impl("ctc_debug_raise", &beamdec::ctc_debug_raise_cpu);
+  m.impl("ctc_lm_decode", &beamdec::ctc_lm_decode_cpu);
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: CPU reference ----
@@ -98,6 +109,7 @@ TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cuda);
   m.impl("ctc_init_state", &beamdec::ctc_init_state_cuda);
   m.impl("ctc_debug_raise", &beamdec::ctc_debug_raise_cuda);
+  m.impl("ctc_lm_decode", &beamdec::ctc_lm_decode_cuda);
 #endif
 #ifdef BEAMDEC_WITH_WFST
   // ---- WFST beam search: CUDA ----

@@ -14,6 +14,7 @@ Timing: decoder-only through the adapters (`boundary` "api"), one warm-up pass, 
 in one (source, batch) naming each other in `run_mate`, rendered side by side by reports.tables.
 
     python -m eval.bench.ctc_lm_bench [--sources speech simulator] [--batches 1 200] [--beam 10] [--run NAME]
+        [--kernel auto|fused|torch]     # ours: the fused CUDA kernel (auto on CUDA) or the torch path
 """
 from __future__ import annotations
 
@@ -81,6 +82,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--lm-weight", type=float, default=0.5)
     ap.add_argument("--insertion-bonus", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--kernel", default="auto", choices=["auto", "fused", "torch"],
+                    help="ctc_lm's implementation (decoders.ctc_lm.CtcLmConfig.kernel; auto: fused on CUDA)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--speech-model", default=SPEECH_MODEL)
     ap.add_argument("--speech-manifest", default=SPEECH_MANIFEST)
@@ -105,7 +108,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     wl = prepare_workload("tiny")
     shared = {"beam_size": args.beam}
     cfgs = {
-        OURS: {**shared, "lm_weight": args.lm_weight, "insertion_bonus": args.insertion_bonus},
+        OURS: {**shared, "lm_weight": args.lm_weight, "insertion_bonus": args.insertion_bonus, "kernel": args.kernel},
         THEIRS: {**shared, "ngram_lm_alpha": args.lm_weight, "beam_beta": args.insertion_bonus},
         FLOOR: {},
     }
