@@ -253,7 +253,10 @@ def test_kernel_dispatch_and_errors(char_lm, word_lm, monkeypatch):
         ctc_lm_beam_search(wlp, lengths, CtcLmConfig(blank_id=wtokens.blank_id, kernel="fused"), lm=wlm)
     # auto with the word LM stays on the torch path (on any device)
     assert not mod._use_fused(CtcLmConfig(), wlm, None, torch.device("cuda"))
+    assert mod._use_fused(CtcLmConfig(), lm, None, torch.device("cuda")) == mod.FUSED_VERIFIED_ON_GPU
+    monkeypatch.setattr(mod, "FUSED_VERIFIED_ON_GPU", True)  # once verified: auto picks it for the token LM on CUDA
     assert mod._use_fused(CtcLmConfig(), lm, None, torch.device("cuda"))
+    assert not mod._use_fused(CtcLmConfig(), lm, None, torch.device("cpu"))
     assert not mod._use_fused(CtcLmConfig(kernel="torch"), lm, None, torch.device("cuda"))
     with pytest.raises(ValueError, match="rows of phrases for a batch of 1"):
         fused(lp, lengths, CtcLmConfig(blank_id=b), boost=PhraseBoost([{}, {}], V, b))
@@ -394,7 +397,9 @@ def test_gpu_fused_ties_and_empty_inputs(char_lm):
 
 
 @pytest.mark.gpu
-def test_gpu_auto_uses_the_fused_kernel(char_lm, monkeypatch):
+def test_gpu_auto_uses_the_fused_kernel_once_verified(char_lm, monkeypatch):
+    """kernel='auto' on CUDA runs the fused kernel once FUSED_VERIFIED_ON_GPU is set (this file's gpu tests passed on
+    a GPU); before that, the torch path."""
     tokens, _, lm = char_lm["last"]
     V, b = tokens.vocab_size, tokens.blank_id
     calls = []
@@ -402,7 +407,7 @@ def test_gpu_auto_uses_the_fused_kernel(char_lm, monkeypatch):
     monkeypatch.setattr(mod, "_fused_search", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
     lp = random_log_probs(2, 30, V, seed=4, blank=b).cuda()
     ctc_lm_beam_search(lp, torch.tensor([30, 20]).cuda(), CtcLmConfig(blank_id=b), lm=lm)
-    assert calls == [1]
+    assert calls == ([1] if mod.FUSED_VERIFIED_ON_GPU else [])
 
 
 SANITIZER_SCRIPT = """

@@ -6,8 +6,8 @@ recipes/token_lm.py from the workload's text, or `token_lm=` a file), so `ctc_lm
 LM. Word boosts {word: boost} become phrases of the word's tokens (`TokenSet.encode`; for BPE the word's pieces
 with its word-start marker); words the token set cannot spell, or that are outside the workload's word list, are
 counted in `pop_stats()["unknown_boost_words"]` (boosted anyway when spellable) and warned about once.
-Runs on the log-probs' device (`ctc_lm@cuda`: the fused CUDA kernel with `kernel=auto`, the default, for the
-token LM and boosting; the batched torch path for `lm_level=word` or with `kernel=torch`).
+Runs on the log-probs' device (`ctc_lm@cuda`: the batched torch path; `kernel=fused` opts in to the fused CUDA kernel
+for the token LM and boosting, which `kernel=auto`, the default, will pick once it has run on a GPU -- not yet).
 `lm_level=word`: word-level fusion instead (decoders.ctc_lm.LexiconWordLM: the workload's word ARPA, a lexicon of its
 word list spelled by the token set, `lm_weight` and `word_score` per word; torchaudio/Flashlight's convention).
 """
