@@ -83,8 +83,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--insertion-bonus", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--kernel", default="auto", choices=["auto", "fused", "torch"],
-                    help="ctc_lm's implementation (decoders.ctc_lm.CtcLmConfig.kernel; auto: the torch path until the fused "
-                         "kernel has run on a GPU, then fused on CUDA)")
+                    help="ctc_lm's implementation (decoders.ctc_lm.CtcLmConfig.kernel; auto: the torch path until "
+                         "the fused kernel has run on a GPU, then fused on CUDA)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--speech-model", default=SPEECH_MODEL)
     ap.add_argument("--speech-manifest", default=SPEECH_MANIFEST)
