@@ -141,7 +141,8 @@ class WfstLattices:
     def memory_bytes(self, i: Optional[int] = None) -> int:
         """Bytes the lattice(s) hold in this layout (states: 16 B, arcs: 16 B)."""
         if i is None:
-            return 16 * int(self.state_splits[-1] - self.state_splits[0]) + 16 * int(self.arc_splits[-1] - self.arc_splits[0])
+            states = int(self.state_splits[-1] - self.state_splits[0])
+            return 16 * states + 16 * int(self.arc_splits[-1] - self.arc_splits[0])
         return 16 * self.num_states(i) + 16 * self.num_arcs(i)
 
     def _index(self, i) -> int:

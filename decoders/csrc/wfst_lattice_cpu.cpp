@@ -295,7 +295,8 @@ class Mbr {
     words_.erase(std::unique(words_.begin(), words_.end()), words_.end());
     arc_word_.resize(arcs_.size());
     for (size_t i = 0; i < arcs_.size(); ++i)
-      arc_word_[i] = static_cast<int32_t>(std::lower_bound(words_.begin(), words_.end(), arcs_[i].word) - words_.begin());
+      arc_word_[i] =
+          static_cast<int32_t>(std::lower_bound(words_.begin(), words_.end(), arcs_[i].word) - words_.begin());
   }
 
   static double LogAdd(double a, double b) {
@@ -754,10 +755,10 @@ wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const a
   return lattice::pack_lattices(lats);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_best_cpu(const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& state_scores,
-                      const at::Tensor& arc_splits, const at::Tensor& arcs, const at::Tensor& arc_scores,
-                      const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
-                      int64_t blank_id) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_best_cpu(
+    const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& state_scores,
+    const at::Tensor& arc_splits, const at::Tensor& arcs, const at::Tensor& arc_scores, const at::Tensor& ilabel,
+    const at::Tensor& aux_splits, const at::Tensor& aux_words, int64_t blank_id) {
   BEAMDEC_CHECK(state_splits.dim() == 1 && state_splits.scalar_type() == at::kLong && state_splits.is_contiguous() &&
                     arc_splits.sizes() == state_splits.sizes() && arc_splits.scalar_type() == at::kLong &&
                     arc_splits.is_contiguous() && state_splits.numel() >= 1,
@@ -769,7 +770,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
   BEAMDEC_CHECK(states.dim() == 2 && states.size(0) == S && states.size(1) == 2 && states.scalar_type() == at::kInt &&
                     states.is_contiguous() && state_scores.sizes() == states.sizes() &&
                     state_scores.scalar_type() == at::kFloat && state_scores.is_contiguous(),
-                "wfst_lattice_best: states (S, 2) int32 and state_scores (S, 2) float32 expected, S = state_splits[-1]");
+                "wfst_lattice_best: states (S, 2) int32 and state_scores (S, 2) float32 expected, "
+                "S = state_splits[-1]");
   BEAMDEC_CHECK(arcs.dim() == 2 && arcs.size(0) == A && arcs.size(1) == 3 && arcs.scalar_type() == at::kInt &&
                     arcs.is_contiguous() && arc_scores.dim() == 1 && arc_scores.numel() == A &&
                     arc_scores.scalar_type() == at::kFloat && arc_scores.is_contiguous(),
