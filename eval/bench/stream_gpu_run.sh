@@ -17,22 +17,23 @@
 #     a run that could not finish inside the time budget is skipped and listed (largest_sustained.json) ->
 #   throughput: streaming (10-frame chunks) vs offline decode of the same MAX_UTTS utterances at batch 32 and 200 ->
 #   the run directories as one archive, $OUT/stream_runs.tgz (runs/bench/wfst_stream/<RUN_PREFIX>_{sweep,throughput}).
-# Why bench scale (CPU measurement, eval.bench.wfst_stream_bench's own per-chunk path, 1 process, CPU time):
-#   Flashlight costs 5.4 ms per 400 ms chunk on the tiny graph (the H200 host measured 3.2 there: 256 streams on 16
-#   processes use 13 % of them, so Flashlight-16 keeps up to ~1,500-2,000 streams and the GPU would need >= 8,000),
-#   13.9 ms on small (~500-750 streams on 16), 58 ms (harness weights: 70) on bench: one process sustains ~7 streams,
-#   Flashlight-16 ~60-150 -- the paper's regime (it falls behind below 256), and the GPU's >= 4x is 240-600 streams.
+# Why bench scale (CPU measurement here, the bench's own incremental path, 1 process, CPU time per 400 ms chunk, Flashlight
+#   at the WFST's weights; the H200 host's cores ran Flashlight ~1.5x slower than this machine's on the tiny graph,
+#   3.2 vs 2.1 ms a chunk): tiny 1.7 ms (Flashlight-16 keeps up to ~2,000+ streams; the GPU would need >= 8,000),
+#   small 4.8 ms (~1,000 on 16; >= 4,000 needed), bench 42 ms (harness weights: 70): on the host ~63 ms, one process
+#   ~6 streams, Flashlight-16 ~100 -- the paper's regime (it falls behind below 256) -- and the GPU's >= 4x is ~400.
 # Flashlight runs at the WFST's objective (--fl-matched: LM weight 1/acoustic_scale = 1/3, word score 0): the same
-#   search objective as the GPU decoder, and its faster setting (58 vs 70 ms a chunk), so the ratio is not flattered.
+#   search objective as the GPU decoder, and its faster setting (42 vs 70 ms a chunk), so the ratio is not flattered.
 # Env: SCALE (bench | small | tiny), FL_STREAMS (64 96 128 192 256 384), GPU_STREAMS (256 512 1024 2048 4096 8192),
-#   FL_PROCS (16), DURATION (12), GIVE_UP (2), MAX_UTTS (200), BUDGET_S (450: the script aims to end by then),
+#   FL_PROCS (16), DURATION (20: s of audio per stream, whole
+#   utterances of ~7.6 s, so ~15 s), GIVE_UP (2), MAX_UTTS (200), BUDGET_S (450: the script aims to end by then),
 #   RUN_PREFIX (h200_<SCALE>), WHEELS (.whl; empty = use the packages python3 has), EVAL_GIT_COMMIT (the commit the
 #   rows record; the host's copy of .git may be stale). Stages are cached (workload params.json, graph_info.json): a
 #   call cut short can be run again on the still-warm machine and continues.
 # Expected on the H200 host (16 cores): wheels ~10 s, workload ~50 s, graph ~95 s, sweep <= BUDGET_S - 40 s
-#   (~3 min), throughput ~25 s: ~6-7 min in all.
+#   (~3.5 min: Flashlight ~20-25 s a stream count, the GPU ~18 s), throughput ~25 s: ~6.5-7.5 min in all.
 set -o pipefail
-SCALE=${SCALE:-bench}; FL_PROCS=${FL_PROCS:-16}; DURATION=${DURATION:-12}; GIVE_UP=${GIVE_UP:-2}
+SCALE=${SCALE:-bench}; FL_PROCS=${FL_PROCS:-16}; DURATION=${DURATION:-20}; GIVE_UP=${GIVE_UP:-2}
 MAX_UTTS=${MAX_UTTS:-200}; BUDGET_S=${BUDGET_S:-450}; RUN_PREFIX=${RUN_PREFIX:-h200_$SCALE}
 FL_STREAMS=${FL_STREAMS:-64 96 128 192 256 384}; GPU_STREAMS=${GPU_STREAMS:-256 512 1024 2048 4096 8192}
 DEVICE=${DEVICE:-cuda}

@@ -733,6 +733,109 @@ def run_throughput(run: BenchRun, args, data: LogProbSet, graph) -> None:
         run.checkpoint()
 
 
+# ---------------------------------------------------------------------------------------------------------
+# weights: the WER gap between the two serving configurations, utterance by utterance
+# ---------------------------------------------------------------------------------------------------------
+def run_weights(run: BenchRun, args, data: LogProbSet, graph) -> None:
+    """The same utterances (one stream each, whole) through our decoder offline, our decoder streamed in chunks
+    (--chunk-frames) and Flashlight's incremental decoder (decode_begin / decode_step per chunk / decode_end: the
+    serving path), at each "lm_weight,word_score" of --weight-grid in Flashlight's convention (acoustic +
+    lm_weight x LM + word_score x words). Our decoder's objective is acoustic_scale x acoustic + LM + boosts, so
+    the same objective is acoustic_scale = 1 / lm_weight and a boost of word_score / lm_weight on every word of
+    the graph (per-utterance boosting doing the work of a word-insertion bonus; slow on big vocabularies)."""
+    from decoders.wfst import WfstDecoder, WfstDecoderConfig
+    from decoders.wfst_stream import WfstStreamingDecoder
+    from eval.adapters.flashlight import FlashlightDecoder
+    from flashlight.lib.text.decoder import LexiconDecoder
+
+    device, C, n = args.device, args.chunk_frames, len(data)
+    lp, ln = data.log_probs, data.lengths
+    words = None
+    ctx = flashlight_context(args, data)
+    for pair in args.weight_grid:
+        lm_weight, word_score = (float(x) for x in pair.split(","))
+        if not lm_weight > 0:
+            raise ValueError(f"--weight-grid: lm_weight must be > 0, got {pair!r}")
+        scale, bonus = 1.0 / lm_weight, word_score / lm_weight
+        cfg = WfstDecoderConfig(search_beam=SEARCH_BEAM, max_active=MAX_ACTIVE, acoustic_scale=scale)
+        if bonus and words is None:
+            table = graph.words or (Path(args.graph_dir) / "words.txt").read_text(encoding="utf-8").split()[::2]
+            words = [w for w in table if w and not w.startswith(("<", "#"))]  # not <eps>, <unk>, #0 ...
+        boosts = [{w: bonus for w in words}] * n if bonus else None
+        params = {"mode": "weights", "lm_weight": lm_weight, "word_score": word_score, "chunk_frames": C}
+        tag = f"lm={lm_weight:g}, ws={word_score:g}"
+        hyps_by = {}
+        for what in ("offline", "streamed", "flashlight"):
+            lab = {"offline": f"wfst_offline@{device.split(':')[0]}[{tag}]",
+                   "streamed": f"wfst_stream@{device.split(':')[0]}[{tag}, chunk={C}]",
+                   "flashlight": f"flashlight_stream@cpu[{tag}, chunk={C}]"}[what]
+            dev = "cpu" if what == "flashlight" else device
+            watch = Stopwatch(dev)
+            try:
+                if what == "offline":
+                    dec = WfstDecoder(graph, replace_online(cfg), device)
+                    with watch:
+                        res = dec.decode(lp.to(device), ln, boosts=boosts)
+                    hyps = [" ".join(w) for w in res.word_strings]
+                elif what == "streamed":
+                    dec = WfstStreamingDecoder(graph, cfg, device, max_streams=n, max_chunk_frames=C)
+                    with watch:
+                        hs = [dec.create_stream(boosts=boosts[b] if boosts else None) for b in range(n)]
+                        for a in range(0, int(ln.max()), C):
+                            live = [b for b in range(n) if int(ln[b]) > a]
+                            lens = torch.tensor([min(C, int(ln[b]) - a) for b in live])
+                            dec.decode_chunk([hs[b] for b in live], lp[live, a : a + C].contiguous().to(device), lens)
+                        hyps = [" ".join(w) for w in dec.finalize(hs).word_strings]
+                else:
+                    fcfg = {**flashlight_cfg(args), "lm_weight": lm_weight, "word_score": word_score}
+                    fl = FlashlightDecoder(fcfg, ctx)
+                    d = LexiconDecoder(fl.options, fl.trie, fl.kenlm, fl.sil_idx, fl.tokens.blank_id, fl.unk_idx, [],
+                                       False)
+                    hyps = []
+                    with watch:
+                        for b in range(n):
+                            em = lp[b, : int(ln[b])].float().contiguous()
+                            d.decode_begin()
+                            for a in range(0, em.shape[0], C):
+                                x = em[a : a + C].contiguous()
+                                d.decode_step(x.data_ptr(), x.shape[0], x.shape[1])
+                            d.decode_end()
+                            best = d.get_best_hypothesis()
+                            hyps.append(" ".join(fl.word_dict.get_entry(w) for w in best.words if w >= 0))
+            except Exception as e:  # noqa: BLE001
+                run.unavailable(decoder=lab, decoder_name=f"{what}_weights", device=dev, reason=describe_error(e),
+                                params=params)
+                continue
+            finally:
+                dec = None  # noqa: F841
+                release_device_memory()
+            hyps_by[what] = hyps
+            wer = word_error_stats(data.refs, hyps)
+            for uid, ref, hyp in zip(data.ids, data.refs, hyps):
+                run.hyps.append({"decoder": lab, "dataset": data.dataset, "id": uid, "ref": ref, "hyp": hyp})
+            stats = {}
+            if what != "offline" and "offline" in hyps_by:  # utterances whose words differ from ours offline
+                stats["differs_from_wfst_offline"] = sum(a != b for a, b in zip(hyps, hyps_by["offline"]))
+            run.measured(decoder=lab, decoder_name="flashlight" if what == "flashlight" else "wfst", device=dev,
+                         dataset=data.dataset, wer=wer, audio_seconds=data.audio_seconds(),
+                         decoder_seconds=watch.wall_seconds, decoder_cuda_seconds=watch.cuda_seconds,
+                         frames=int(ln.sum()), stats=stats, batch_size=n, params=params,
+                         decoder_config={"search_beam": SEARCH_BEAM, "max_active": MAX_ACTIVE, "acoustic_scale": scale,
+                                         "word_boost_all": bonus} if what != "flashlight" else
+                         {**flashlight_cfg(args), "lm_weight": lm_weight, "word_score": word_score})
+            print(f"{lab}: WER {100 * wer.wer:.2f} % (S/D/I {wer.substitutions}/{wer.deletions}/{wer.insertions})"
+                  + (f", {stats['differs_from_wfst_offline']} of {n} utterances differ from wfst offline"
+                     if "differs_from_wfst_offline" in stats else ""), flush=True)
+        run.checkpoint()
+
+
+def replace_online(cfg):
+    """The offline decoder with k2's online semantics (what the streaming decoder equals exactly)."""
+    from dataclasses import replace
+
+    return replace(cfg, online=True)
+
+
 class _Null:
     def __enter__(self):
         return self
@@ -745,7 +848,7 @@ class _Null:
 def main(argv=None) -> int:
     t_start = clock_s()  # --time-budget-s counts from here (loading the set and the graph included)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["memory", "serve", "sweep", "throughput"])
+    ap.add_argument("mode", choices=["memory", "serve", "sweep", "throughput", "weights"])
     ap.add_argument("--scale", default="tiny")
     ap.add_argument("--kind", default="bpe")
     ap.add_argument("--set", default="other")
@@ -778,6 +881,8 @@ def main(argv=None) -> int:
                          "the row says aborted_at_s); 0 = never")
     ap.add_argument("--batches", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--acoustic-scale", type=float, default=SETTINGS["acoustic_scale"])
+    ap.add_argument("--weight-grid", nargs="+", default=["0.3333333,0", "0.5,2"],
+                    help="weights: 'lm_weight,word_score' pairs (Flashlight's convention)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_stream")
@@ -806,6 +911,8 @@ def main(argv=None) -> int:
         run.extra["largest_sustained.json"] = largest
         print(f"largest N sustained in real time (first_not_sustained None: every N tried kept up, the limit is "
               f"higher): {largest}")
+    elif args.mode == "weights":
+        run_weights(run, args, data, graph)
     else:
         run_throughput(run, args, data, graph)
     path = run.close()
