@@ -44,22 +44,25 @@ export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst TQDM_MININTERVAL=${TQDM_MININT
 export EVAL_GIT_COMMIT=${EVAL_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
 stage() { local name=$1 s=$SECONDS; shift; echo "STAGE $name start t=${SECONDS}s"; "$@"; local rc=$?
           echo "STAGE $name rc=$rc wall_s=$(( SECONDS - s )) t=${SECONDS}s"; return $rc; }
+quiet() { local log=$1; shift; "$@" > "$log" 2>&1 || { local rc=$?; tail -5 "$log"; return $rc; }; }  # output to a log
 export PYTHONPATH=.:${PYTHONPATH:-}
-if [ -n "${WHEELS-.whl}" ]; then
+if [ -n "${WHEELS-.whl}" ] && ! ls ${WHEELS:-.whl}/*.whl > /dev/null 2>&1; then
+  echo "note: no wheels in ${WHEELS:-.whl}/: using the packages python3 has"
+elif [ -n "${WHEELS-.whl}" ]; then
   stage wheels python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site ${WHEELS:-.whl}/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader 2>/dev/null || true
 echo "commit ${EVAL_GIT_COMMIT:-unknown}, scale $SCALE, cores $(nproc)"
-stage ext_build python3 -c "from decoders._ext import ops; ops()" > "$OUT/ext_build.log" 2>&1 & EXT=$!
-stage workload python3 -m recipes.workload scale=$SCALE > "$OUT/workload.log" 2>&1 || { tail "$OUT/workload.log"; exit 1; }
+python3 -c "import flashlight.lib.text.decoder, kaldilm, kaldifst" || echo "WARNING: flashlight-text / kaldilm / kaldifst missing (carry .whl)"
+stage ext_build quiet "$OUT/ext_build.log" python3 -c "from decoders._ext import ops; ops()" & EXT=$!
+stage workload quiet "$OUT/workload.log" python3 -m recipes.workload scale=$SCALE || exit 1
 grep -a "vocabulary\|other:" "$OUT/workload.log" | cut -c1-200
-stage graph python3 -c "from recipes.build_graphs import build_graphs
-build_graphs(scale='$SCALE', token_kinds=['bpe'], blanks=['last'], topologies=['compact'], max_hlg_arcs=0)" \
-  > "$OUT/graph.log" 2>&1 || { tail "$OUT/graph.log"; exit 1; }
+stage graph quiet "$OUT/graph.log" python3 -c "from recipes.build_graphs import build_graphs
+build_graphs(scale='$SCALE', token_kinds=['bpe'], blanks=['last'], topologies=['compact'], max_hlg_arcs=0)" || exit 1
 G=data/graphs/$SCALE/bpe_blanklast/compact
 python3 -c "import json; i = json.load(open('$G/graph_info.json'))['TLG']; print('TLG', i['states'], 'states', i['arcs'], 'arcs')"
-wait $EXT; tail -2 "$OUT/ext_build.log"
+wait $EXT || { echo "extension build failed: $OUT/ext_build.log"; exit 1; }; tail -1 "$OUT/ext_build.log"
 COMMON="--scale $SCALE --kind bpe --set other --max-utts $MAX_UTTS --graph-dir $G --device $DEVICE
   --output-dir runs/bench --experiment wfst_stream"
 # the sweep may use what is left of the budget but the throughput run and the archive (~40 s)

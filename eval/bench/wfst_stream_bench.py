@@ -634,8 +634,11 @@ def run_sweep(run: BenchRun, args, data: LogProbSet, graph, start_s: Optional[fl
             t = clock_s()
             kept = run_serve(run, args, data, graph, n, args.duration, [name])
             setup = max(0.0, clock_s() - t - args.duration)
+            if name not in kept:  # could not run (its row says why): no limit to report
+                largest[name]["unavailable_at"] = n
+                break
             largest[name]["tried"].append(n)
-            if not kept.get(name):
+            if not kept[name]:
                 largest[name]["first_not_sustained"] = n
                 break
             largest[name]["largest_sustained"] = n
