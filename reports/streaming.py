@@ -60,8 +60,16 @@ def serving_table(rows: Sequence[Any]) -> str:
             f"| {name} | {p.get('streams', '')} | {p.get('arrivals', '')} | {f('compute_mean_ms')} / {f('compute_p99_ms')} | "
             f"{f('queue_mean_ms')} / {f('queue_p99_ms')} | {f('total_mean_ms')} / {f('total_p50_ms')} / "
             f"{f('total_p90_ms')} / {f('total_p99_ms')} | {f('md1_total_ms')} | {f('utilisation', '{:.2f}')} | "
-            f"{f('sustained_rtfx', '{:.1f}')} | {'yes' if s.get('kept_up') else 'no'} |")
+            f"{f('sustained_rtfx', '{:.1f}')} | {_kept(s)} |")
     return "\n".join(lines)
+
+
+def _kept(s: dict) -> str:
+    if s.get("kept_up"):
+        return "yes"
+    if s.get("aborted_at_s") is not None:  # the benchmark ended the run early (--give-up-s): it was falling behind
+        return f"no (ended at {s['aborted_at_s']:.1f} s)"
+    return "no"
 
 
 def plot_memory_over_time(series: dict, out_path: str | Path) -> Path:

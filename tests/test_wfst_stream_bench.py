@@ -69,3 +69,68 @@ def test_streams_are_whole_utterances_in_order():
     assert st.last_of_segment(0, 1) and st.first_of_segment(0, 2) and not st.last_of_segment(0, 0)
     one = build_streams(data, 1, 12, chunk_frames=4, segmented=False)
     assert len(one.segments[0]) == 1 and one.frames(0) == 8
+
+
+def test_an_aborted_run_did_not_keep_up_and_says_when():
+    # a server still serving 5 ms after arrival, but ended at 2.0 s by --give-up-s: not kept up, no sustained RTFx
+    arr = [0.4 * k for k in range(1, 6)]
+    r = ServeResult(arr, [a + 0.003 for a in arr], [a + 0.005 for a in arr], [1] * 5, [0.002] * 5, [""], 2.0, 40.0, 3,
+                    0.01, aborted_at_s=2.0, served_frames=50)
+    st = serving_stats(r, 1, 40.0)
+    assert st["kept_up"] == 0 and st["aborted_at_s"] == 2.0 and "sustained_rtfx" not in st
+    table = serving_table([type("R", (), {"decoder": "x", "decoder_stats": st, "params": {"streams": 1}})()])
+    assert "no (ended at 2.0 s)" in table and "| — |" in table
+
+
+def test_flashlight_weights_harness_or_matched_to_the_wfst_objective():
+    from argparse import Namespace
+
+    from eval.bench import wfst_stream_bench as bench
+
+    args = Namespace(fl_beam_size=32, fl_lm_weight=0.5, fl_word_score=2.0, fl_matched=False)
+    assert bench.flashlight_cfg(args)["lm_weight"] == 0.5 and bench.flashlight_cfg(args)["word_score"] == 2.0
+    old = bench.SETTINGS["acoustic_scale"]
+    try:  # the WFST scores acoustic_scale x acoustic + LM: Flashlight's LM weight 1/acoustic_scale, no word score
+        bench.SETTINGS["acoustic_scale"] = 3.0
+        cfg = bench.flashlight_cfg(Namespace(**{**vars(args), "fl_matched": True}))
+        assert cfg["lm_weight"] == pytest.approx(1 / 3) and cfg["word_score"] == 0.0
+    finally:
+        bench.SETTINGS["acoustic_scale"] = old
+
+
+def test_segment_refs_follow_the_segments():
+    lengths = torch.tensor([5, 3, 0, 4])
+    data = LogProbSet(log_probs=torch.zeros(4, 5, 3), lengths=lengths, refs=["a", "b", "", "d"], durations=[0.2] * 4,
+                      ids=[str(i) for i in range(4)], tokens=["x", "y", "_"], blank_id=2)
+    st = build_streams(data, 2, 12, chunk_frames=4)
+    assert st.segment_refs[0] == ["a", "b", "d"] and len(st.segments[0]) == 3  # the 0-frame utterance is skipped
+    assert " ".join(st.segment_refs[1]) == st.refs[1] and len(st.segment_refs[1]) == len(st.segments[1])
+    assert build_streams(data, 1, 12, chunk_frames=4, segmented=False).segment_refs[0] == ["a b d"]
+
+
+@pytest.mark.slow
+def test_sweep_end_to_end_on_cpu_with_give_up(tmp_path):
+    """The tiny workload's BPE compact TLG: a sweep of our decoder (CPU reference) and Flashlight on one process,
+    where Flashlight at 96 streams falls behind and is ended early; the run directory says what each sustained."""
+    import json
+    import os
+    from pathlib import Path
+
+    pytest.importorskip("flashlight.lib.text.decoder")
+    from eval.bench import wfst_stream_bench as bench
+    from recipes.build_graphs import build_graphs
+    from recipes.workload import prepare_workload
+
+    wl = prepare_workload("tiny")
+    root = Path(os.environ.get("BEAMDEC_TEST_GRAPH_ROOT", "data/graphs"))
+    build_graphs(workload=wl, token_kind="bpe", blank="last", topologies=["compact"], out_root=root, max_hlg_arcs=0)
+    rc = bench.main(["sweep", "--device", "cpu", "--decoders", "wfst", "flashlight", "--streams", "2",
+                     "--fl-streams", "2", "400", "--fl-processes", "1", "--fl-matched", "--duration", "3",
+                     "--give-up-s", "0.5", "--max-utts", "20", "--graph-dir", str(root / "tiny/bpe_blanklast/compact"),
+                     "--output-dir", str(tmp_path), "--run", "t"])
+    assert rc == 0
+    run = tmp_path / "wfst_stream" / "t"
+    largest = json.loads((run / "largest_sustained.json").read_text())
+    assert largest["wfst"]["largest_sustained"] == 2 and largest["flashlight"]["first_not_sustained"] == 400
+    assert largest["ratio"]["at_least"] == pytest.approx(2 / 400)
+    assert "no (ended at" in (run / "serving.md").read_text()

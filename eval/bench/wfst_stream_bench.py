@@ -14,7 +14,11 @@ Modes (each writes one run directory under runs/bench/wfst_stream/<run>, rows th
                             "16 CPU cores"), each worker serving its streams' chunks first come first served
               per configuration: compute / queue / total latency (mean, p50, p90, p99), sustained RTFx, whether it
               kept up (backlog at the end of the arrivals), the M/D/1 prediction (reports.streaming) -> serving.md.
-  sweep       `serve` over several stream counts (short runs): the largest N each configuration sustains.
+  sweep       `serve` over several stream counts (short runs; --fl-streams: Flashlight's own list), stopping at the
+              first N a configuration does not sustain -> largest_sustained.json (per configuration, and the
+              GPU / Flashlight ratio when both ran); --give-up-s ends a run once a chunk waited that long (a
+              server that far behind is not keeping up; the row says aborted_at_s), --time-budget-s skips the
+              runs that could not finish in time (listed as skipped).
   throughput  streaming vs offline decode throughput at equal batch (the same utterances, streamed in chunks).
 
 Log-probs: the embedded workload's posterior simulator (eval.bench.common.workload_set), each stream the
@@ -30,6 +34,14 @@ On the H200 (each command well under 3 minutes; --duration 600 gives the paper's
     python -m eval.bench.wfst_stream_bench sweep --decoders wfst --streams 256 512 1024 2048 --duration 20 --run h200_sweep_wfst
     python -m eval.bench.wfst_stream_bench sweep --decoders flashlight --streams 16 32 64 128 256 --duration 20 --run h200_sweep_fl
     python -m eval.bench.wfst_stream_bench throughput --device cuda --batches 32 256 --run h200_throughput
+
+Table 4 on graphs big enough that Flashlight falls behind (bench scale: workload, graph, sweep of both
+configurations and the throughput run in one device call, ~6-7 minutes): `bash eval/bench/stream_gpu_run.sh`.
+
+Flashlight's weights: the harness's (--fl-lm-weight 0.5, --fl-word-score 2, conf/decoder/flashlight.yaml) by
+default; --fl-matched puts it at the WFST decoder's objective (acoustic_scale x acoustic + LM, no word bonus: LM
+weight 1 / acoustic_scale, word score 0). The WER gap between the two on the tiny serve run (11.74 vs 10.66 %) is
+that difference of weights, not streaming: at matched weights they agree (README, "Streaming").
 
 Timing: every latency is an eval.metrics.clock_s() difference (one clock across the worker processes) with the
 GPU synchronised before a batch's completion time is taken; aggregate decoder seconds go through
@@ -75,6 +87,7 @@ class StreamSet:
     vocab: int
     chunk_frames: int
     chunks: list[list[tuple[int, int, int]]] = None  # per stream: (segment, first frame, frames) of each chunk
+    segment_refs: Optional[list[list[str]]] = None  # per stream, the reference of each segment
 
     def __post_init__(self):
         C = self.chunk_frames
@@ -126,7 +139,7 @@ def build_streams(data: LogProbSet, n_streams: int, frames_per_stream: int, chun
     lengths = [int(x) for x in data.lengths]
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     flat = torch.cat([data.log_probs[b, : lengths[b]] for b in range(len(data))]).float().contiguous()
-    segments, refs = [], []
+    segments, refs, seg_refs = [], [], []
     U = len(data)
     if not any(lengths):
         raise ValueError("build_streams: every utterance of the set has 0 frames")
@@ -140,7 +153,9 @@ def build_streams(data: LogProbSet, n_streams: int, frames_per_stream: int, chun
             u = (u + 1) % U
         segments.append(parts if segmented else [np.concatenate(parts)])
         refs.append(" ".join(text))
-    return StreamSet(flat=flat, segments=segments, refs=refs, vocab=data.vocab_size, chunk_frames=chunk_frames)
+        seg_refs.append(text if segmented else [" ".join(text)])
+    return StreamSet(flat=flat, segments=segments, refs=refs, vocab=data.vocab_size, chunk_frames=chunk_frames,
+                     segment_refs=seg_refs)
 
 
 def load_graph(graph_dir: Path, which: str):
@@ -271,12 +286,17 @@ class ServeResult:
     arrivals_end_s: float
     backlog_at_end: int
     busy_s: float
+    aborted_at_s: Optional[float] = None  # --give-up-s: when the run was ended (None: it ran to the end)
+    served_frames: Optional[int] = None  # frames of the chunks served (all of them unless aborted)
+    segment_hyps: Optional[list] = None  # per stream, the hypothesis of each finished segment (utterance)
 
 
 def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph, chunk_frames: int, max_batch: int,
-               max_wait_s: float, watch: Stopwatch) -> ServeResult:
+               max_wait_s: float, watch: Stopwatch, give_up_s: float = 0.0) -> ServeResult:
     """One server: a dynamic batcher (a batch leaves when max_batch chunks are ready or the oldest waited
-    max_wait_s) in front of WfstStreamingDecoder; at most one chunk per stream per batch (chunks stay in order)."""
+    max_wait_s) in front of WfstStreamingDecoder; at most one chunk per stream per batch (chunks stay in order).
+    give_up_s > 0: the run ends as soon as a ready chunk has waited that long (a server that far behind is not
+    keeping up; the sweep needs no more of it)."""
     from decoders.wfst_stream import WfstStreamingDecoder
 
     n = len(streams)
@@ -294,9 +314,10 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
     pending: dict[int, list] = {}  # stream -> FIFO of (arrival, k)
     ready_order: list = []  # heap of (arrival of the stream's oldest pending chunk, stream)
     arrival, dispatch, done_t, bsz, bcomp = [], [], [], [], []
-    hyps: list[list[str]] = [[] for _ in range(n)]
+    hyps: list[list[str]] = [[] for _ in range(n)]  # per stream, per finished segment
     backlog_at_end = None
     busy = 0.0
+    aborted, served = None, 0
     sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
     t0 = clock_s() + 0.05
     while events or ready_order:
@@ -313,6 +334,11 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
             time.sleep(max(0.0, min(events[0][0] - now, 0.01)) if events else 0.0)
             continue
         oldest = ready_order[0][0]
+        if give_up_s > 0 and now - oldest > give_up_s:
+            aborted = now
+            if backlog_at_end is None:  # what had arrived and was not served yet
+                backlog_at_end = sum(len(q) for q in pending.values())
+            break
         if len(ready_order) < max_batch and now - oldest < max_wait_s and events:
             time.sleep(max(0.0, min(oldest + max_wait_s - now, events[0][0] - now, 0.005)))
             continue
@@ -330,13 +356,14 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
             if fin:  # the end of an utterance: endpoint, final result
                 res = dec.finalize([handles[s] for s in fin])
                 for s, w in zip(fin, res.word_strings):
-                    hyps[s].extend(w)
+                    hyps[s].append(" ".join(w))
                     handles[s] = None
             sync()
         t_done = clock_s() - t0
         busy += t_done - t_dispatch
         bsz.append(len(ss))
         bcomp.append(t_done - t_dispatch)
+        served += int(ln.sum())
         for (a, _), s in zip(items, ss):
             arrival.append(a)
             dispatch.append(t_dispatch)
@@ -344,12 +371,16 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
             if pending[s]:
                 heapq.heappush(ready_order, (pending[s][0][0], s))
     wall = clock_s() - t0
-    return ServeResult(arrival, dispatch, done_t, bsz, bcomp, [" ".join(h) for h in hyps], wall, arrivals_end,
-                       backlog_at_end if backlog_at_end is not None else 0, busy)
+    for h in handles:  # streams still open after an abort
+        if h is not None and aborted is not None:
+            dec.close(h)
+    return ServeResult(arrival, dispatch, done_t, bsz, bcomp, [" ".join(x for x in h if x) for h in hyps], wall,
+                       arrivals_end, backlog_at_end if backlog_at_end is not None else 0, busy, aborted, served, hyps)
 
 
 # ---- Flashlight workers (spawned processes: each owns every P-th stream) ----------------------------------------
-def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched: list[list[float]], chunk_frames: int):
+def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched: list[list[float]], chunk_frames: int,
+               give_up_s: float = 0.0, stop=None):
     torch.set_num_threads(1)
     try:
         from flashlight.lib.text.decoder import LexiconDecoder
@@ -368,17 +399,24 @@ def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched:
     events = sorted((sched[s][k], s, k) for s in mine for k in range(K[s]))
     arrival, dispatch, done_t, hyps = [], [], [], {s: [] for s in mine}
     arrivals_end = max((e[0] for e in events), default=0.0)
-    backlog_at_end, busy, i = None, 0.0, 0
+    backlog_at_end, busy, i, aborted, served = None, 0.0, 0, None, 0
     for a, s, k in events:  # FIFO by arrival; one chunk at a time
         now = clock_s() - t0
         if now < a:
             time.sleep(a - now)
         now = clock_s() - t0
+        if give_up_s > 0 and (now - a > give_up_s or stop.is_set()):  # this worker (or another) is that far behind
+            stop.set()
+            aborted = now
+            if backlog_at_end is None:
+                backlog_at_end = sum(1 for e in events[i:] if e[0] <= now)
+            break
         if backlog_at_end is None and now >= arrivals_end:
             backlog_at_end = sum(1 for e in events[i:] if e[0] <= now)
         t_dispatch = now
         lp, ln = streams.chunk([s], [k])
         em = lp[0, : int(ln[0])].contiguous()
+        served += int(ln[0])
         d = decs[s]
         if streams.first_of_segment(s, k):  # a new utterance
             d.decode_begin()
@@ -386,7 +424,7 @@ def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched:
         if streams.last_of_segment(s, k):  # its end: final result
             d.decode_end()
             best = d.get_best_hypothesis()
-            hyps[s].extend(fl.word_dict.get_entry(w) for w in best.words if w >= 0)
+            hyps[s].append(" ".join(fl.word_dict.get_entry(w) for w in best.words if w >= 0))
         t_done = clock_s() - t0
         busy += t_done - t_dispatch
         arrival.append(a)
@@ -395,21 +433,24 @@ def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched:
         i += 1
     conn.send(("done", dict(arrival=arrival, dispatch=dispatch, done=done_t, hyps=hyps, busy=busy,
                             arrivals_end=arrivals_end, backlog=backlog_at_end or 0,
-                            wall=clock_s() - t0)))
+                            wall=clock_s() - t0, aborted=aborted, served=served)))
 
 
-def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frames: int, fl_cfg: dict) -> ServeResult:
+def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frames: int, fl_cfg: dict,
+                     give_up_s: float = 0.0) -> ServeResult:
     import multiprocessing
 
     mp = multiprocessing.get_context("spawn")
     n = len(streams)
     procs, conns = [], []
+    stop = mp.Event()  # --give-up-s: the first worker that far behind ends every worker's run
     for w in range(processes):
         mine = list(range(w, n, processes))
         if not mine:
             continue
         parent, child = mp.Pipe()
-        p = mp.Process(target=_fl_worker, args=(child, fl_cfg, ctx, streams, mine, sched, chunk_frames), daemon=True)
+        p = mp.Process(target=_fl_worker, args=(child, fl_cfg, ctx, streams, mine, sched, chunk_frames, give_up_s,
+                                                stop), daemon=True)
         p.start()
         procs.append(p)
         conns.append(parent)
@@ -432,16 +473,20 @@ def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frame
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
-    hyps = [""] * n
+    hyps, seg_hyps = [""] * n, [[] for _ in range(n)]
     for part in parts:
         for s, h in part["hyps"].items():
-            hyps[s] = " ".join(h)
+            hyps[s] = " ".join(x for x in h if x)
+            seg_hyps[s] = h
     cat = lambda key: [x for part in parts for x in part[key]]  # noqa: E731
     return ServeResult(cat("arrival"), cat("dispatch"), cat("done"), [1] * len(cat("done")),
                        [d - s for d, s in zip(cat("done"), cat("dispatch"))], hyps,
                        max(part["wall"] for part in parts), max(part["arrivals_end"] for part in parts),
-                       sum(part["backlog"] for part in parts), sum(part["busy"] for part in parts)), \
-        [(len(part["done"]), part["busy"], part["arrivals_end"]) for part in parts]
+                       sum(part["backlog"] for part in parts), sum(part["busy"] for part in parts),
+                       min((part["aborted"] for part in parts if part.get("aborted") is not None), default=None),
+                       sum(part["served"] for part in parts), seg_hyps), \
+        [(len(part["done"]), part["busy"], part["arrivals_end"] if part.get("aborted") is None else
+          min(part["arrivals_end"], part["aborted"])) for part in parts]
 
 
 def serving_stats(r: ServeResult, n_streams: int, audio_s: float, servers: Optional[list] = None) -> dict:
@@ -469,14 +514,17 @@ def serving_stats(r: ServeResult, n_streams: int, audio_s: float, servers: Optio
         tot = sum(weights)
         st["md1_total_ms"] = 1000.0 * sum(p * w for p, w in zip(preds, weights)) / max(tot, 1)
         st["utilisation"] = max(utils or [0.0])
-    st["sustained_rtfx"] = audio_s / max(r.wall_s, 1e-9)
-    st["capacity_rtfx"] = audio_s / max(r.busy_s, 1e-9)
+    if r.aborted_at_s is None:
+        st["sustained_rtfx"] = audio_s / max(r.wall_s, 1e-9)
+        st["capacity_rtfx"] = audio_s / max(r.busy_s, 1e-9)
+    else:  # ended early (--give-up-s): it did not keep up; only part of the audio was served
+        st["aborted_at_s"] = r.aborted_at_s
     # kept up: at the end of the arrivals at most one chunk per stream was waiting, and the run ended within one
     # chunk period + the p99 compute latency of the last arrival (a growing queue fails both)
     st["backlog_at_end"] = r.backlog_at_end
     st["drain_after_arrivals_s"] = r.wall_s - r.arrivals_end_s
-    st["kept_up"] = int(r.backlog_at_end <= n_streams and st["drain_after_arrivals_s"] <= 1.0 + 2 * st.get(
-        "compute_p99_ms", 0.0) / 1000.0)
+    st["kept_up"] = int(r.aborted_at_s is None and r.backlog_at_end <= n_streams and st["drain_after_arrivals_s"]
+                        <= 1.0 + 2 * st.get("compute_p99_ms", 0.0) / 1000.0)
     # queues growing: total latency of the last quarter of chunks vs the second quarter (by arrival)
     order = sorted(range(len(total)), key=lambda i: r.arrival[i])
     q = len(order) // 4
@@ -501,6 +549,8 @@ def run_serve(run: BenchRun, args, data: LogProbSet, graph, n_streams: int, dura
         lab = labels[name]
         params = {"mode": "serve", "streams": n_streams, "arrivals": args.arrivals, "chunk_ms": int(1000 * period),
                   "duration_s": duration_s}
+        if args.give_up_s > 0:
+            params["give_up_s"] = args.give_up_s
         device = args.device if name == "wfst" else "cpu"
         try:
             if name == "wfst":
@@ -509,17 +559,18 @@ def run_serve(run: BenchRun, args, data: LogProbSet, graph, n_streams: int, dura
                 probe = MemoryProbe(device)
                 with probe:
                     r = serve_wfst(streams, sched, device, graph, C, args.max_batch or n_streams,
-                                   args.max_wait_ms / 1000.0, watch)
+                                   args.max_wait_ms / 1000.0, watch, args.give_up_s)
                 servers = None
                 dec_s, cuda_s, mem = watch.wall_seconds, watch.cuda_seconds, probe.stats
             else:
                 from eval.adapters.base import DecodingContext
 
-                params.update(processes=args.fl_processes)
+                params.update(processes=args.fl_processes, fl_weights="matched" if args.fl_matched else "harness")
                 ctx = flashlight_context(args, data)
                 probe = MemoryProbe("cpu")
                 with probe:
-                    r, servers = serve_flashlight(streams, sched, ctx, args.fl_processes, C, flashlight_cfg(args))
+                    r, servers = serve_flashlight(streams, sched, ctx, args.fl_processes, C, flashlight_cfg(args),
+                                                  args.give_up_s)
                 dec_s, cuda_s, mem = r.busy_s, None, probe.stats
         except Exception as e:  # noqa: BLE001
             run.unavailable(decoder=lab, decoder_name=f"{name}_stream", device=device, reason=describe_error(e),
@@ -528,22 +579,90 @@ def run_serve(run: BenchRun, args, data: LogProbSet, graph, n_streams: int, dura
         finally:
             release_device_memory()
         st = serving_stats(r, n_streams, streams.audio_seconds(), servers)
-        wer = word_error_stats(streams.refs, r.hyps)
+        wer = word_error_stats(streams.refs, r.hyps)  # an aborted run's is over the utterances it finished
+        frames = sum(streams.frames(s) for s in range(n_streams))
+        if r.aborted_at_s is not None:  # served audio only (the RTFx of the row is what it did decode)
+            frames = max(1, int(r.served_frames or 0))
+            refs, hyps = _finished(streams, r.segment_hyps)
+            # the WER of the utterances it finished; none finished: every stream's, unserved words as deletions
+            st["wer_scope"] = "finished utterances" if refs else "all streams (unserved words are deletions)"
+            wer = word_error_stats(refs, hyps) if refs else wer
         run.measured(decoder=lab, decoder_name=f"{name}_stream", device=device, dataset=data.dataset, wer=wer,
-                     audio_seconds=streams.audio_seconds(), decoder_seconds=dec_s, decoder_cuda_seconds=cuda_s,
-                     frames=sum(streams.frames(s) for s in range(n_streams)), memory=mem, stats=st, batch_size=0,
+                     audio_seconds=FRAME_S * frames, decoder_seconds=dec_s, decoder_cuda_seconds=cuda_s,
+                     frames=frames, memory=mem, stats=st, batch_size=0,
                      decoder_config=_cfg_dict() if name == "wfst" else flashlight_cfg(args), params=params)
         kept[name] = bool(st["kept_up"])
+        rtfx = st.get("sustained_rtfx")
+        end = f"ENDED at {st['aborted_at_s']:.1f} s (a chunk waited > {args.give_up_s:g} s)" \
+            if r.aborted_at_s is not None else f"sustained RTFx {rtfx:.1f}"
         print(f"{lab}: total latency mean {st.get('total_mean_ms', 0):.1f} ms (p99 {st.get('total_p99_ms', 0):.1f}), "
               f"compute mean {st.get('compute_mean_ms', 0):.1f} ms, M/D/1 {st['md1_total_ms']:.1f} ms, "
-              f"utilisation {st['utilisation']:.2f}, sustained RTFx {st['sustained_rtfx']:.1f}, kept up "
-              f"{bool(st['kept_up'])}, WER {100 * wer.wer:.2f} %", flush=True)
+              f"utilisation {st['utilisation']:.2f}, {end}, kept up {bool(st['kept_up'])}, WER {100 * wer.wer:.2f} %",
+              flush=True)
         run.checkpoint()
     return kept
 
 
+def _finished(streams: StreamSet, segment_hyps: list[list[str]]) -> tuple[list[str], list[str]]:
+    """(refs, hyps) of the utterances (segments) an aborted run finished, in stream order."""
+    refs, out = [], []
+    for s, hs in enumerate(segment_hyps):
+        for j, h in enumerate(hs):
+            refs.append(streams.segment_refs[s][j])
+            out.append(h)
+    return refs, out
+
+
+def run_sweep(run: BenchRun, args, data: LogProbSet, graph, start_s: Optional[float] = None) -> dict:
+    """`serve` over increasing stream counts per configuration, stopping at the first N that does not keep up.
+    --fl-streams: Flashlight's counts (default --streams). --time-budget-s: a run is skipped (and said so) when it
+    could not end within the budget counted from start_s (default: now), estimated as 1.5 x its duration + the
+    setup the previous run of the configuration took (10 s before the first)."""
+    t_start = clock_s() if start_s is None else start_s
+    largest = {}
+    for name in args.decoders:  # stops at the first N that does not keep up
+        counts = sorted(args.fl_streams or args.streams) if name == "flashlight" else sorted(args.streams)
+        largest[name] = {"largest_sustained": 0, "first_not_sustained": None, "tried": [], "skipped": []}
+        setup = 10.0
+        for n in counts:
+            left = args.time_budget_s - (clock_s() - t_start) if args.time_budget_s > 0 else math.inf
+            if 1.5 * args.duration + setup > left:
+                largest[name]["skipped"].append(n)
+                print(f"sweep: {name} N={n} skipped ({left:.0f} s left of --time-budget-s {args.time_budget_s:g})",
+                      flush=True)
+                continue
+            t = clock_s()
+            kept = run_serve(run, args, data, graph, n, args.duration, [name])
+            setup = max(0.0, clock_s() - t - args.duration)
+            if name not in kept:  # could not run (its row says why): no limit to report
+                largest[name]["unavailable_at"] = n
+                break
+            largest[name]["tried"].append(n)
+            if not kept[name]:
+                largest[name]["first_not_sustained"] = n
+                break
+            largest[name]["largest_sustained"] = n
+    if {"wfst", "flashlight"} <= set(largest):  # the paper's claim: how many times Flashlight-P's streams
+        g, f = largest["wfst"], largest["flashlight"]
+        largest["ratio"] = {
+            # point estimate over the grid tried, and a bound that holds whatever lies between grid points
+            "largest_over_largest": g["largest_sustained"] / f["largest_sustained"] if f["largest_sustained"] else None,
+            "at_least": g["largest_sustained"] / f["first_not_sustained"] if f["first_not_sustained"] else None,
+            "note": "at_least = wfst largest sustained / flashlight first N not sustained (a lower bound on the ratio "
+                    "of the true limits); wfst first_not_sustained None: its limit lies above every N tried",
+        }
+    return largest
+
+
 def flashlight_cfg(args) -> dict:
-    return {"beam_size": args.fl_beam_size, "beam_threshold": SEARCH_BEAM, "lm_weight": 0.5, "word_score": 2.0}
+    """Flashlight's search settings. Default: the harness's (conf/decoder/flashlight.yaml: LM weight 0.5, word score
+    2, tuned on the tiny workload). --fl-matched: the WFST decoder's operating point instead -- its objective is
+    acoustic_scale * acoustic + LM (graph weights) with no word bonus, i.e. LM weight 1 / acoustic_scale and word
+    score 0 -- so the two decoders search the same objective (the CPU check of the WER gap: README, streaming)."""
+    lm_weight, word_score = (1.0 / SETTINGS["acoustic_scale"], 0.0) if getattr(args, "fl_matched", False) else \
+        (args.fl_lm_weight, args.fl_word_score)
+    return {"beam_size": args.fl_beam_size, "beam_threshold": SEARCH_BEAM, "lm_weight": float(lm_weight),
+            "word_score": float(word_score)}
 
 
 def flashlight_context(args, data: LogProbSet):
@@ -617,6 +736,109 @@ def run_throughput(run: BenchRun, args, data: LogProbSet, graph) -> None:
         run.checkpoint()
 
 
+# ---------------------------------------------------------------------------------------------------------
+# weights: the WER gap between the two serving configurations, utterance by utterance
+# ---------------------------------------------------------------------------------------------------------
+def run_weights(run: BenchRun, args, data: LogProbSet, graph) -> None:
+    """The same utterances (one stream each, whole) through our decoder offline, our decoder streamed in chunks
+    (--chunk-frames) and Flashlight's incremental decoder (decode_begin / decode_step per chunk / decode_end: the
+    serving path), at each "lm_weight,word_score" of --weight-grid in Flashlight's convention (acoustic +
+    lm_weight x LM + word_score x words). Our decoder's objective is acoustic_scale x acoustic + LM + boosts, so
+    the same objective is acoustic_scale = 1 / lm_weight and a boost of word_score / lm_weight on every word of
+    the graph (per-utterance boosting doing the work of a word-insertion bonus; slow on big vocabularies)."""
+    from decoders.wfst import WfstDecoder, WfstDecoderConfig
+    from decoders.wfst_stream import WfstStreamingDecoder
+    from eval.adapters.flashlight import FlashlightDecoder
+    from flashlight.lib.text.decoder import LexiconDecoder
+
+    device, C, n = args.device, args.chunk_frames, len(data)
+    lp, ln = data.log_probs, data.lengths
+    words = None
+    ctx = flashlight_context(args, data)
+    for pair in args.weight_grid:
+        lm_weight, word_score = (float(x) for x in pair.split(","))
+        if not lm_weight > 0:
+            raise ValueError(f"--weight-grid: lm_weight must be > 0, got {pair!r}")
+        scale, bonus = 1.0 / lm_weight, word_score / lm_weight
+        cfg = WfstDecoderConfig(search_beam=SEARCH_BEAM, max_active=MAX_ACTIVE, acoustic_scale=scale)
+        if bonus and words is None:
+            table = graph.words or (Path(args.graph_dir) / "words.txt").read_text(encoding="utf-8").split()[::2]
+            words = [w for w in table if w and not w.startswith(("<", "#"))]  # not <eps>, <unk>, #0 ...
+        boosts = [{w: bonus for w in words}] * n if bonus else None
+        params = {"mode": "weights", "lm_weight": lm_weight, "word_score": word_score, "chunk_frames": C}
+        tag = f"lm={lm_weight:g}, ws={word_score:g}"
+        hyps_by = {}
+        for what in ("offline", "streamed", "flashlight"):
+            lab = {"offline": f"wfst_offline@{device.split(':')[0]}[{tag}]",
+                   "streamed": f"wfst_stream@{device.split(':')[0]}[{tag}, chunk={C}]",
+                   "flashlight": f"flashlight_stream@cpu[{tag}, chunk={C}]"}[what]
+            dev = "cpu" if what == "flashlight" else device
+            watch = Stopwatch(dev)
+            try:
+                if what == "offline":
+                    dec = WfstDecoder(graph, replace_online(cfg), device)
+                    with watch:
+                        res = dec.decode(lp.to(device), ln, boosts=boosts)
+                    hyps = [" ".join(w) for w in res.word_strings]
+                elif what == "streamed":
+                    dec = WfstStreamingDecoder(graph, cfg, device, max_streams=n, max_chunk_frames=C)
+                    with watch:
+                        hs = [dec.create_stream(boosts=boosts[b] if boosts else None) for b in range(n)]
+                        for a in range(0, int(ln.max()), C):
+                            live = [b for b in range(n) if int(ln[b]) > a]
+                            lens = torch.tensor([min(C, int(ln[b]) - a) for b in live])
+                            dec.decode_chunk([hs[b] for b in live], lp[live, a : a + C].contiguous().to(device), lens)
+                        hyps = [" ".join(w) for w in dec.finalize(hs).word_strings]
+                else:
+                    fcfg = {**flashlight_cfg(args), "lm_weight": lm_weight, "word_score": word_score}
+                    fl = FlashlightDecoder(fcfg, ctx)
+                    d = LexiconDecoder(fl.options, fl.trie, fl.kenlm, fl.sil_idx, fl.tokens.blank_id, fl.unk_idx, [],
+                                       False)
+                    hyps = []
+                    with watch:
+                        for b in range(n):
+                            em = lp[b, : int(ln[b])].float().contiguous()
+                            d.decode_begin()
+                            for a in range(0, em.shape[0], C):
+                                x = em[a : a + C].contiguous()
+                                d.decode_step(x.data_ptr(), x.shape[0], x.shape[1])
+                            d.decode_end()
+                            best = d.get_best_hypothesis()
+                            hyps.append(" ".join(fl.word_dict.get_entry(w) for w in best.words if w >= 0))
+            except Exception as e:  # noqa: BLE001
+                run.unavailable(decoder=lab, decoder_name=f"{what}_weights", device=dev, reason=describe_error(e),
+                                params=params)
+                continue
+            finally:
+                dec = None  # noqa: F841
+                release_device_memory()
+            hyps_by[what] = hyps
+            wer = word_error_stats(data.refs, hyps)
+            for uid, ref, hyp in zip(data.ids, data.refs, hyps):
+                run.hyps.append({"decoder": lab, "dataset": data.dataset, "id": uid, "ref": ref, "hyp": hyp})
+            stats = {}
+            if what != "offline" and "offline" in hyps_by:  # utterances whose words differ from ours offline
+                stats["differs_from_wfst_offline"] = sum(a != b for a, b in zip(hyps, hyps_by["offline"]))
+            run.measured(decoder=lab, decoder_name="flashlight" if what == "flashlight" else "wfst", device=dev,
+                         dataset=data.dataset, wer=wer, audio_seconds=data.audio_seconds(),
+                         decoder_seconds=watch.wall_seconds, decoder_cuda_seconds=watch.cuda_seconds,
+                         frames=int(ln.sum()), stats=stats, batch_size=n, params=params,
+                         decoder_config={"search_beam": SEARCH_BEAM, "max_active": MAX_ACTIVE, "acoustic_scale": scale,
+                                         "word_boost_all": bonus} if what != "flashlight" else
+                         {**flashlight_cfg(args), "lm_weight": lm_weight, "word_score": word_score})
+            print(f"{lab}: WER {100 * wer.wer:.2f} % (S/D/I {wer.substitutions}/{wer.deletions}/{wer.insertions})"
+                  + (f", {stats['differs_from_wfst_offline']} of {n} utterances differ from wfst offline"
+                     if "differs_from_wfst_offline" in stats else ""), flush=True)
+        run.checkpoint()
+
+
+def replace_online(cfg):
+    """The offline decoder with k2's online semantics (what the streaming decoder equals exactly)."""
+    from dataclasses import replace
+
+    return replace(cfg, online=True)
+
+
 class _Null:
     def __enter__(self):
         return self
@@ -627,8 +849,9 @@ class _Null:
 
 # ---------------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
+    t_start = clock_s()  # --time-budget-s counts from here (loading the set and the graph included)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["memory", "serve", "sweep", "throughput"])
+    ap.add_argument("mode", choices=["memory", "serve", "sweep", "throughput", "weights"])
     ap.add_argument("--scale", default="tiny")
     ap.add_argument("--kind", default="bpe")
     ap.add_argument("--set", default="other")
@@ -640,6 +863,10 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-frames", type=int, default=10, help="frames per chunk (10 x 40 ms = the 400 ms chunk)")
     ap.add_argument("--hour-frames", type=int, default=90000, help="memory: frames of the long stream")
     ap.add_argument("--streams", type=int, nargs="+", default=[256])
+    ap.add_argument("--fl-streams", type=int, nargs="+", default=None,
+                    help="sweep: Flashlight's stream counts (default: --streams)")
+    ap.add_argument("--time-budget-s", type=float, default=0.0,
+                    help="sweep: skip runs that could not end within this many seconds of the sweep's start; 0 = none")
     ap.add_argument("--stream-frames", type=int, default=15000, help="memory: frames of each concurrent stream")
     ap.add_argument("--duration", type=float, default=60.0, help="serve/sweep: seconds of audio per stream")
     ap.add_argument("--arrivals", choices=["periodic", "poisson"], default="periodic")
@@ -648,15 +875,24 @@ def main(argv=None) -> int:
     ap.add_argument("--max-wait-ms", type=float, default=5.0, help="dynamic batcher: longest wait for a fuller batch")
     ap.add_argument("--fl-processes", type=int, default=16)
     ap.add_argument("--fl-beam-size", type=int, default=32)
+    ap.add_argument("--fl-lm-weight", type=float, default=0.5, help="Flashlight LM weight (natural log; the harness's)")
+    ap.add_argument("--fl-word-score", type=float, default=2.0, help="Flashlight word score (the harness's)")
+    ap.add_argument("--fl-matched", action="store_true",
+                    help="Flashlight at the WFST's objective: LM weight 1/acoustic_scale, word score 0")
+    ap.add_argument("--give-up-s", type=float, default=0.0,
+                    help="serve/sweep: end a run once a chunk has waited this long (it cannot be keeping up; "
+                         "the row says aborted_at_s); 0 = never")
     ap.add_argument("--batches", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--acoustic-scale", type=float, default=SETTINGS["acoustic_scale"])
+    ap.add_argument("--weight-grid", nargs="+", default=["0.3333333,0", "0.5,2"],
+                    help="weights: 'lm_weight,word_score' pairs (Flashlight's convention)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_stream")
     ap.add_argument("--run", default=None)
     args = ap.parse_args(argv)
     SETTINGS["acoustic_scale"] = float(args.acoustic_scale)
-    if args.chunk_frames < 1 or min(args.streams) < 1 or args.duration <= 0:
+    if args.chunk_frames < 1 or min(args.streams + (args.fl_streams or [])) < 1 or args.duration <= 0:
         ap.error("--chunk-frames, --streams and --duration must be positive")
     if args.mode == "serve" and len(args.streams) != 1:
         ap.error("serve takes one --streams value (sweep takes several)")
@@ -674,18 +910,12 @@ def main(argv=None) -> int:
     elif args.mode == "serve":
         run_serve(run, args, data, graph, args.streams[0], args.duration, args.decoders)
     elif args.mode == "sweep":
-        largest = {}
-        for name in args.decoders:  # stops at the first N that does not keep up
-            largest[name] = {"largest_sustained": 0, "first_not_sustained": None}
-            for n in sorted(args.streams):
-                kept = run_serve(run, args, data, graph, n, args.duration, [name])
-                if not kept.get(name):
-                    largest[name]["first_not_sustained"] = n
-                    break
-                largest[name]["largest_sustained"] = n
+        largest = run_sweep(run, args, data, graph, t_start)
         run.extra["largest_sustained.json"] = largest
         print(f"largest N sustained in real time (first_not_sustained None: every N tried kept up, the limit is "
               f"higher): {largest}")
+    elif args.mode == "weights":
+        run_weights(run, args, data, graph)
     else:
         run_throughput(run, args, data, graph)
     path = run.close()
