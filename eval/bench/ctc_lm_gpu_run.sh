@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One GPU-host call for the fused CTC + LM kernel (issue 20): its gpu tests (kernel == its CPU op == the torch path ==
+# the reference, thread-count invariance, long and wide inputs, compute-sanitizer memcheck/racecheck on the kernel),
+# then ours (fused and torch paths) vs NeMo's batched beam search + NGramGPULanguageModel on the simulator.
+# The kernel has never run on a GPU before this script: when the tests pass, set FUSED_VERIFIED_ON_GPU = True in
+# decoders/ctc_lm.py (kernel='auto' then picks it on CUDA) and commit the run directory.
+#
+#   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt        (-> .whl)
+#           ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements-nemo.txt   (NeMo's; put them in .whl-nemo:
+#           the tree + .whl + NeMo's wheels may exceed the 64 MiB carry limit -- then carry only the wheels hydra-core,
+#           omegaconf, antlr4, jiwer, rapidfuzz from .whl, in .whl-lite)
+#   there:  bash eval/bench/ctc_lm_gpu_run.sh          (device call; carry .whl or .whl-lite, and .whl-nemo; ~4 min)
+# Without NeMo's wheels its rows are unavailable rows with the reason; ours are still measured.
+set -uo pipefail
+TOP=${OUT:-/tmp/ctc_lm_out}; OUT=$TOP/results; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=.:${PYTHONPATH:-} BEAMDEC_COMPONENTS=ctc  # one build for the whole call
+wheels=$(ls .whl/*.whl .whl-lite/*.whl .whl-nemo/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
+    && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit 1
+fi
+t0=$(date +%s)
+stage() { echo "== [$(( $(date +%s) - t0 )) s] $1"; shift; "$@"; }
+status=0
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/summary.txt"
+stage build python3 -c "from decoders._ext import load_extension; load_extension()" > "$OUT/ext_build.log" 2>&1 \
+  || { cat "$OUT/ext_build.log"; exit 1; }
+stage gpu-tests python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_ctc_lm.py tests/test_ctc_lm_fused.py 2>&1 \
+  | tee "$OUT/gpu_tests.txt" | tail -20
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+echo "ctc_lm gpu tests: $(tail -1 "$OUT/gpu_tests.txt")" >> "$OUT/summary.txt"
+for kernel in fused torch; do
+  stage "bench ($kernel)" python3 -m eval.bench.ctc_lm_bench --sources simulator --batches 1 200 --b1-utts 30 \
+    --kernel $kernel --output-dir "$OUT/runs" --run h200_$kernel 2>&1 | tee "$OUT/bench_$kernel.log" | tail -12
+done
+echo "total $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+cp "$OUT/summary.txt" "$TOP/summary.txt"
+tar czf "$TOP/results.tar.gz" -C "$TOP" results && rm -rf "$OUT"
+cat "$TOP/summary.txt"
+exit $status
