@@ -523,7 +523,7 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
     """WfstDecoder.decode_lattice (see the module docstring)."""
     import os
 
-    from decoders.wfst import _ops, graph_on_device
+    from decoders.wfst import _ops, arc_weights, graph_on_device
 
     cfg = decoder.config
     if not cfg.output_beam > 0:  # NaN too; the config checks at construction, a mutated config here
@@ -550,7 +550,8 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
             if on_gpu else {"frontier_capacity": 1, "candidate_capacity": 1, "token_capacity": 1, "arc_capacity": 1}
         out = _ops().wfst_lattice(
             lp_, lengths_, g["row_splits"], g["eps_begin"], g["final_begin"], g["dest"], g["ilabel"], g["aux_splits"],
-            g["aux_words"], g["weight"], int(graph.start_state), int(graph.final_state), keys_.to(device),
+            g["aux_words"], arc_weights(g, graph, cfg_.word_bonus), int(graph.start_state), int(graph.final_state),
+            keys_.to(device),
             values_.to(device), float(cfg_.search_beam), int(cfg_.min_active), int(cfg_.max_active),
             bool(cfg_.allow_partial), float(cfg_.acoustic_scale), decoder._eps_passes(cfg_), levels,
             float(cfg_.output_beam), caps["frontier_capacity"], caps["candidate_capacity"], caps["token_capacity"],

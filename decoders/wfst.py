@@ -126,8 +126,15 @@ class WfstDecoderConfig:
     # "no tightening" twin) stay inert on emitting steps; the final step is unchanged (beam 1e10). A streaming
     # decode equals an offline decode with online=True exactly.
     online: bool = False
+    # Added to the score of every word the graph outputs (per word of an arc with words): a word-insertion bonus
+    # (Kaldi's word_ins_penalty with the other sign; Flashlight's word_score, in the same log units as the graph's
+    # weights). The search, lattices and streaming see weight + word_bonus * (words on the arc) as the arc weight.
+    word_bonus: float = 0.0
 
     def __post_init__(self):
+        if isinstance(self.word_bonus, bool) or not isinstance(self.word_bonus, (int, float)) \
+                or not math.isfinite(self.word_bonus):
+            raise ValueError(f"word_bonus must be a finite number, got {self.word_bonus!r}")
         if not (self.search_beam > 0 and math.isfinite(self.search_beam)):
             raise ValueError(f"search_beam must be a finite number > 0, got {self.search_beam}")
         if not self.output_beam > 0:
@@ -329,6 +336,22 @@ def graph_on_device(graph: WfstGraph, device: Union[str, torch.device]) -> dict:
         _graph_cache[key] = tensors
         weakref.finalize(graph, _graph_cache.pop, key, None)
         return tensors
+
+
+def arc_weights(g: dict, graph: WfstGraph, word_bonus: float) -> torch.Tensor:
+    """The arc weights a search with `word_bonus` reads: graph.weight + word_bonus * (words on the arc), in float32,
+    computed once per (graph, device, bonus) on the host (so every backend reads the same numbers) and cached beside
+    the graph's device arrays; bonus 0 is the graph's own weights."""
+    if word_bonus == 0:
+        return g["weight"]
+    key = ("weight", float(word_bonus))
+    hit = g.get(key)
+    if hit is None:
+        splits, _ = graph.aux_csr()
+        n = np.diff(np.asarray(splits, dtype=np.int64)).astype(np.float32)
+        w = np.asarray(graph.weight, dtype=np.float32) + np.float32(word_bonus) * n
+        hit = g[key] = torch.from_numpy(w).to(g["weight"].device)
+    return hit
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -540,7 +563,7 @@ class WfstDecoder:
             g["ilabel"],
             g["aux_splits"],
             g["aux_words"],
-            g["weight"],
+            arc_weights(g, self.graph, cfg.word_bonus),
             int(self.graph.start_state),
             int(self.graph.final_state),
             keys.to(self.device),

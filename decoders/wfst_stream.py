@@ -59,6 +59,7 @@ from decoders.wfst import (
     WfstDecoderConfig,
     WfstResult,
     _ops,
+    arc_weights,
     build_boost_tables,
     gpu_capacities,
 )
@@ -113,7 +114,7 @@ class WfstStreamingDecoder:
         g = self._offline._graph
         cfg = self.config
         args = [g["row_splits"], g["eps_begin"], g["final_begin"], g["dest"], g["ilabel"], g["aux_splits"],
-                g["aux_words"], g["weight"], int(graph.start_state), int(graph.final_state), float(cfg.search_beam),
+                g["aux_words"], arc_weights(g, graph, cfg.word_bonus), int(graph.start_state), int(graph.final_state), float(cfg.search_beam),
                 int(cfg.min_active), int(cfg.max_active), bool(cfg.allow_partial), float(cfg.acoustic_scale),
                 self._offline._eps_passes(cfg),  # the offline decoder's pass count (same closure, same results)
                 self.max_streams, int(compact_min_links)]

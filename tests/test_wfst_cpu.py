@@ -539,3 +539,35 @@ def test_link_compaction_does_not_change_results(monkeypatch):
         assert a.words == b.words and torch.equal(a.scores, b.scores) and a.has_path == b.has_path
         assert sa["word_links"] == sb["word_links"]
         assert sa["peak_stored_links"][0] < sb["peak_stored_links"][0]  # the tiny threshold did compact
+
+
+def test_word_bonus_equals_a_graph_with_the_bonus_in_its_weights():
+    """word_bonus = b decodes (1-best, lattices, streaming) exactly as the graph whose arc weights carry b per output
+    word (multi-word arcs: b per word), and bad values are one-line errors."""
+    from dataclasses import replace
+
+    from decoders.wfst_stream import WfstStreamingDecoder
+
+    rng = np.random.default_rng(5)
+    g = random_graph(rng, epsilon=True, num_states=40, num_tokens=7)
+    n = np.diff(np.asarray(g.aux_csr()[0], dtype=np.int64)).astype(np.float32)
+    lp = random_log_probs(rng, 4, 25, 7)
+    lengths = torch.tensor([25, 0, 9, 24])
+    for b in (2.0, -1.5):
+        moved = replace(g, weight=(np.asarray(g.weight, dtype=np.float32) + np.float32(b) * n).astype(np.float32))
+        ours = WfstDecoder(g, WfstDecoderConfig(word_bonus=b)).decode(lp, lengths)
+        ref = WfstDecoder(moved, WfstDecoderConfig()).decode(lp, lengths)
+        assert ours.words == ref.words and ours.scores.tolist() == ref.scores.tolist()
+        lat = WfstDecoder(g, WfstDecoderConfig(word_bonus=b)).decode_lattice(lp, lengths)
+        lat_ref = WfstDecoder(moved, WfstDecoderConfig()).decode_lattice(lp, lengths)
+        assert torch.equal(lat.arcs, lat_ref.arcs) and torch.equal(lat.arc_scores, lat_ref.arc_scores)
+        sd = WfstStreamingDecoder(g, WfstDecoderConfig(word_bonus=b), "cpu")
+        s = sd.create_stream()
+        sd.decode_chunk([s], lp[:1], torch.tensor([25]))
+        streamed = sd.finalize([s])
+        online = WfstDecoder(moved, WfstDecoderConfig(online=True)).decode(lp[:1], lengths[:1])
+        assert streamed.words == online.words and streamed.scores.tolist() == online.scores.tolist()
+    assert n.sum() > 0  # the graph outputs words, so the bonus moved its weights
+    for bad in (math.nan, math.inf, "1", True):
+        with pytest.raises(ValueError, match="word_bonus"):
+            WfstDecoderConfig(word_bonus=bad)
