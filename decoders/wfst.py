@@ -59,6 +59,7 @@ max(65536, 2 L) + (one step's links) entries of 8 bytes, L being the links still
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import weakref
 from collections.abc import Mapping
@@ -132,7 +133,7 @@ class WfstDecoderConfig:
     word_bonus: float = 0.0
 
     def __post_init__(self):
-        if isinstance(self.word_bonus, bool) or not isinstance(self.word_bonus, (int, float)) \
+        if isinstance(self.word_bonus, bool) or not isinstance(self.word_bonus, numbers.Real) \
                 or not math.isfinite(self.word_bonus):
             raise ValueError(f"word_bonus must be a finite number, got {self.word_bonus!r}")
         if not (self.search_beam > 0 and math.isfinite(self.search_beam)):
