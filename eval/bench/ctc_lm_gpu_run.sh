@@ -7,8 +7,9 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt        (-> .whl)
 #           ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements-nemo.txt   (NeMo's; put them in .whl-nemo:
-#           the tree + .whl + NeMo's wheels may exceed the 64 MiB carry limit -- then carry only the wheels hydra-core,
-#           omegaconf, antlr4, jiwer, rapidfuzz from .whl, in .whl-lite)
+#           the tree + .whl + NeMo's wheels may exceed the 64 MiB carry limit -- then carry only the small
+#           pure-Python wheels of .whl the harness imports (Hydra, OmegaConf, antlr4, the WER package, rapidfuzz) in
+#           .whl-lite)
 #   there:  bash eval/bench/ctc_lm_gpu_run.sh          (device call; carry .whl or .whl-lite, and .whl-nemo; ~4 min)
 # Without NeMo's wheels its rows are unavailable rows with the reason; ours are still measured.
 set -uo pipefail
