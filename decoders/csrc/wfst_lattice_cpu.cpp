@@ -755,27 +755,39 @@ wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const a
   return lattice::pack_lattices(lats);
 }
 
+// The packed lattice batch every lattice op reads (the wfst_lattice op's layout, wfst_lattice_ops.h): one-line errors
+// naming `op`; returns the batch size B.
+static int64_t check_packed_lattices(const char* op, const at::Tensor& state_splits, const at::Tensor& states,
+                                     const at::Tensor& arc_splits, const at::Tensor& arcs,
+                                     const at::Tensor& arc_scores) {
+  BEAMDEC_CHECK(state_splits.dim() == 1 && state_splits.scalar_type() == at::kLong && state_splits.is_contiguous() &&
+                    arc_splits.sizes() == state_splits.sizes() && arc_splits.scalar_type() == at::kLong &&
+                    arc_splits.is_contiguous() && state_splits.numel() >= 1,
+                op, ": state_splits/arc_splits must be contiguous int64 (B + 1,)");
+  const int64_t B = state_splits.numel() - 1;
+  const int64_t S = state_splits.data_ptr<int64_t>()[B], A = arc_splits.data_ptr<int64_t>()[B];
+  BEAMDEC_CHECK(states.dim() == 2 && states.size(0) == S && states.size(1) == 2 && states.scalar_type() == at::kInt &&
+                    states.is_contiguous(),
+                op, ": states must be contiguous int32 (S, 2) with S = state_splits[-1]");
+  BEAMDEC_CHECK(arcs.dim() == 2 && arcs.size(0) == A && arcs.size(1) == 3 && arcs.scalar_type() == at::kInt &&
+                    arcs.is_contiguous(),
+                op, ": arcs must be contiguous int32 (A, 3) with A = arc_splits[-1]");
+  BEAMDEC_CHECK(arc_scores.dim() == 1 && arc_scores.numel() == A && arc_scores.scalar_type() == at::kFloat &&
+                    arc_scores.is_contiguous(),
+                op, ": arc_scores must be contiguous float32 (A,)");
+  return B;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_best_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& state_scores,
     const at::Tensor& arc_splits, const at::Tensor& arcs, const at::Tensor& arc_scores, const at::Tensor& ilabel,
     const at::Tensor& aux_splits, const at::Tensor& aux_words, int64_t blank_id) {
-  BEAMDEC_CHECK(state_splits.dim() == 1 && state_splits.scalar_type() == at::kLong && state_splits.is_contiguous() &&
-                    arc_splits.sizes() == state_splits.sizes() && arc_splits.scalar_type() == at::kLong &&
-                    arc_splits.is_contiguous() && state_splits.numel() >= 1,
-                "wfst_lattice_best: state_splits/arc_splits must be contiguous int64 (B + 1,)");
-  const int64_t B = state_splits.numel() - 1;
+  const int64_t B = check_packed_lattices("wfst_lattice_best", state_splits, states, arc_splits, arcs, arc_scores);
   const int64_t* ssp = state_splits.data_ptr<int64_t>();
   const int64_t* asp = arc_splits.data_ptr<int64_t>();
-  const int64_t S = ssp[B], A = asp[B];
-  BEAMDEC_CHECK(states.dim() == 2 && states.size(0) == S && states.size(1) == 2 && states.scalar_type() == at::kInt &&
-                    states.is_contiguous() && state_scores.sizes() == states.sizes() &&
-                    state_scores.scalar_type() == at::kFloat && state_scores.is_contiguous(),
-                "wfst_lattice_best: states (S, 2) int32 and state_scores (S, 2) float32 expected, "
-                "S = state_splits[-1]");
-  BEAMDEC_CHECK(arcs.dim() == 2 && arcs.size(0) == A && arcs.size(1) == 3 && arcs.scalar_type() == at::kInt &&
-                    arcs.is_contiguous() && arc_scores.dim() == 1 && arc_scores.numel() == A &&
-                    arc_scores.scalar_type() == at::kFloat && arc_scores.is_contiguous(),
-                "wfst_lattice_best: arcs (A, 3) int32 and arc_scores (A,) float32 expected, A = arc_splits[-1]");
+  BEAMDEC_CHECK(state_scores.sizes() == states.sizes() && state_scores.scalar_type() == at::kFloat &&
+                    state_scores.is_contiguous(),
+                "wfst_lattice_best: state_scores must be contiguous float32 (S, 2) like states");
   BEAMDEC_CHECK(ilabel.dim() == 1 && ilabel.scalar_type() == at::kInt && ilabel.is_contiguous() &&
                     aux_splits.dim() == 1 && aux_splits.numel() == ilabel.numel() + 1 &&
                     aux_splits.scalar_type() == at::kInt && aux_splits.is_contiguous() &&
@@ -892,24 +904,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_mbr_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
     const at::Tensor& arc_scores, const at::Tensor& arc_words) {
-  BEAMDEC_CHECK(state_splits.dim() == 1 && state_splits.scalar_type() == at::kLong && state_splits.is_contiguous() &&
-                    arc_splits.sizes() == state_splits.sizes() && arc_splits.scalar_type() == at::kLong &&
-                    arc_splits.is_contiguous() && state_splits.numel() >= 1,
-                "wfst_lattice_mbr: state_splits/arc_splits must be contiguous int64 (B + 1,)");
-  const int64_t B = state_splits.numel() - 1;
+  const int64_t B = check_packed_lattices("wfst_lattice_mbr", state_splits, states, arc_splits, arcs, arc_scores);
   const int64_t* ssp = state_splits.data_ptr<int64_t>();
   const int64_t* asp = arc_splits.data_ptr<int64_t>();
-  const int64_t S = ssp[B], A = asp[B];
-  BEAMDEC_CHECK(states.dim() == 2 && states.size(0) == S && states.size(1) == 2 && states.scalar_type() == at::kInt &&
-                    states.is_contiguous(),
-                "wfst_lattice_mbr: states must be contiguous int32 (S, 2) with S = state_splits[-1]");
-  BEAMDEC_CHECK(arcs.dim() == 2 && arcs.size(0) == A && arcs.size(1) == 3 && arcs.scalar_type() == at::kInt &&
-                    arcs.is_contiguous(),
-                "wfst_lattice_mbr: arcs must be contiguous int32 (A, 3) with A = arc_splits[-1]");
-  BEAMDEC_CHECK(arc_scores.dim() == 1 && arc_scores.numel() == A && arc_scores.scalar_type() == at::kFloat &&
-                    arc_words.dim() == 1 && arc_words.numel() == A && arc_words.scalar_type() == at::kInt &&
-                    arc_scores.is_contiguous() && arc_words.is_contiguous(),
-                "wfst_lattice_mbr: arc_scores (A,) float32 and arc_words (A,) int32 expected");
+  const int64_t A = asp[B];
+  BEAMDEC_CHECK(arc_words.dim() == 1 && arc_words.numel() == A && arc_words.scalar_type() == at::kInt &&
+                    arc_words.is_contiguous(),
+                "wfst_lattice_mbr: arc_words must be contiguous int32 (A,) with A = arc_splits[-1]");
   const int32_t* st = states.data_ptr<int32_t>();
   const int32_t* ar = arcs.data_ptr<int32_t>();
   const float* as = arc_scores.data_ptr<float>();
