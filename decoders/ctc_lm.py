@@ -28,8 +28,8 @@ the state carries the beams' LM and automaton states, and chunked decoding equal
 Three implementations with one semantics:
 - `reference_prefix_beam_search`: plain Python over prefix tuples, float64, every extension of every beam
   considered; the executable spec (tests check it against a brute-force sum over all alignments).
-- the fused kernel (`CtcLmConfig.kernel="fused"`; "auto" will pick it on CUDA once it has run there, see
-  FUSED_VERIFIED_ON_GPU -- PARTIAL: not yet run on a GPU): one launch per decode, one thread block per
+- the fused kernel (`CtcLmConfig.kernel="fused"`; "auto" picks it on CUDA, see FUSED_VERIFIED_ON_GPU: its gpu
+  tests passed on the H200): one launch per decode, one thread block per
   row running the frame loop, blank skipping, each frame's candidate scoring with the LM / automaton lookups
   (per-state sorted arc lists searched along back-off / failure chains), the prefix merge (the hash rule below),
   an exact radix top-k of the beam x vocab candidates, and the final scoring and back-tracking
@@ -780,8 +780,9 @@ class CtcLmConfig:
     cuda_graphs: on a GPU, run the frame loop as a captured CUDA graph replayed per frame (same kernels, same
         results; falls back to eager launches with a warning if capture fails). Ignored on the CPU and by the
         fused kernel.
-    kernel: "auto": the fused kernel (one launch per decode, decoders/include/ctc_lm_kernels.cuh) on CUDA when it
-        has been verified there (FUSED_VERIFIED_ON_GPU; not yet: "auto" is the torch path for now) and covers the scorers (a token `NgramLM` and/or `PhraseBoost`, or none), else the torch path (the CPU, the
+    kernel: "auto": the fused kernel (one launch per decode, decoders/include/ctc_lm_kernels.cuh) on CUDA (verified
+        there: FUSED_VERIFIED_ON_GPU) when it covers the scorers (a token `NgramLM` and/or `PhraseBoost`, or none),
+        else the torch path (the CPU, the
         word-level `LexiconWordLM`, a custom `scorer`); "fused": the fused kernel on any device (on the CPU the
         kernel's own code, run item by item: for tests), an error for what it does not cover; "torch": the
         vectorized torch path. Streaming (`CtcLmStreamingDecoder`) always runs the torch path.
@@ -1073,10 +1074,11 @@ def _fused_unsupported(lm, scorer) -> Optional[str]:
     return None
 
 
-# PARTIAL: the fused kernel has not run on a GPU yet (written and tested on the CPU through its CPU op; its CUDA build
-# is compile-checked with nvcc). Until tests/test_ctc_lm_fused.py -m gpu has passed on a GPU, "auto" keeps the torch
-# path everywhere and kernel="fused" opts in; flip this once they have.
-FUSED_VERIFIED_ON_GPU = False
+# The fused kernel's gpu tests (tests/test_ctc_lm_fused.py -m gpu: equal to its CPU op, the torch path and the
+# reference; block sizes; long, wide, tied and empty inputs; compute-sanitizer memcheck and racecheck) passed on the
+# H200 (reports/measurements/h200_2026-12-01/gpu_check_s4/), so "auto" picks it on CUDA. Set False to make "auto"
+# the torch path again (kernel="fused" still opts in).
+FUSED_VERIFIED_ON_GPU = True
 
 
 def _use_fused(config: CtcLmConfig, lm, scorer, device) -> bool:

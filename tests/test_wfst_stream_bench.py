@@ -134,3 +134,37 @@ def test_sweep_end_to_end_on_cpu_with_give_up(tmp_path):
     assert largest["wfst"]["largest_sustained"] == 2 and largest["flashlight"]["first_not_sustained"] == 400
     assert largest["ratio"]["at_least"] == pytest.approx(2 / 400)
     assert "no (ended at" in (run / "serving.md").read_text()
+
+
+def test_flashlight_pool_loads_once_and_serves_runs_alike():
+    """A sweep's Flashlight pool: the same worker processes serve every run (loaded once), the log-probs reach
+    them through shared memory, and a second run of the same streams gives the same words as the first and as a
+    pool of its own."""
+    import os
+    from argparse import Namespace
+    from pathlib import Path
+
+    pytest.importorskip("flashlight.lib.text.decoder")
+    from eval.bench import wfst_stream_bench as bench
+    from eval.bench.common import workload_set
+    from recipes.build_graphs import build_graphs
+    from recipes.workload import prepare_workload
+
+    wl = prepare_workload("tiny")
+    root = Path(os.environ.get("BEAMDEC_TEST_GRAPH_ROOT", "data/graphs"))
+    build_graphs(workload=wl, token_kind="bpe", blank="last", topologies=["compact"], out_root=root, max_hlg_arcs=0)
+    data = workload_set("tiny", "bpe", "other", 6)
+    args = Namespace(scale="tiny", graph_dir=str(root / "tiny/bpe_blanklast/compact"), fl_matched=True,
+                     fl_beam_size=50, fl_lm_weight=0.5, fl_word_score=2.0)
+    streams = bench.build_streams(data, 3, 150, 10)
+    sched = bench.arrival_times(streams, 0.0, "periodic", 0)  # every chunk at once: as fast as possible
+    ctx = bench.flashlight_context(args, data)
+    with bench.FlashlightPool(ctx, 2, bench.flashlight_cfg(args)) as pool:
+        pids = [p.pid for p in pool.procs]
+        first, _ = pool.serve(streams, sched)
+        again, _ = pool.serve(streams, sched)
+        assert [p.pid for p in pool.procs] == pids and all(p.is_alive() for p in pool.procs)
+    assert streams._flat0.is_shared() and streams.flat.data_ptr() == streams._flat0.data_ptr()
+    own, _ = bench.serve_flashlight(streams, sched, ctx, 2, 10, bench.flashlight_cfg(args))
+    assert first.hyps == again.hyps == own.hyps and any(first.hyps)
+    assert len(first.done) == sum(streams.num_chunks(s) for s in range(3))

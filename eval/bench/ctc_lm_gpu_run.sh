@@ -2,8 +2,8 @@
 # One GPU-host call for the fused CTC + LM kernel (issue 20): its gpu tests (kernel == its CPU op == the torch path ==
 # the reference, thread-count invariance, long and wide inputs, compute-sanitizer memcheck/racecheck on the kernel),
 # then ours (fused and torch paths) vs NeMo's batched beam search + NGramGPULanguageModel on the simulator.
-# The kernel has never run on a GPU before this script: when the tests pass, set FUSED_VERIFIED_ON_GPU = True in
-# decoders/ctc_lm.py (kernel='auto' then picks it on CUDA) and commit the run directory.
+# The kernel's gpu tests first passed on the H200 in `bash .ci/gpu-host/gpu_check.sh` (2026-12-01, session 4), so
+# FUSED_VERIFIED_ON_GPU = True in decoders/ctc_lm.py (kernel='auto' picks it on CUDA); this call reruns them.
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt        (-> .whl)
 #           ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements-nemo.txt   (NeMo's; put them in .whl-nemo:

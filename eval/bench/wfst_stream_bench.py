@@ -96,6 +96,7 @@ class StreamSet:
         # per stream, (chunks, C) indices into flat + a zero row (padding), so a batch is one gather
         pad = int(self.flat.shape[0])
         self._flat0 = torch.cat([self.flat, torch.zeros(1, self.vocab)])
+        self.flat = self._flat0[:pad]  # one copy of the log-probs (a view), so sharing it shares both
         self._index = []
         for s, segs in enumerate(self.segments):
             idx = np.full((len(self.chunks[s]), C), pad, dtype=np.int64)
@@ -105,6 +106,11 @@ class StreamSet:
 
     def __len__(self) -> int:
         return len(self.segments)
+
+    def share_memory_(self) -> "StreamSet":
+        """Moves the log-probs to shared memory: worker processes then map them instead of receiving copies."""
+        self._flat0.share_memory_()
+        return self
 
     def frames(self, s: int) -> int:
         return sum(len(seg) for seg in self.segments[s])
@@ -379,22 +385,10 @@ def serve_wfst(streams: StreamSet, sched: list[list[float]], device: str, graph,
 
 
 # ---- Flashlight workers (spawned processes: each owns every P-th stream) ----------------------------------------
-def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched: list[list[float]], chunk_frames: int,
-               give_up_s: float = 0.0, stop=None):
-    torch.set_num_threads(1)
-    try:
-        from flashlight.lib.text.decoder import LexiconDecoder
-
-        from eval.adapters.flashlight import FlashlightDecoder
-
-        fl = FlashlightDecoder(cfg, ctx)
-        decs = {s: LexiconDecoder(fl.options, fl.trie, fl.kenlm, fl.sil_idx, fl.tokens.blank_id, fl.unk_idx, [], False)
-                for s in mine}
-        conn.send(("ready", None))
-    except Exception as e:  # noqa: BLE001 - reported to the parent
-        conn.send(("error", describe_error(e)))
-        return
-    t0 = conn.recv()
+def _fl_serve(fl, decs_factory, streams: StreamSet, mine: list[int], sched: list[list[float]], t0: float,
+              give_up_s: float, stop) -> dict:
+    """One worker's share of one serving run: its streams' chunks first come first served, one at a time."""
+    decs = {s: decs_factory() for s in mine}
     K = {s: streams.num_chunks(s) for s in mine}
     events = sorted((sched[s][k], s, k) for s in mine for k in range(K[s]))
     arrival, dispatch, done_t, hyps = [], [], [], {s: [] for s in mine}
@@ -431,48 +425,114 @@ def _fl_worker(conn, cfg: dict, ctx, streams: StreamSet, mine: list[int], sched:
         dispatch.append(t_dispatch)
         done_t.append(t_done)
         i += 1
-    conn.send(("done", dict(arrival=arrival, dispatch=dispatch, done=done_t, hyps=hyps, busy=busy,
-                            arrivals_end=arrivals_end, backlog=backlog_at_end or 0,
-                            wall=clock_s() - t0, aborted=aborted, served=served)))
+    return dict(arrival=arrival, dispatch=dispatch, done=done_t, hyps=hyps, busy=busy, arrivals_end=arrivals_end,
+                backlog=backlog_at_end or 0, wall=clock_s() - t0, aborted=aborted, served=served)
 
 
-def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frames: int, fl_cfg: dict,
-                     give_up_s: float = 0.0) -> ServeResult:
-    import multiprocessing
-
-    mp = multiprocessing.get_context("spawn")
-    n = len(streams)
-    procs, conns = [], []
-    stop = mp.Event()  # --give-up-s: the first worker that far behind ends every worker's run
-    for w in range(processes):
-        mine = list(range(w, n, processes))
-        if not mine:
-            continue
-        parent, child = mp.Pipe()
-        p = mp.Process(target=_fl_worker, args=(child, fl_cfg, ctx, streams, mine, sched, chunk_frames, give_up_s,
-                                                stop), daemon=True)
-        p.start()
-        procs.append(p)
-        conns.append(parent)
+def _fl_worker(conn, cfg: dict, ctx, stop):
+    """A pool worker: loads Flashlight's lexicon decoder state (trie, KenLM) once, then serves one job per message
+    ((streams, mine, sched, give_up_s) -> "armed"; the shared start time -> "done" with its timings); None ends it."""
+    torch.set_num_threads(1)
     try:
-        for c in conns:
-            kind, msg = c.recv()
-            if kind != "ready":
-                raise RuntimeError(f"flashlight worker: {msg}")
-        t0 = clock_s() + 0.5
-        for c in conns:
-            c.send(t0)
-        parts = []
-        for c in conns:
-            kind, msg = c.recv()
-            if kind != "done":
-                raise RuntimeError(f"flashlight worker: {msg}")
-            parts.append(msg)
-    finally:
-        for p in procs:
+        from flashlight.lib.text.decoder import LexiconDecoder
+
+        from eval.adapters.flashlight import FlashlightDecoder
+
+        fl = FlashlightDecoder(cfg, ctx)
+        factory = lambda: LexiconDecoder(fl.options, fl.trie, fl.kenlm, fl.sil_idx, fl.tokens.blank_id,  # noqa: E731
+                                         fl.unk_idx, [], False)
+        conn.send(("ready", None))
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", describe_error(e)))
+        return
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        try:
+            streams, mine, sched, give_up_s = job
+            conn.send(("armed", None))
+            t0 = conn.recv()
+            conn.send(("done", _fl_serve(fl, factory, streams, mine, sched, t0, give_up_s, stop)))
+        except Exception as e:  # noqa: BLE001
+            conn.send(("error", describe_error(e)))
+
+
+class FlashlightPool:
+    """P worker processes (spawned), each holding its own Flashlight decoder state, loaded once and reused for
+    every serving run of a sweep (loading KenLM and the lexicon trie costs far more than a short run at bench
+    scale). The streams' log-probs reach the workers through shared memory (torch.multiprocessing), not copies."""
+
+    def __init__(self, ctx, processes: int, fl_cfg: dict):
+        import torch.multiprocessing as tmp
+
+        mp = tmp.get_context("spawn")
+        self.stop = mp.Event()  # --give-up-s: the first worker that far behind ends every worker's run
+        self.procs, self.conns = [], []
+        t = clock_s()
+        print(f"flashlight pool: starting {processes} processes (each loads the lexicon and the LM once) ...",
+              flush=True)
+        try:
+            for _ in range(processes):
+                parent, child = mp.Pipe()
+                p = mp.Process(target=_fl_worker, args=(child, fl_cfg, ctx, self.stop), daemon=True)
+                p.start()
+                self.procs.append(p)
+                self.conns.append(parent)
+            for c in self.conns:
+                kind, msg = c.recv()
+                if kind != "ready":
+                    raise RuntimeError(f"flashlight worker: {msg}")
+        except BaseException:
+            self.close()
+            raise
+        self.load_s = clock_s() - t
+        print(f"flashlight pool: ready in {self.load_s:.1f} s", flush=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for c in self.conns:
+            try:
+                c.send(None)
+            except (OSError, EOFError, BrokenPipeError):
+                pass
+        for p in self.procs:
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
+        self.procs, self.conns = [], []
+
+    def serve(self, streams: StreamSet, sched, give_up_s: float = 0.0):
+        """One run: streams dealt round-robin to the workers; -> (ServeResult, per-worker (chunks, busy, window))."""
+        n, P = len(streams), len(self.conns)
+        streams.share_memory_()
+        self.stop.clear()
+        jobs = [(w, list(range(w, n, P))) for w in range(P)]
+        jobs = [(w, mine) for w, mine in jobs if mine]
+        for w, mine in jobs:
+            self.conns[w].send((streams, mine, sched, give_up_s))
+        for w, _ in jobs:
+            kind, msg = self.conns[w].recv()
+            if kind != "armed":
+                raise RuntimeError(f"flashlight worker: {msg}")
+        t0 = clock_s() + 0.5
+        for w, _ in jobs:
+            self.conns[w].send(t0)
+        parts, errors = [], []
+        for w, _ in jobs:  # every worker answers (a failed one with its error), so the pool stays in step
+            kind, msg = self.conns[w].recv()
+            (parts if kind == "done" else errors).append(msg)
+        if errors:
+            raise RuntimeError(f"flashlight worker: {errors[0]}")
+        return _merge_parts(parts, n)
+
+
+def _merge_parts(parts: list[dict], n: int):
     hyps, seg_hyps = [""] * n, [[] for _ in range(n)]
     for part in parts:
         for s, h in part["hyps"].items():
@@ -487,6 +547,15 @@ def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frame
                        sum(part["served"] for part in parts), seg_hyps), \
         [(len(part["done"]), part["busy"], part["arrivals_end"] if part.get("aborted") is None else
           min(part["arrivals_end"], part["aborted"])) for part in parts]
+
+
+def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frames: int, fl_cfg: dict,
+                     give_up_s: float = 0.0, pool: Optional[FlashlightPool] = None):
+    """One serving run on `pool` (a sweep's), or on a pool of its own."""
+    if pool is not None:
+        return pool.serve(streams, sched, give_up_s)
+    with FlashlightPool(ctx, processes, fl_cfg) as own:
+        return own.serve(streams, sched, give_up_s)
 
 
 def serving_stats(r: ServeResult, n_streams: int, audio_s: float, servers: Optional[list] = None) -> dict:
@@ -536,7 +605,8 @@ def serving_stats(r: ServeResult, n_streams: int, audio_s: float, servers: Optio
 
 
 def run_serve(run: BenchRun, args, data: LogProbSet, graph, n_streams: int, duration_s: float,
-              decoders: Sequence[str]) -> dict:
+              decoders: Sequence[str], fl_pool: Optional[FlashlightPool] = None) -> dict:
+    """One serving run per configuration in `decoders`; fl_pool: a Flashlight pool to reuse (a sweep's)."""
     frames = int(round(duration_s / FRAME_S))
     C = args.chunk_frames
     streams = build_streams(data, n_streams, frames, C)
@@ -566,11 +636,11 @@ def run_serve(run: BenchRun, args, data: LogProbSet, graph, n_streams: int, dura
                 from eval.adapters.base import DecodingContext
 
                 params.update(processes=args.fl_processes, fl_weights="matched" if args.fl_matched else "harness")
-                ctx = flashlight_context(args, data)
+                ctx = flashlight_context(args, data) if fl_pool is None else None
                 probe = MemoryProbe("cpu")
                 with probe:
                     r, servers = serve_flashlight(streams, sched, ctx, args.fl_processes, C, flashlight_cfg(args),
-                                                  args.give_up_s)
+                                                  args.give_up_s, pool=fl_pool)
                 dec_s, cuda_s, mem = r.busy_s, None, probe.stats
         except Exception as e:  # noqa: BLE001
             run.unavailable(decoder=lab, decoder_name=f"{name}_stream", device=device, reason=describe_error(e),
@@ -624,24 +694,38 @@ def run_sweep(run: BenchRun, args, data: LogProbSet, graph, start_s: Optional[fl
         counts = sorted(args.fl_streams or args.streams) if name == "flashlight" else sorted(args.streams)
         largest[name] = {"largest_sustained": 0, "first_not_sustained": None, "tried": [], "skipped": []}
         setup = 10.0
-        for n in counts:
-            left = args.time_budget_s - (clock_s() - t_start) if args.time_budget_s > 0 else math.inf
-            if 1.5 * args.duration + setup > left:
-                largest[name]["skipped"].append(n)
-                print(f"sweep: {name} N={n} skipped ({left:.0f} s left of --time-budget-s {args.time_budget_s:g})",
-                      flush=True)
-                continue
-            t = clock_s()
-            kept = run_serve(run, args, data, graph, n, args.duration, [name])
-            setup = max(0.0, clock_s() - t - args.duration)
-            if name not in kept:  # could not run (its row says why): no limit to report
-                largest[name]["unavailable_at"] = n
-                break
-            largest[name]["tried"].append(n)
-            if not kept[name]:
-                largest[name]["first_not_sustained"] = n
-                break
-            largest[name]["largest_sustained"] = n
+        pool = None
+        try:
+            for n in counts:
+                left = args.time_budget_s - (clock_s() - t_start) if args.time_budget_s > 0 else math.inf
+                if 1.5 * args.duration + setup > left:
+                    largest[name]["skipped"].append(n)
+                    print(f"sweep: {name} N={n} skipped ({left:.0f} s left of --time-budget-s {args.time_budget_s:g})",
+                          flush=True)
+                    continue
+                if name == "flashlight" and pool is None:  # loaded once for every N
+                    try:
+                        pool = FlashlightPool(flashlight_context(args, data), args.fl_processes, flashlight_cfg(args))
+                    except Exception as e:  # noqa: BLE001 - the row says why
+                        run.unavailable(decoder=f"flashlight_stream@cpu[P={args.fl_processes}]",
+                                        decoder_name="flashlight_stream", device="cpu", reason=describe_error(e),
+                                        params={"mode": "serve", "streams": n})
+                        largest[name]["unavailable_at"] = n
+                        break
+                t = clock_s()
+                kept = run_serve(run, args, data, graph, n, args.duration, [name], fl_pool=pool)
+                setup = max(0.0, clock_s() - t - args.duration)
+                if name not in kept:  # could not run (its row says why): no limit to report
+                    largest[name]["unavailable_at"] = n
+                    break
+                largest[name]["tried"].append(n)
+                if not kept[name]:
+                    largest[name]["first_not_sustained"] = n
+                    break
+                largest[name]["largest_sustained"] = n
+        finally:
+            if pool is not None:
+                pool.close()
     if {"wfst", "flashlight"} <= set(largest):  # the paper's claim: how many times Flashlight-P's streams
         g, f = largest["wfst"], largest["flashlight"]
         largest["ratio"] = {
