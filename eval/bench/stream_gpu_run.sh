@@ -70,13 +70,13 @@ wait $EXT || { echo "extension build failed: $OUT/ext_build.log"; exit 1; }; tai
 COMMON="--scale $SCALE --kind bpe --set other --max-utts $MAX_UTTS --graph-dir $G --device $DEVICE
   --output-dir runs/bench --experiment wfst_stream"
 # the sweep may use what is left of the budget but the throughput run and the archive (~40 s)
-SWEEP_BUDGET=$(( BUDGET_S - SECONDS - 40 ))
+SWEEP_BUDGET=$(( BUDGET_S - SECONDS - $( [ "${THROUGHPUT:-1}" = 0 ] && echo 10 || echo 40 ) ))
 echo "sweep budget ${SWEEP_BUDGET}s (flashlight N: $FL_STREAMS; GPU N: $GPU_STREAMS; ${DURATION}s per run)"
 stage sweep python3 -m eval.bench.wfst_stream_bench sweep $COMMON --decoders flashlight wfst \
   --fl-processes $FL_PROCS --fl-matched --fl-streams $FL_STREAMS --streams $GPU_STREAMS --duration $DURATION \
   --give-up-s $GIVE_UP --time-budget-s $SWEEP_BUDGET --run ${RUN_PREFIX}_sweep
-stage throughput python3 -m eval.bench.wfst_stream_bench throughput $COMMON --batches 32 200 \
-  --run ${RUN_PREFIX}_throughput
+[ "${THROUGHPUT:-1}" = 0 ] || stage throughput python3 -m eval.bench.wfst_stream_bench throughput $COMMON \
+  --batches 32 200 --run ${RUN_PREFIX}_throughput
 
 # $OUT gives back at most 8 files, two folders down: the run directories travel as one archive
 [ -d runs/bench/wfst_stream ] && tar czf "$OUT/stream_runs.tgz" -C runs/bench wfst_stream && ls -la "$OUT"
