@@ -63,6 +63,10 @@ def main(argv=None) -> int:
         plots = [("wer_vs_rtfx.png", lambda path: plot_wer_vs_rtfx(rows, path))]
         if any(r.boost_value is not None for r in rows):
             plots.append(("boost_sweep.png", lambda path: plot_boost_sweep(rows, path)))
+        from reports.streaming import is_serving, plot_serving_latency
+
+        if is_serving(rows):
+            plots.append(("serving_latency.png", lambda path: plot_serving_latency(rows, path)))
         for ours, theirs in pairs:
             plots.append((f"{ours}_vs_{theirs}.png",
                           lambda path, o=ours, t=theirs: plot_side_by_side(rows, o, t, path)))

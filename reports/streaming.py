@@ -84,3 +84,49 @@ def plot_memory_over_time(series: dict, out_path: str | Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, out_path)
+
+
+def is_serving(rows: Sequence[Any]) -> bool:
+    """Rows of the serving benchmark (eval.bench.wfst_stream_bench serve / sweep)?"""
+    return any((getattr(r, "decoder_stats", None) or {}).get("total_mean_ms") is not None for r in rows)
+
+
+def plot_serving_latency(rows: Sequence[Any], out_path: str | Path) -> Path:
+    """The Table 4 picture: total latency (mean solid, p99 dashed, the M/D/1 prediction dotted) against the number
+    of concurrent real-time streams, one colour per configuration (decoder_name, + the arrival process); a run
+    that did not keep up is an open marker, and its mean is drawn where it was measured before it was ended."""
+    groups: dict[str, list] = {}
+    for r in rows:
+        s = getattr(r, "decoder_stats", None) or {}
+        p = getattr(r, "params", None) or {}
+        if s.get("total_mean_ms") is None or not p.get("streams"):
+            continue
+        groups.setdefault(f"{r.decoder_name} ({p.get('arrivals', 'periodic')})", []).append((int(p["streams"]), s, p))
+    if not groups:
+        raise ValueError("no serving rows (decoder_stats.total_mean_ms with params.streams)")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    period = None
+    for i, (label, pts) in enumerate(sorted(groups.items())):
+        pts.sort(key=lambda t: t[0])
+        c = f"C{i}"
+        n = [t[0] for t in pts]
+        ax.plot(n, [t[1]["total_mean_ms"] for t in pts], "-", color=c, label=f"{label}: mean")
+        ax.plot(n, [t[1].get("total_p99_ms", math.nan) for t in pts], "--", color=c, alpha=0.7, label=f"{label}: p99")
+        ax.plot(n, [t[1].get("md1_total_ms", math.nan) for t in pts], ":", color=c, alpha=0.7,
+                label=f"{label}: M/D/1")
+        for x, s, _ in pts:
+            kept = bool(s.get("kept_up"))
+            ax.plot([x], [s["total_mean_ms"]], "o", color=c, mfc=c if kept else "white", ms=6)
+        period = period or next((t[2].get("chunk_ms") for t in pts if t[2].get("chunk_ms")), None)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    if period:
+        ax.axhline(float(period), color="grey", lw=0.8, alpha=0.6)
+        ax.text(ax.get_xlim()[0], float(period), f" chunk period {period} ms", va="bottom", fontsize=7, color="grey")
+    ax.set_xlabel("concurrent real-time streams")
+    ax.set_ylabel("latency per chunk (ms)")
+    ax.set_title("Streaming latency vs load (open marker: did not keep up)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, out_path)

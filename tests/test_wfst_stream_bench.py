@@ -168,3 +168,25 @@ def test_flashlight_pool_loads_once_and_serves_runs_alike():
     own, _ = bench.serve_flashlight(streams, sched, ctx, 2, 10, bench.flashlight_cfg(args))
     assert first.hyps == again.hyps == own.hyps and any(first.hyps)
     assert len(first.done) == sum(streams.num_chunks(s) for s in range(3))
+
+
+def test_serving_latency_plot_from_serving_rows_only(tmp_path):
+    """reports.cli draws serving_latency.png for serving rows (one line per configuration), and refuses rows
+    without serving statistics in one line."""
+    from types import SimpleNamespace
+
+    from reports.streaming import is_serving, plot_serving_latency
+
+    def row(name, n, mean, kept):
+        return SimpleNamespace(decoder_name=name, params={"streams": n, "arrivals": "periodic", "chunk_ms": 400},
+                               decoder_stats={"total_mean_ms": mean, "total_p99_ms": 3 * mean,
+                                              "md1_total_ms": 0.8 * mean, "kept_up": kept})
+    rows = [row("wfst_stream", 512, 6.0, 1), row("wfst_stream", 1024, 6.5, 1), row("flashlight_stream", 96, 47.0, 1),
+            row("flashlight_stream", 192, 650.0, 0)]
+    assert is_serving(rows)
+    out = plot_serving_latency(rows, tmp_path / "serving_latency.png")
+    assert out.is_file() and out.stat().st_size > 10_000
+    plain = [SimpleNamespace(decoder_name="wfst", params={}, decoder_stats={"rtfx": 1.0})]
+    assert not is_serving(plain)
+    with pytest.raises(ValueError, match="no serving rows"):
+        plot_serving_latency(plain, tmp_path / "x.png")
