@@ -119,3 +119,21 @@ def test_profile_table_and_cpu_exit(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert wfst_profile.main(["--lp-file", "x", "--graph-dir", "a=b"]) == 2
     assert "CUDA" in capsys.readouterr().err
+
+
+def test_wfst_bench_isolated_rows_equal_in_process_rows(bench_inputs, tmp_path):
+    """--isolate (the default on cuda): each configuration in a spawned process gives the rows (errors, pairing)
+    and hypotheses of the in-process run; Riva's unavailable row keeps its reason."""
+    from eval.bench.wfst_bench import main
+
+    d, gdir = bench_inputs
+    common = ["--lp-file", str(d / "lp.pt"), "--graph-dir", f"compact={gdir}", "--graphs", "TLG", "--batches", "3",
+              "--device", "cpu", "--decoders", "wfst", "riva", "--output-dir", str(tmp_path)]
+    assert main(common + ["--in-process", "--run", "a"]) == 0
+    assert main(common + ["--isolate", "--run", "b"]) == 0
+    rows = {run: load_rows(tmp_path / "wfst_vs_riva" / run) for run in "ab"}
+    key = lambda r: (r.decoder, r.ok, r.substitutions, r.deletions, r.insertions, r.run_mate, r.reason)  # noqa: E731
+    assert [key(r) for r in rows["a"]] == [key(r) for r in rows["b"]]
+    assert [r.ok for r in rows["b"]] == [True, False] and "CUDA" in rows["b"][1].reason
+    hyps = {run: (tmp_path / "wfst_vs_riva" / run / "hyps.jsonl").read_text() for run in "ab"}
+    assert hyps["a"] == hyps["b"] and hyps["a"]

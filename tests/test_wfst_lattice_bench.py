@@ -10,9 +10,8 @@ from test_wfst_lattice import acyclic_eps_graph
 from wfst_testlib import random_log_probs, to_openfst_text
 
 
-def test_mbr_bench_cpu_run_directory(tmp_path):
+def _bench_inputs(tmp_path):
     from eval.bench.common import LogProbSet
-    from eval.bench.wfst_mbr_bench import main
 
     rng = np.random.default_rng(61)
     g = acyclic_eps_graph(rng, num_states=8, finals="all")
@@ -27,6 +26,13 @@ def test_mbr_bench_cpu_run_directory(tmp_path):
                       durations=[0.24, 0.12, 0.0, 0.2], ids=[f"u{i}" for i in range(4)],
                       tokens=[f"t{i}" for i in range(V)], blank_id=0)
     data.save(tmp_path / "lp.pt")
+    return gdir
+
+
+def test_mbr_bench_cpu_run_directory(tmp_path):
+    from eval.bench.wfst_mbr_bench import main
+
+    gdir = _bench_inputs(tmp_path)
     rc = main(["--lp-file", str(tmp_path / "lp.pt"), "--graph-dir", f"c={gdir}", "--batch", "3", "--device", "cpu",
                "--output-dir", str(tmp_path / "runs"), "--run", "t"])
     assert rc == 0
@@ -42,3 +48,27 @@ def test_mbr_bench_cpu_run_directory(tmp_path):
     assert ok["mbr"].decoder_config["lattice_backend"] == "cpu"
     assert ok["lattice"].decoder_stats["lattice_bytes"] > 0
     # Riva's decode_nbest reading (NBestResult objects, word IDs): tests/test_riva_nbest.py
+
+
+def test_mbr_bench_isolated_rows_equal_in_process_rows(tmp_path):
+    """--isolate (the default on cuda): each row measured in a spawned process gives the same hypotheses and errors
+    as in this process, and a decoder that cannot run there is still an unavailable row with its reason."""
+    import json
+
+    from eval.bench.wfst_mbr_bench import main
+
+    gdir = _bench_inputs(tmp_path)
+    common = ["--lp-file", str(tmp_path / "lp.pt"), "--graph-dir", f"c={gdir}", "--batch", "3", "--device", "cpu",
+              "--outputs", "best", "lattice", "--output-dir", str(tmp_path / "runs")]
+    assert main(common + ["--in-process", "--run", "a"]) == 0
+    assert main(common + ["--isolate", "--run", "b"]) == 0
+    rows = {run: load_rows(tmp_path / "runs" / "wfst_mbr" / run) for run in "ab"}
+    key = lambda r: (r.decoder, r.ok, r.substitutions, r.deletions, r.insertions, r.run)  # noqa: E731
+    assert [key(r)[:5] for r in rows["a"]] == [key(r)[:5] for r in rows["b"]]
+    assert {r.run for r in rows["b"]} == {"b"} and sum(r.ok for r in rows["b"]) == 2
+    assert any(not r.ok and r.decoder_name == "riva" for r in rows["b"])
+    hyps = {run: [json.loads(x) for x in (tmp_path / "runs" / "wfst_mbr" / run / "hyps.jsonl").read_text().splitlines()]
+            for run in "ab"}
+    assert hyps["a"] == hyps["b"] and len(hyps["a"]) == 8
+    cfg = (tmp_path / "runs" / "wfst_mbr" / "b" / "config.yaml").read_text()
+    assert "isolate: true" in cfg

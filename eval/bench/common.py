@@ -309,6 +309,41 @@ class BenchRun:
         return path
 
 
+def _isolated_child(conn, experiment: str, run_name: str, fn, args: tuple) -> None:
+    try:
+        run = BenchRun(experiment, run_name, config={})
+        out = fn(run, *args)
+        conn.send(("ok", run.rows, run.hyps, out))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which writes the unavailable row
+        conn.send(("error", describe_error(e), None, None))
+
+
+def run_isolated(run: BenchRun, fn, *args, crash_row: dict):
+    """`fn(run, *args)` (a module-level function adding rows to a BenchRun) in a fresh spawned process: no
+    decoder's process-wide state (worker threads, device flags, allocator pools) acts on another's measurement. The
+    child's rows and hypotheses join `run`; returns fn's return value (picklable). A child that fails or dies becomes
+    an unavailable row built from `crash_row` (decoder, decoder_name, device, params)."""
+    import torch.multiprocessing as tmp
+
+    mp = tmp.get_context("spawn")
+    parent, child = mp.Pipe()
+    p = mp.Process(target=_isolated_child, args=(child, run.experiment, run.run, fn, args))
+    p.start()
+    child.close()
+    try:
+        kind, rows, hyps, out = parent.recv()
+    except EOFError:  # the child died without a word (a crash in a decoder's native code)
+        p.join()
+        kind, rows, hyps, out = "error", f"its process exited with status {p.exitcode}", None, None
+    p.join()
+    if kind != "ok":
+        run.unavailable(reason=f"isolated run failed: {rows}", **crash_row)
+        return None
+    run.rows += rows
+    run.hyps += hyps
+    return out
+
+
 def describe_error(err: BaseException) -> str:
     """One line for an unavailable row: the exception's type and first line."""
     first = (str(err).strip().splitlines() or [""])[0]

@@ -44,7 +44,8 @@ from typing import Optional
 import torch
 
 from eval.bench.common import (
-    BenchRun, LogProbSet, decode_pass, describe_error, print_rows, release_device_memory, workload_set,
+    BenchRun, LogProbSet, decode_pass, describe_error, print_rows, release_device_memory, run_isolated,
+    workload_set,
 )
 from eval.metrics import cuda_free_bytes
 
@@ -161,6 +162,11 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device of ours")
     ap.add_argument("--k2py-utts", type=int, default=None, help="utterances k2py decodes (CPU; default: all)")
     ap.add_argument("--repeats", type=int, default=1, help="timed passes per configuration (mean reported)")
+    iso = ap.add_mutually_exclusive_group()
+    iso.add_argument("--isolate", dest="isolate", action="store_true", default=None,
+                     help="each configuration in a fresh process (default with --device cuda): no decoder's "
+                          "process-wide state (threads, device flags, allocator pools) acts on another's row")
+    iso.add_argument("--in-process", dest="isolate", action="store_false", help="every configuration in this process")
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_vs_riva")
     ap.add_argument("--oasr-experiment", default="wfst_vs_oasr", help="run directory of the OASR pairing")
@@ -169,6 +175,8 @@ def main(argv=None) -> int:
     for b in args.batches:
         if b <= 0:
             ap.error(f"--batches must be positive, got {b}")
+    if args.isolate is None:
+        args.isolate = args.device.startswith("cuda")
 
     data = LogProbSet.load(args.lp_file) if args.lp_file else workload_set(args.scale, args.kind, args.set,
                                                                            args.max_utts)
@@ -189,8 +197,17 @@ def main(argv=None) -> int:
         "benchmark": "eval.bench.wfst_bench", "scale": args.scale, "set": data.dataset, "utterances": len(data),
         "lp_file": args.lp_file, "graph_dirs": {n: str(p) for n, p in graph_dirs}, "batches": args.batches,
         "b1_utts": args.b1_utts, "decoders": args.decoders, "device": args.device, "repeats": args.repeats,
-        "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
+        "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE, "isolate": args.isolate,
     }, output_dir=args.output_dir)
+
+    def measure(target: BenchRun, d: str, *rest):
+        if not args.isolate:
+            return run_one(target, d, *rest)
+        device, sub_, gdir_, graph_name_, kind_, b_ = rest[:6]
+        return run_isolated(target, run_one, d, *rest, crash_row=dict(
+            decoder=label(d, device, f"{graph_name_} {kind_}", b_), decoder_name=d, device=device,
+            params={"graph": f"{graph_name_} {kind_}", "scale": args.scale}))
+
     oasr_run = None
     if "oasr" in args.decoders:
         oasr_run = BenchRun(args.oasr_experiment, run.run, config={
@@ -214,7 +231,7 @@ def main(argv=None) -> int:
                     mate = [labels[o] for o in present if o != d and "oasr" not in (d, o)]
                     if d == "oasr":
                         mate = [labels["wfst"]] if "wfst" in labels else []
-                    row = run_one(oasr_run if d == "oasr" else run, d, devices[d], sub, gdir, graph_name, kind, b,
+                    row = measure(oasr_run if d == "oasr" else run, d, devices[d], sub, gdir, graph_name, kind, b,
                                   args.repeats, args.scale, mate[0] if mate else None)
                     if d == "wfst":
                         ours_row = row
@@ -225,7 +242,7 @@ def main(argv=None) -> int:
                     oasr_run.checkpoint()
         if "k2py" in args.decoders and (gdir / GRAPH_FILES["k2py"]["HLG"]).is_file():
             n = len(data) if args.k2py_utts is None else min(len(data), args.k2py_utts)
-            run_one(run, "k2py", "cpu", data.head(n), gdir, graph_name, "HLG", 1, 1, args.scale, None)
+            measure(run, "k2py", "cpu", data.head(n), gdir, graph_name, "HLG", 1, 1, args.scale, None)
             run.checkpoint()
     path = run.close()
     print_rows(run.rows, pairs=[("wfst", "riva", ["graph", "batch_size"])])
