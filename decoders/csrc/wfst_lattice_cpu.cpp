@@ -39,6 +39,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -383,7 +384,9 @@ class Mbr {
   }
 
   // Kaldi MinimumBayesRisk::EditDistance: alpha (log forward) and alpha_dash (expected edit distance of each
-  // node's prefixes to R's first q symbols). Returns the expected loss.
+  // node's prefixes to R's first q symbols). Returns the expected loss. Also records, per arc and position q, which
+  // of the three edit operations attains the minimum (b_arc_: 1 substitution/match, 2 deletion, 3 insertion; the
+  // comparisons of Kaldi's AccStats, which recomputes them), so AccStats' backward pass reads them instead.
   double EditDistance(int32_t Q, std::vector<double>& alpha_dash, std::vector<double>& alpha_dash_arc) {
     const int32_t W = Q + 1;
     alpha_.assign(static_cast<size_t>(N_) + 1, kNegInfD);
@@ -392,6 +395,7 @@ class Mbr {
     alpha_dash[1 * W + 0] = 0.0;
     for (int32_t q = 1; q <= Q; ++q) alpha_dash[1 * W + q] = alpha_dash[1 * W + q - 1] + l(0, r(q));
     const std::vector<double> ins = insertion_costs(Q);
+    b_arc_.resize(arcs_.size() * static_cast<size_t>(W));
     for (int32_t n = 2; n <= N_; ++n) {
       double alpha_n = kNegInfD;
       for (int32_t i : pre_[n]) alpha_n = LogAdd(alpha_n, alpha_[arcs_[i].start_node] + arcs_[i].loglike);
@@ -402,12 +406,22 @@ class Mbr {
         const int32_t s_a = arc.start_node, w_a = arc.word;
         const double post = std::exp(alpha_[s_a] + arc.loglike - alpha_[n]);
         const double* src = alpha_dash.data() + static_cast<size_t>(s_a) * W;
+        char* b = b_arc_.data() + static_cast<size_t>(i) * W;
         const double del = l(w_a, 0, true);  // the arc's word against no reference word
         double prev = alpha_dash_arc[0] = src[0] + del;
         dst[0] += post * prev;
         for (int32_t q = 1; q <= Q; ++q) {
           const double a1 = src[q - 1] + l(w_a, r(q)), a2 = src[q] + del, a3 = prev + ins[q];
-          prev = alpha_dash_arc[q] = std::min(a1, std::min(a2, a3));
+          char op;
+          if (a1 <= a2) {
+            op = a1 <= a3 ? 1 : 3;
+            prev = a1 <= a3 ? a1 : a3;
+          } else {
+            op = a2 <= a3 ? 2 : 3;
+            prev = a2 <= a3 ? a2 : a3;
+          }
+          b[q] = op;
+          alpha_dash_arc[q] = prev;
           dst[q] += post * prev;
         }
       }
@@ -420,7 +434,6 @@ class Mbr {
     const int32_t Q = static_cast<int32_t>(R_.size()), W = Q + 1;
     std::vector<double> alpha_dash, alpha_dash_arc(W), beta_dash(static_cast<size_t>(N_ + 1) * W, 0.0),
         beta_dash_arc(W);
-    std::vector<char> b_arc(W);
     // gamma(q, w) over the lattice's words (Kaldi: a map per position; the same sums in the same order, and the
     // entries a map would hold are the touched ones, read back in increasing word id)
     const size_t K = words_.size();
@@ -433,36 +446,13 @@ class Mbr {
     };
     std::vector<double> tau_b(W, 0.0), tau_e(W, 0.0);
     EditDistance(Q, alpha_dash, alpha_dash_arc);
-    const std::vector<double> ins = insertion_costs(Q);
     beta_dash[N_ * W + Q] = 1.0;
     for (int32_t n = N_; n >= 2; --n) {
       for (int32_t i : pre_[n]) {
         const Arc& arc = arcs_[i];
-        const int32_t s_a = arc.start_node, w_a = arc.word, wi_a = arc_word_[i];
+        const int32_t s_a = arc.start_node, wi_a = arc_word_[i];
         const double p_a = arc.loglike;
-        const double* src = alpha_dash.data() + static_cast<size_t>(s_a) * W;
-        const double del = l(w_a, 0, true);
-        alpha_dash_arc[0] = src[0] + del;
-        for (int32_t q = 1; q <= Q; ++q) {
-          const double a1 = src[q - 1] + l(w_a, r(q)), a2 = src[q] + del, a3 = alpha_dash_arc[q - 1] + ins[q];
-          if (a1 <= a2) {
-            if (a1 <= a3) {
-              b_arc[q] = 1;
-              alpha_dash_arc[q] = a1;
-            } else {
-              b_arc[q] = 3;
-              alpha_dash_arc[q] = a3;
-            }
-          } else {
-            if (a2 <= a3) {
-              b_arc[q] = 2;
-              alpha_dash_arc[q] = a2;
-            } else {
-              b_arc[q] = 3;
-              alpha_dash_arc[q] = a3;
-            }
-          }
-        }
+        const char* b_arc = b_arc_.data() + static_cast<size_t>(i) * W;  // recorded by EditDistance
         std::fill(beta_dash_arc.begin(), beta_dash_arc.end(), 0.0);
         const double post = std::exp(alpha_[s_a] + p_a - alpha_[n]);
         for (int32_t q = Q; q >= 1; --q) {
@@ -527,6 +517,7 @@ class Mbr {
   std::vector<int32_t> arc_word_;  // per arc: its word's index in words_
   std::vector<int32_t> R_;
   std::vector<double> alpha_;
+  std::vector<char> b_arc_;  // per arc x position: the edit operation EditDistance chose (AccStats reads it)
   std::vector<std::vector<std::pair<int32_t, float>>> gamma_;
   std::vector<std::pair<float, float>> times_;
   std::vector<std::pair<float, float>> one_best_times_;
@@ -926,8 +917,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   std::vector<MbrResult> res(static_cast<size_t>(B));
   at::Tensor post = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
   float* pp = post.data_ptr<float>();
-  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
+  // utterances handed out one at a time, most arcs first (an MBR iteration costs arcs x hypothesis length, and the
+  // lengths of a batch differ by 10x or more: static chunks left most threads idle behind the longest ones)
+  std::vector<int64_t> order(static_cast<size_t>(B));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t x, int64_t y) { return asp[x + 1] - asp[x] > asp[y + 1] - asp[y]; });
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(B, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+    for (int64_t j; (j = next.fetch_add(1)) < B;) {
+      const int64_t b = order[j];
       const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
       if (ns == 0) continue;
       std::vector<Mbr::Arc> marcs(static_cast<size_t>(na));
