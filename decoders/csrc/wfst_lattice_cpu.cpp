@@ -797,11 +797,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
     std::vector<int32_t> tokens, steps, words, starts, ends;
   };
   std::vector<Best> res(static_cast<size_t>(B));
-  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
+  lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
+    {
       const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
       Best& r = res[b];
-      if (ns == 0) continue;
+      if (ns == 0) return;
       auto frame = [&](int64_t s) { return st[2 * (s0 + s)]; };
       auto fwd = [&](int64_t s) { return ss[2 * (s0 + s)]; };
       // the first arc (in arc order) into each state whose float32 forward(src) + score equals forward(dst)
@@ -823,7 +823,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
       }
       if (s != 0) {
         r.status = -1;
-        continue;
+        return;
       }
       std::reverse(path.begin(), path.end());
       r.status = 1;
@@ -917,18 +917,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   std::vector<MbrResult> res(static_cast<size_t>(B));
   at::Tensor post = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
   float* pp = post.data_ptr<float>();
-  // utterances handed out one at a time, most arcs first (an MBR iteration costs arcs x hypothesis length, and the
-  // lengths of a batch differ by 10x or more: static chunks left most threads idle behind the longest ones)
-  std::vector<int64_t> order(static_cast<size_t>(B));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t x, int64_t y) { return asp[x + 1] - asp[x] > asp[y + 1] - asp[y]; });
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min<int64_t>(B, at::get_num_threads()), 1, [&](int64_t, int64_t) {
-    for (int64_t j; (j = next.fetch_add(1)) < B;) {
-      const int64_t b = order[j];
+  // an MBR iteration costs arcs x hypothesis length: the utterances with the most arcs first
+  lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
+    {
       const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
-      if (ns == 0) continue;
+      if (ns == 0) return;
       std::vector<Mbr::Arc> marcs(static_cast<size_t>(na));
       for (int64_t k = 0; k < na; ++k)
         marcs[k] = {aw[a0 + k], ar[3 * (a0 + k)] + 1, ar[3 * (a0 + k) + 1] + 1, static_cast<double>(as[a0 + k])};

@@ -157,13 +157,13 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
     for (int64_t k = 0; k < M; ++k) arc_order[fill[arc_lane[k]]++] = k;
   }
   std::vector<lattice::UttLattice> lats(static_cast<size_t>(B));
-  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
+  lattice::parallel_largest_first(B, [&](int64_t b) { return arc_begin[b + 1] - arc_begin[b]; }, [&](int64_t b) {
+    {
       lattice::UttLattice& L = lats[b];
       L.overflow = lr[2 * b];
       L.tokens_before = lo[4 * b + 1];
       L.arcs_before = lo[4 * b + 2];
-      if (lo[4 * b] < 0) continue;  // no path: empty lattice
+      if (lo[4 * b] < 0) return;  // no path: empty lattice
       float score;
       std::memcpy(&score, lo + 4 * b + 3, sizeof(float));
       L.score = score;

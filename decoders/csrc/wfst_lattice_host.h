@@ -3,14 +3,32 @@
 // the canonical numbering both backends end with (the CUDA op prunes on the device and sends only what survives),
 // and the packing into the op's tensors. Defined in wfst_lattice_cpu.cpp.
 #pragma once
+#include <ATen/Parallel.h>
 #include <torch/types.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <tuple>
 #include <vector>
 
 namespace beamdec::lattice {
+
+// f(b) for every b in [0, B) on at::parallel_for's threads, handed out one at a time in decreasing cost(b): the
+// utterances of a batch differ in cost by 10x or more, and at::parallel_for's static chunks left most threads idle
+// behind the largest. An exception thrown by f is rethrown by at::parallel_for once the other threads are done.
+template <class Cost, class F>
+inline void parallel_largest_first(int64_t B, Cost cost, F f) {
+  std::vector<int64_t> order(static_cast<size_t>(std::max<int64_t>(B, 0)));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return cost(x) > cost(y); });
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(B, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+    for (int64_t j; (j = next.fetch_add(1)) < B;) f(order[static_cast<size_t>(j)]);
+  });
+}
 
 struct RawArc {
   int32_t src;  // token ids of the utterance (index into RawLattice::tok_*)
