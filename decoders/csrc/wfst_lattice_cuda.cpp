@@ -110,43 +110,51 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   at::Tensor used = cursors.cpu();
   const int64_t n_tok = std::min<int64_t>(used.data_ptr<int64_t>()[0], token_capacity);
   const int64_t n_arc = std::min<int64_t>(used.data_ptr<int64_t>()[1], arc_capacity);
-  at::Tensor tidx = at::nonzero(tok_frame.narrow(0, 0, n_tok) >= 0).squeeze(1);
+  at::Tensor keep = tok_frame.narrow(0, 0, n_tok) >= 0;
+  at::Tensor tidx = at::nonzero(keep).squeeze(1);
   at::Tensor aidx = at::nonzero(arc_keep.narrow(0, 0, n_arc)).squeeze(1);
   at::Tensor kstate = tok_state.index_select(0, tidx);
+  // each kept arc's ends as positions among the kept tokens (an exclusive count of the kept tokens below the arena
+  // id, on the device; ids clamped into the arena so a bad one is caught on the host below, not by a device fault)
+  at::Tensor position_of = at::cumsum(keep.to(at::kInt), 0, at::kInt) - 1;
+  at::Tensor kept_arcs = arcs.index_select(0, aidx);
+  auto ends = [&](int64_t col) {
+    return position_of.index_select(0, kept_arcs.select(1, col).clamp(0, std::max<int64_t>(n_tok - 1, 0)).to(at::kLong));
+  };
+  at::Tensor h_pos = n_tok > 0 ? at::stack({ends(0), ends(1)}, 1).cpu()
+                               : at::full({kept_arcs.size(0), 2}, -1, at::TensorOptions().dtype(at::kInt));
   // kept tokens, by arena id: [id, lane, frame, graph state, eps level, forward bits, ordered backward]
   at::Tensor h_tok = at::stack({tidx.to(at::kInt), tok_lane.index_select(0, tidx), tok_frame.index_select(0, tidx),
                                 kstate, levels.index_select(0, kstate), tok_score.index_select(0, tidx).view(at::kInt),
                                 bwd.index_select(0, tidx)},
                                1)
                          .cpu();
-  at::Tensor h_arc = arcs.index_select(0, aidx).cpu();  // kept arcs {src, dst (arena ids), arc | eps bit, ll bits}
+  at::Tensor h_arc = kept_arcs.cpu();  // kept arcs {src, dst (arena ids), arc | eps bit, ll bits}
   at::Tensor h_lane = lane_out.cpu(), h_res = lane_result.cpu();
 
   const int64_t K = h_tok.size(0), M = h_arc.size(0);
   const int32_t* kt = h_tok.data_ptr<int32_t>();
   const wfst::LatticeArc* ka = reinterpret_cast<const wfst::LatticeArc*>(h_arc.data_ptr<int32_t>());
+  const int32_t* kp = h_pos.data_ptr<int32_t>();
   const int32_t* lo = h_lane.data_ptr<int32_t>();
   const int32_t* lr = h_res.data_ptr<int32_t>();
-  // group by lane: tokens (kept in arena-id order, so a binary search finds an arc's ends) and arcs
-  std::vector<int32_t> ids(static_cast<size_t>(K)), local(static_cast<size_t>(K));
+  // group by lane: tokens (kept in arena-id order) and arcs
+  std::vector<int32_t> local(static_cast<size_t>(K));
   std::vector<int64_t> tok_begin(static_cast<size_t>(B) + 1, 0), arc_begin(static_cast<size_t>(B) + 1, 0);
-  for (int64_t p = 0; p < K; ++p) {
-    ids[p] = kt[7 * p];
-    local[p] = static_cast<int32_t>(tok_begin[kt[7 * p + 1] + 1]++);
-  }
+  for (int64_t p = 0; p < K; ++p) local[p] = static_cast<int32_t>(tok_begin[kt[7 * p + 1] + 1]++);
   for (int64_t b = 0; b < B; ++b) tok_begin[b + 1] += tok_begin[b];
   std::vector<int64_t> tok_order(static_cast<size_t>(K));
   for (int64_t p = 0; p < K; ++p) tok_order[tok_begin[kt[7 * p + 1]] + local[p]] = p;
-  auto position = [&](int32_t id) -> int64_t {
-    const auto it = std::lower_bound(ids.begin(), ids.end(), id);
-    BEAMDEC_CHECK(it != ids.end() && *it == id, "wfst_lattice_cuda: a kept arc ends in an unkept token (internal)");
-    return it - ids.begin();
+  auto position = [&](int32_t p, int32_t id) -> int64_t {  // the device's position, checked against the arena id
+    BEAMDEC_CHECK(p >= 0 && p < K && kt[7 * static_cast<int64_t>(p)] == id,
+                  "wfst_lattice_cuda: a kept arc ends in an unkept token (internal)");
+    return p;
   };
   std::vector<int64_t> arc_src_pos(static_cast<size_t>(M)), arc_dst_pos(static_cast<size_t>(M));
   std::vector<int32_t> arc_lane(static_cast<size_t>(M));
   for (int64_t k = 0; k < M; ++k) {
-    arc_src_pos[k] = position(ka[k].src);
-    arc_dst_pos[k] = position(ka[k].dst);
+    arc_src_pos[k] = position(kp[2 * k], ka[k].src);
+    arc_dst_pos[k] = position(kp[2 * k + 1], ka[k].dst);
     arc_lane[k] = kt[7 * arc_src_pos[k] + 1];
     ++arc_begin[arc_lane[k] + 1];
   }
