@@ -27,17 +27,20 @@
 # Env: SCALE (bench | small | tiny), FL_STREAMS (64 96 128 192 256 384), GPU_STREAMS (256 512 1024 2048 4096 8192),
 #   FL_PROCS (16), DURATION (16: s of audio per stream, whole
 #   utterances of ~7.6 s, so ~12 s), GIVE_UP (2), MAX_UTTS (200), BUDGET_S (440: the script aims to end by then),
+#   ARRIVALS (periodic | poisson), THROUGHPUT (1; 0 skips the throughput stage),
 #   RUN_PREFIX (h200_<SCALE>), WHEELS (.whl; empty = use the packages python3 has), EVAL_GIT_COMMIT (the commit the
 #   rows record; the host's copy of .git may be stale). Stages are cached (workload params.json, graph_info.json): a
 #   call cut short can be run again on the still-warm machine and continues.
 # Expected on the H200 host (16 cores): wheels ~10 s, workload ~50 s, graph ~95 s (this 2-core machine: 50 s and 96 s,
 #   one core each; the host built the small workload in the same 9 s), then the sweep in what is left of BUDGET_S
-#   but 40 s: its process loads the set and graph (~12 s), a Flashlight stream count ~26 s (16 workers each load
-#   KenLM + the 200k-word trie, ~9 s, then ~16 s of arrivals; ~18 s when it falls behind and is ended), a GPU
-#   count ~20 s; then throughput ~25 s: ~6.5-7 min in all, at most BUDGET_S + one run's overrun (skips are
-#   estimated at 1.5 x DURATION + the previous run's setup).
+#   but 40 s: its process loads the set and graph (~12 s), Flashlight's pool of 16 workers loads KenLM + the
+#   200k-word trie once (10 s on the H200 host), then each Flashlight stream count ~20 s (16 s of arrivals; less
+#   when it falls behind and is ended), a GPU count ~25 s; then throughput ~25 s: ~5-7 min in all, at most
+#   BUDGET_S + one run's overrun (skips are estimated at 1.5 x DURATION + the previous run's setup). Session 4's
+#   call (THROUGHPUT=0, 4 Flashlight + 4 GPU counts): 314 s.
 set -o pipefail
 SCALE=${SCALE:-bench}; FL_PROCS=${FL_PROCS:-16}; DURATION=${DURATION:-16}; GIVE_UP=${GIVE_UP:-2}
+ARRIVALS=${ARRIVALS:-periodic}
 MAX_UTTS=${MAX_UTTS:-200}; BUDGET_S=${BUDGET_S:-440}; RUN_PREFIX=${RUN_PREFIX:-h200_$SCALE}
 FL_STREAMS=${FL_STREAMS:-64 96 128 192 256 384}; GPU_STREAMS=${GPU_STREAMS:-256 512 1024 2048 4096 8192}
 DEVICE=${DEVICE:-cuda}
@@ -74,6 +77,7 @@ SWEEP_BUDGET=$(( BUDGET_S - SECONDS - $( [ "${THROUGHPUT:-1}" = 0 ] && echo 10 |
 echo "sweep budget ${SWEEP_BUDGET}s (flashlight N: $FL_STREAMS; GPU N: $GPU_STREAMS; ${DURATION}s per run)"
 stage sweep python3 -m eval.bench.wfst_stream_bench sweep $COMMON --decoders flashlight wfst \
   --fl-processes $FL_PROCS --fl-matched --fl-streams $FL_STREAMS --streams $GPU_STREAMS --duration $DURATION \
+  --arrivals $ARRIVALS \
   --give-up-s $GIVE_UP --time-budget-s $SWEEP_BUDGET --run ${RUN_PREFIX}_sweep
 [ "${THROUGHPUT:-1}" = 0 ] || stage throughput python3 -m eval.bench.wfst_stream_bench throughput $COMMON \
   --batches 32 200 --run ${RUN_PREFIX}_throughput
