@@ -92,11 +92,15 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
       c10::cuda::getCurrentCUDAStream().stream());
   BEAMDEC_CHECK(err == cudaSuccess, "wfst_lattice_cuda: CUDA error ", cudaGetErrorString(err));
 
-  // The output-beam prune on the device; only what survives travels to the host.
-  at::Tensor bwd = at::zeros({token_capacity}, on(at::kInt));
-  at::Tensor tok_frame = at::full({token_capacity}, -1, on(at::kInt));
-  at::Tensor tok_lane = at::empty({token_capacity}, on(at::kInt));
-  at::Tensor arc_keep = at::zeros({arc_capacity}, on(at::kByte));
+  // The output-beam prune on the device; only what survives travels to the host. Its buffers are sized by what the
+  // forward pass used (the kernel reads tokens and arcs below the cursors only), not by the arenas' capacities.
+  at::Tensor used = cursors.cpu();
+  const int64_t n_tok = std::min<int64_t>(used.data_ptr<int64_t>()[0], token_capacity);
+  const int64_t n_arc = std::min<int64_t>(used.data_ptr<int64_t>()[1], arc_capacity);
+  at::Tensor bwd = at::zeros({std::max<int64_t>(n_tok, 1)}, on(at::kInt));
+  at::Tensor tok_frame = at::full({std::max<int64_t>(n_tok, 1)}, -1, on(at::kInt));
+  at::Tensor tok_lane = at::empty({std::max<int64_t>(n_tok, 1)}, on(at::kInt));
+  at::Tensor arc_keep = at::zeros({std::max<int64_t>(n_arc, 1)}, on(at::kByte));
   at::Tensor lane_out = at::empty({B, 4}, on(at::kInt));
   at::Tensor levels = eps_level.to(dev);  // a no-op for the device copy decoders/lattice.py passes
   wfst::LatticePruneBuffers buf{reinterpret_cast<uint32_t*>(bwd.data_ptr<int32_t>()), tok_frame.data_ptr<int32_t>(),
@@ -107,9 +111,6 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
                             static_cast<int32_t>(final_state), static_cast<float>(output_beam), buf,
                             c10::cuda::getCurrentCUDAStream().stream());
   BEAMDEC_CHECK(err == cudaSuccess, "wfst_lattice_cuda: CUDA error ", cudaGetErrorString(err));
-  at::Tensor used = cursors.cpu();
-  const int64_t n_tok = std::min<int64_t>(used.data_ptr<int64_t>()[0], token_capacity);
-  const int64_t n_arc = std::min<int64_t>(used.data_ptr<int64_t>()[1], arc_capacity);
   at::Tensor keep = tok_frame.narrow(0, 0, n_tok) >= 0;
   at::Tensor tidx = at::nonzero(keep).squeeze(1);
   at::Tensor aidx = at::nonzero(arc_keep.narrow(0, 0, n_arc)).squeeze(1);
