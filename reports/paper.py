@@ -372,7 +372,7 @@ def plot_fig6(rows: Sequence[ResultRow], boot: dict, out_path: str | Path) -> Pa
     datasets = sorted({k[2] for k in curves})
     # one panel column per score beam; count-beam decoders (ctc_lm) are drawn in every panel of their test set
     beams = sorted({k[1] for k in curves if score_beam(k[0])}) or [None]
-    fig, axes = plt.subplots(len(datasets), len(beams), figsize=(4.6 * len(beams), 3.6 * len(datasets)),
+    fig, axes = plt.subplots(len(datasets), len(beams), figsize=(4.6 * len(beams), 3.6 * len(datasets) + 0.7),
                              squeeze=False)
     colors = {"accurate": "tab:green", "inaccurate": "tab:red"}
     styles = {"wfst": "-", "flashlight": "--", "ctc_lm": "-."}
@@ -409,12 +409,19 @@ def plot_fig6(rows: Sequence[ResultRow], boot: dict, out_path: str | Path) -> Pa
             ax.set_xlabel("boost magnitude (log domain)")
             ax.set_ylabel("WER % (log scale)")
             ax.grid(True, which="both", alpha=0.25)
-            ax.legend(fontsize=7, loc="upper left")
+    # one legend for the figure, below the panels (inside them it hides the curves' upper part)
+    handles: dict = {}
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    ncol = min(3, max(1, len(handles)))
+    legend_rows = math.ceil(len(handles) / ncol)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     count = sorted({f"{k[0]} (beam size {k[1]:g})" for k in curves if not score_beam(k[0])})
     fig.suptitle("Figure 6 analogue: word boosting, accurate (test-set words) vs inaccurate (absent words); "
                  "bands: 95 % CI" + (f"\n{', '.join(count)}: one sweep at the same boosts, drawn in every panel up to "
                                      "its beam" if count else ""), fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, min(0.4, (0.22 * legend_rows + 0.1) / fig.get_figheight()), 1, 1))
     return _save(plt, fig, out_path)
 
 
