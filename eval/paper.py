@@ -398,6 +398,23 @@ def table1_pairs(opts: PaperOptions) -> list:
     return pairs
 
 
+def fig6_pairs(exp_dir: Path) -> list:
+    """Every boosted point of every sweep run against the same run's boost 0 (same utterances, same decoder):
+    ((run, "<decoder>[boost=b]"), (run, "<decoder>[boost=0]")), for the paired "Δ vs boost 0" of the fig6 report."""
+    pairs = []
+    for run_dir in sorted(p.parent for p in exp_dir.glob("*/hyps.jsonl")):
+        labels = sorted({decoder for decoder, _ in read_hyps(run_dir)})
+        for label in labels:
+            name, sep, rest = label.partition("[boost=")
+            if not sep or not rest.endswith("]") or float(rest[:-1]) == 0:
+                continue
+            zero = next((x for x in labels if x.startswith(f"{name}[boost=") and float(x[len(name) + 7:-1]) == 0),
+                        None)
+            if zero is not None:
+                pairs.append(((run_dir.name, label), (run_dir.name, zero)))
+    return pairs
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------------------------
@@ -468,7 +485,7 @@ def run(opts: PaperOptions) -> dict:
         exp_dir = Path(opts.out_root) / DIRS[exp]
         runs = plans[exp]
         done = execute(opts, exp, runs, common_overrides(opts, exp, manifests))
-        pairs = table1_pairs(opts) if exp == "table1" else ()
+        pairs = table1_pairs(opts) if exp == "table1" else fig6_pairs(exp_dir) if exp == "fig6" else ()
         bootstrap_experiment(exp_dir, opts.resamples, opts.seed, pairs)
         watch.__exit__(None, None, None)
         summary[exp] = {"runs": done, "seconds": round(watch.wall_seconds, 1)}

@@ -293,6 +293,13 @@ def rule_of_thumb(points: dict, beam: float) -> dict:
 _FIG6_ORDER = {"wfst": 0, "ctc_lm": 1, "flashlight": 2}
 
 
+def _delta(p: Optional[dict], zero: bool = False) -> str:
+    if p is None:
+        return "ref" if zero else "—"
+    star = "*" if p["high"] < 0 or p["low"] > 0 else ""
+    return f"{100 * p['estimate']:+.2f} [{100 * p['low']:+.2f}, {100 * p['high']:+.2f}]{star}"
+
+
 def count_beam_summary(points: dict, score_beams: Sequence[float]) -> list:
     """The summary lines of a count-beam decoder's sweep (ctc_lm): the best accurate boost, and the WER at the
     largest boost <= each score beam's half and at each score beam (the WFST panels' reference points)."""
@@ -322,22 +329,31 @@ def fig6_markdown(rows: Sequence[ResultRow], boot: dict) -> str:
     if not curves:
         raise ValueError("fig6: no boost-sweep rows")
     cis = intervals(boot)
+    # paired WER(boost b) - WER(boost 0) within a run (eval.paper.fig6_pairs), keyed by the boosted system
+    deltas = {(p["a"]["run"], p["a"]["decoder"], p["dataset"]): p for p in boot.get("paired") or []
+              if p["a"]["run"] == p["b"]["run"] and p["dataset"] != "all"}
     score_beams = sorted({k[1] for k in curves if score_beam(k[0])})
-    out = []
+    out = [*(["Δ vs boost 0: WER(boost) − WER(boost 0) in points, paired bootstrap on the same utterances "
+              "(* : the interval excludes 0)", ""] if deltas else [])]
     for (decoder, beam, dataset) in sorted(curves, key=lambda k: (_FIG6_ORDER.get(k[0], 9), k[0], k[1], k[2])):
         pts = curves[(decoder, beam, dataset)]
         n = next(iter(pts.values()))[0][1].utterances
         boosts = sorted({b for s in pts.values() for b, _ in s})
         scored = score_beam(decoder)
+        scenarios = [s for s in ("accurate", "inaccurate") if s in pts]
+        with_delta = [s for s in scenarios if any((r.run, r.decoder, r.dataset) in deltas for _, r in pts[s])]
         head = ["boost", *(["boost / beam"] if scored else []),
-                *[f"{s} WER % [95 % CI]" for s in ("accurate", "inaccurate") if s in pts]]
+                *[h for s in scenarios for h in (f"{s} WER % [95 % CI]",
+                                                 *([f"{s} Δ vs boost 0 [95 % CI]"] if s in with_delta else []))]]
         body = []
         for b in boosts:
             cells = [f"{b:g}", *([f"{b / beam:.3f}"] if scored else [])]
-            for s in ("accurate", "inaccurate"):
-                if s in pts:
-                    r = next((r for bb, r in pts[s] if bb == b), None)
-                    cells.append(_wer_ci(r, cis.get((r.run, r.decoder, r.dataset)) if r else None))
+            for s in scenarios:
+                r = next((r for bb, r in pts[s] if bb == b), None)
+                cells.append(_wer_ci(r, cis.get((r.run, r.decoder, r.dataset)) if r else None))
+                if s in with_delta:
+                    cells.append(_delta(deltas.get((r.run, r.decoder, r.dataset)) if r else None,
+                                        zero=r is not None and r.boost_value == 0))
             body.append(cells)
         if not scored:
             out += [f"### {decoder}, beam size {beam:g} (hypotheses, no score beam), test-{dataset} ({n} utterances)",
@@ -581,8 +597,10 @@ def render(exp_dir: str | Path) -> tuple[str, Path]:
     else:
         body, plot = table3_markdown(rows), plot_table3(rows, exp_dir / f"{kind}.png")
     env = next((r.environment for r in rows if r.environment), {})
+    commits = sorted({str(r.environment.get("git_commit")) for r in rows if r.environment})
     foot = (f"\nRun directories: {', '.join(sorted({r.run for r in rows}))}. Measured on {env.get('cpu_model', '?')} "
-            f"x{env.get('cpu_count', '?')}, GPU {env.get('gpu_name')}, commit {env.get('git_commit')}.\n")
+            f"x{env.get('cpu_count', '?')}, GPU {env.get('gpu_name')}, commit{'s' if len(commits) > 1 else ''} "
+            f"{', '.join(commits) or None}.\n")
     md = f"## {TITLES[kind]}\n\n{body.rstrip()}\n{foot}"
     (exp_dir / "report.md").write_text(md, encoding="utf-8")
     return md, plot

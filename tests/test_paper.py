@@ -436,7 +436,11 @@ def test_fig6_renders_ctc_lm_beside_the_wfst(tmp_path):
             beam = 4 if decoder == "wfst" else 10
             _write_run(exp, f"{decoder}_beam{beam}_{scenario}_clean", "fig6_boost", systems, boost=boost,
                        config=config)
-    paper.bootstrap_experiment(exp, resamples=50, seed=0)
+    pairs = paper.fig6_pairs(exp)
+    assert len(pairs) == 2 * 2 + 2 * 4  # every boosted point vs its own run's boost 0
+    assert (("ctc_lm_beam10_accurate_clean", "ctc_lm[boost=6]"), ("ctc_lm_beam10_accurate_clean", "ctc_lm[boost=0]")) \
+        in pairs
+    paper.bootstrap_experiment(exp, resamples=50, seed=0, pairs=pairs)
     rows = [r for d in sorted(exp.glob("*/results.jsonl")) for r in load_rows(d.parent)]
     curves = sweep_curves(rows)
     assert set(curves) == {("wfst", 4.0, "clean"), ("ctc_lm", 10.0, "clean")}
@@ -450,6 +454,9 @@ def test_fig6_renders_ctc_lm_beside_the_wfst(tmp_path):
     # a broken sentence is 3 errors of its 4 words (40 in all): 3 broken at 0 = 22.5 %, 1 at boost 1 = 7.5 %
     assert "Accurate: WER 22.50 % at 0, best 7.50 % at boost 1, 15.00 % at 2 (≤ 4/2), 37.50 % at 4 (≤ 4)." in section
     assert "Inaccurate: WER 22.50 % at 0, best 22.50 % at boost 0, 37.50 % at 2 (≤ 4/2)" in section
+    # the paired difference to boost 0 of the same run: 1 broken sentence instead of 3, every draw
+    assert "| 1 | 7.50 [" in section and "| -15.00 [" in section and "| ref |" in section
+    assert "accurate Δ vs boost 0 [95 % CI]" in md[wfst_at:ctc_at]
     import matplotlib
 
     matplotlib.use("Agg")
