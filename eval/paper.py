@@ -3,6 +3,8 @@ on the project's own Conformer-CTC, one command each:
 
     python -m eval.paper table1    # Table 1: WER of compact / normal / minimal TLG and HLG vs Flashlight, 95 % CIs
     python -m eval.paper fig6      # Figure 6: word-boost magnitude sweep, accurate vs inaccurate, two beams
+                                   # (--flashlight-boost-sentences N / --ctc-lm-boost-sentences N add Flashlight and
+                                   # our CTC prefix beam search with LM + phrase boosting, subsampled)
     python -m eval.paper table2    # Table 2: end-to-end RTFx (features + model + decoding), GPU WFST vs Flashlight on P processes
     python -m eval.paper table3    # Table 3: decoder-only RTFx, Flashlight 1 vs P processes vs the GPU WFST decoder
     python -m eval.paper all       # the four, in the order table1, fig6, table3, table2
@@ -71,6 +73,13 @@ class PaperOptions:
     boost_sentences: int = 300  # per set: the test words must not outnumber the in-vocabulary words absent from it
     flashlight_boost_sentences: int = 0  # per set, 0 = no Flashlight sweep (its boosting path is slow)
     flashlight_boost_points: int = 5
+    # our CTC prefix beam search + token LM + phrase boosting (decoder ctc_lm): its beam is a hypothesis count, not a
+    # score threshold, so it runs at one beam_size and sweeps every WFST beam's grid (the union of
+    # boost_values(beam, ctc_lm_boost_points) over --beams): each WFST panel has ctc_lm points at the same boosts
+    # (both in natural-log score units, the WFST at acoustic scale 1)
+    ctc_lm_boost_sentences: int = 0  # per set, 0 = no ctc_lm sweep (~35 RTFx per point on a 2-core CPU)
+    ctc_lm_boost_points: int = 9
+    ctc_lm_beam_size: int = 10  # conf/decoder/ctc_lm.yaml's default
     # table3
     processes: int = 0  # Flashlight worker processes; 0 = this machine's cores
     # table2
@@ -82,13 +91,15 @@ class PaperOptions:
         if self.experiment not in (*EXPERIMENTS, "all"):
             raise ValueError(f"experiment must be one of {[*EXPERIMENTS, 'all']}, got {self.experiment!r}")
         for name, lo in (("sentences", 1), ("resamples", 1), ("boost_points", 2), ("boost_sentences", 1),
-                         ("flashlight_boost_points", 2), ("processes", 0), ("flashlight_boost_sentences", 0)):
+                         ("flashlight_boost_points", 2), ("processes", 0), ("flashlight_boost_sentences", 0),
+                         ("ctc_lm_boost_sentences", 0), ("ctc_lm_boost_points", 2), ("ctc_lm_beam_size", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {lo}, got {v!r}")
-        if self.boost_sentences > self.sentences or self.flashlight_boost_sentences > self.sentences:
-            raise ValueError(f"--boost-sentences ({self.boost_sentences}) and --flashlight-boost-sentences "
-                             f"({self.flashlight_boost_sentences}) must not exceed --sentences ({self.sentences})")
+        if max(self.boost_sentences, self.flashlight_boost_sentences, self.ctc_lm_boost_sentences) > self.sentences:
+            raise ValueError(f"--boost-sentences ({self.boost_sentences}), --flashlight-boost-sentences "
+                             f"({self.flashlight_boost_sentences}) and --ctc-lm-boost-sentences "
+                             f"({self.ctc_lm_boost_sentences}) must not exceed --sentences ({self.sentences})")
         bad = [t for t in self.topologies if t not in ("compact", "normal", "minimal")]
         if bad or not self.topologies:
             raise ValueError(f"--topologies must be a non-empty subset of compact,normal,minimal, got {self.topologies}")
@@ -172,6 +183,11 @@ def boost_values(beam: float, points: int) -> list:
     return [round(beam * k / (points - 1), 6) for k in range(points)]
 
 
+def union_boost_values(beams: Sequence[float], points: int) -> list:
+    """The sorted union of every beam's `boost_values(beam, points)` (ctc_lm's sweep: each WFST beam's x values)."""
+    return sorted({v for beam in beams for v in boost_values(beam, points)})
+
+
 def sentence_words(manifest: str, limit: int) -> set:
     from eval.metrics import normalize_text
     from eval.runner import load_manifest
@@ -217,15 +233,31 @@ def plan_table1(opts: PaperOptions) -> list[PlannedRun]:
     return runs
 
 
+# fig6 decoder -> its beam parameter: a score threshold (log domain) for wfst and flashlight, a hypothesis count for
+# ctc_lm (which therefore runs at one beam and sweeps every score beam's boosts)
+FIG6_BEAM_KEYS = {"wfst": "search_beam", "flashlight": "beam_threshold", "ctc_lm": "beam_size"}
+
+
+def fig6_sweeps(opts: PaperOptions, decoder: str, points: int) -> list:
+    """[(beam, boost values)] of one fig6 decoder: one sweep per --beams value from 0 to that beam (wfst,
+    flashlight); ctc_lm: one sweep at --ctc-lm-beam-size over the union of those grids."""
+    if decoder == "ctc_lm":
+        return [(opts.ctc_lm_beam_size, union_boost_values(opts.beams, points))]
+    return [(beam, boost_values(beam, points)) for beam in opts.beams]
+
+
 def plan_fig6(opts: PaperOptions, manifests: dict, words_dir: Path) -> list[PlannedRun]:
-    """One run per (decoder, beam, scenario, test set): a boost sweep over `boost_points` values from 0 to the beam.
-    Writes the word lists the runs boost into `words_dir` (kept with the evidence)."""
+    """One run per (decoder, beam, scenario, test set): a boost sweep over `boost_points` values from 0 to the beam
+    (ctc_lm: at its beam size, over every beam's values; fig6_sweeps). Writes the word lists the runs boost into
+    `words_dir` (kept with the evidence)."""
     vocab = vocabulary(opts.scale)
     words_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     decoders = [("wfst", opts.boost_sentences, opts.boost_points)]
     if opts.flashlight_boost_sentences:
         decoders.append(("flashlight", opts.flashlight_boost_sentences, opts.flashlight_boost_points))
+    if opts.ctc_lm_boost_sentences:
+        decoders.append(("ctc_lm", opts.ctc_lm_boost_sentences, opts.ctc_lm_boost_points))
     for decoder, sentences, points in decoders:
         for dataset in DATASETS:
             test_words = sentence_words(manifests[dataset], sentences)
@@ -234,11 +266,11 @@ def plan_fig6(opts: PaperOptions, manifests: dict, words_dir: Path) -> list[Plan
             for scenario, words in lists.items():
                 path = words_dir / f"{scenario}_{dataset}_{sentences}.txt"
                 path.write_text("".join(w + "\n" for w in words), encoding="utf-8")
-            for beam in opts.beams:
-                beam_key = "search_beam" if decoder == "wfst" else "beam_threshold"
+            for beam, values in fig6_sweeps(opts, decoder, points):
+                beam_key = FIG6_BEAM_KEYS[decoder]
                 for scenario in lists:
                     name = f"{decoder}_beam{beam:g}_{scenario}_{dataset}"
-                    sweep = ",".join(f"{v:g}" for v in boost_values(beam, points))
+                    sweep = ",".join(f"{v:g}" for v in values)
                     runs.append(PlannedRun(name, [
                         # one set per run (its own word lists): the other set is deleted, not merged over
                         *[f"~data.manifests.{d}" for d in DATASETS if d != dataset],
@@ -366,6 +398,23 @@ def table1_pairs(opts: PaperOptions) -> list:
     return pairs
 
 
+def fig6_pairs(exp_dir: Path) -> list:
+    """Every boosted point of every sweep run against the same run's boost 0 (same utterances, same decoder):
+    ((run, "<decoder>[boost=b]"), (run, "<decoder>[boost=0]")), for the paired "Δ vs boost 0" of the fig6 report."""
+    pairs = []
+    for run_dir in sorted(p.parent for p in exp_dir.glob("*/hyps.jsonl")):
+        labels = sorted({decoder for decoder, _ in read_hyps(run_dir)})
+        for label in labels:
+            name, sep, rest = label.partition("[boost=")
+            if not sep or not rest.endswith("]") or float(rest[:-1]) == 0:
+                continue
+            zero = next((x for x in labels if x.startswith(f"{name}[boost=") and float(x[len(name) + 7:-1]) == 0),
+                        None)
+            if zero is not None:
+                pairs.append(((run_dir.name, label), (run_dir.name, zero)))
+    return pairs
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------------------------
@@ -391,32 +440,60 @@ def execute(opts: PaperOptions, experiment: str, runs: Sequence[PlannedRun], com
     return done
 
 
+def commands_record(path: Path, record: dict, only: Sequence[str]) -> dict:
+    """What commands.json holds after a run: `record`; with --runs (a partial re-run beside earlier run directories)
+    the earlier records go under "earlier" (oldest first), each without the runs this one re-ran, so every run
+    directory beside the file keeps the command that made it."""
+    if not only or not path.is_file():
+        return record
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return record
+    if not isinstance(old, dict):
+        return record
+    rerun = {r["run"] for r in record.get("runs", [])}
+    earlier = [*old.pop("earlier", []), old]
+    for e in earlier:
+        e["runs"] = [r for r in e.get("runs", []) if r.get("run") not in rerun]
+    return {**record, "earlier": [e for e in earlier if e["runs"]]}
+
+
 def run(opts: PaperOptions) -> dict:
     """Run the chosen experiment(s); returns {experiment: {"runs": [...], "seconds": ...}}."""
     opts.check()
     manifests = synthesize_test_sets(opts)
     summary = {}
-    for exp in (EXPERIMENTS if opts.experiment == "all" else (opts.experiment,)):
+    experiments = EXPERIMENTS if opts.experiment == "all" else (opts.experiment,)
+    plans = {}
+    for exp in experiments:
+        if exp == "table1":
+            plans[exp] = plan_table1(opts)
+        elif exp == "fig6":
+            plans[exp] = plan_fig6(opts, manifests, Path(opts.out_root) / DIRS[exp] / "words")
+        elif exp == "table2":
+            plans[exp] = plan_table2(opts)
+        else:
+            plans[exp] = plan_table3(opts)
+    unknown = sorted(set(opts.runs) - {r.name for runs in plans.values() for r in runs})
+    if unknown:
+        raise ValueError(f"--runs {','.join(unknown)}: no such run in {opts.experiment} (planned: "
+                         f"{','.join(r.name for runs in plans.values() for r in runs)})")
+    for exp in experiments:
         watch = Stopwatch("cpu")
         watch.__enter__()  # closed below, once the experiment's runs and bootstrap are done
         exp_dir = Path(opts.out_root) / DIRS[exp]
-        if exp == "table1":
-            runs = plan_table1(opts)
-        elif exp == "fig6":
-            runs = plan_fig6(opts, manifests, exp_dir / "words")
-        elif exp == "table2":
-            runs = plan_table2(opts)
-        else:
-            runs = plan_table3(opts)
+        runs = plans[exp]
         done = execute(opts, exp, runs, common_overrides(opts, exp, manifests))
-        pairs = table1_pairs(opts) if exp == "table1" else ()
+        pairs = table1_pairs(opts) if exp == "table1" else fig6_pairs(exp_dir) if exp == "fig6" else ()
         bootstrap_experiment(exp_dir, opts.resamples, opts.seed, pairs)
         watch.__exit__(None, None, None)
         summary[exp] = {"runs": done, "seconds": round(watch.wall_seconds, 1)}
         # the command and the wall time of each run, beside the evidence (the runs' config.yaml hold the rest)
-        (exp_dir / "commands.json").write_text(json.dumps({
-            "command": "python -m eval.paper " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("paper.py") else None,
-            "options": asdict(opts), **summary[exp]}, indent=1) + "\n", encoding="utf-8")
+        record = {"command": "python -m eval.paper " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("paper.py")
+                  else None, "options": asdict(opts), **summary[exp]}
+        (exp_dir / "commands.json").write_text(json.dumps(commands_record(exp_dir / "commands.json", record, opts.runs),
+                                                          indent=1) + "\n", encoding="utf-8")
     return summary
 
 
@@ -444,6 +521,11 @@ def parse_args(argv: Sequence[str]) -> PaperOptions:
     p.add_argument("--boost-sentences", type=int, default=d.boost_sentences)
     p.add_argument("--flashlight-boost-sentences", type=int, default=d.flashlight_boost_sentences)
     p.add_argument("--flashlight-boost-points", type=int, default=d.flashlight_boost_points)
+    p.add_argument("--ctc-lm-boost-sentences", type=int, default=d.ctc_lm_boost_sentences,
+                   help="fig6: sentences per set of the ctc_lm sweep (0: none)")
+    p.add_argument("--ctc-lm-boost-points", type=int, default=d.ctc_lm_boost_points,
+                   help="fig6: ctc_lm sweeps the union of boost_values(beam, this) over --beams")
+    p.add_argument("--ctc-lm-beam-size", type=int, default=d.ctc_lm_beam_size, help="fig6: ctc_lm's beam size")
     p.add_argument("--processes", type=int, default=d.processes, help="Flashlight processes (0: all cores)")
     p.add_argument("--precision", default=d.precision, help="table2: the acoustic model's precision")
     p.add_argument("--runs", default="", help="comma-separated run names to (re)run; default all")
@@ -458,7 +540,9 @@ def parse_args(argv: Sequence[str]) -> PaperOptions:
         cache_dir=a.cache_dir, model=a.model, scale=a.scale, topologies=split(a.topologies), graphs=split(a.graphs),
         resamples=a.resamples, seed=a.seed, beams=beams, boost_points=a.boost_points,
         boost_sentences=a.boost_sentences, flashlight_boost_sentences=a.flashlight_boost_sentences,
-        flashlight_boost_points=a.flashlight_boost_points, processes=a.processes, precision=a.precision,
+        flashlight_boost_points=a.flashlight_boost_points, ctc_lm_boost_sentences=a.ctc_lm_boost_sentences,
+        ctc_lm_boost_points=a.ctc_lm_boost_points, ctc_lm_beam_size=a.ctc_lm_beam_size,
+        processes=a.processes, precision=a.precision,
         runs=split(a.runs),
         overrides=extra,
     ).check()

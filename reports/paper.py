@@ -6,8 +6,9 @@
 Each experiment folder holds run directories (results.jsonl, hyps.jsonl, config.yaml) and bootstrap.json (the
 95 % intervals eval.paper computed from the hyps with eval.metrics); this module only reads and renders:
 - table1_topology: WER with CI per decoder / topology / graph, and the paired differences (compact vs normal...);
-- fig6_boost: WER against boost magnitude, accurate vs inaccurate, one panel per (test set, beam), the
-  rule-of-thumb check (boost <= beam / 2);
+- fig6_boost: WER against boost magnitude, accurate vs inaccurate, one panel per (test set, score beam), the
+  rule-of-thumb check (boost <= beam / 2); decoders whose beam is a hypothesis count (ctc_lm's beam_size) have no
+  panel of their own: their curve is drawn in every panel of its test set, up to that panel's beam;
 - table3_speed: decoder-only RTFx and speed-up over Flashlight on one process;
 - table2_end_to_end: end-to-end RTFx (features + model + decoding) of each decoder's pipeline, and its ratio to the
   Flashlight pipeline on P processes.
@@ -227,10 +228,23 @@ def _save(plt, fig, out_path: str | Path) -> Path:
 # ---------------------------------------------------------------------------------------------------------
 
 
+# decoders whose fig6 beam is a hypothesis count (beam_size), not a score threshold in the boosts' units
+COUNT_BEAM_DECODERS = ("ctc_lm",)
+
+
 def beam_of(r: ResultRow) -> Optional[float]:
-    """The search beam the row decoded with (WFST: search_beam; Flashlight: beam_threshold)."""
-    v = r.decoder_config.get("search_beam", r.decoder_config.get("beam_threshold"))
+    """The beam the row decoded with (WFST: search_beam; Flashlight: beam_threshold; ctc_lm: beam_size, a
+    hypothesis count)."""
+    if r.decoder_name in COUNT_BEAM_DECODERS:
+        v = r.decoder_config.get("beam_size")
+    else:
+        v = r.decoder_config.get("search_beam", r.decoder_config.get("beam_threshold"))
     return None if v is None else float(v)
+
+
+def score_beam(decoder: str) -> bool:
+    """Whether the decoder's fig6 beam is a score threshold, comparable with the boost (the beam/2 rule applies)."""
+    return decoder not in COUNT_BEAM_DECODERS
 
 
 def scenario_of(r: ResultRow) -> str:
@@ -276,25 +290,75 @@ def rule_of_thumb(points: dict, beam: float) -> dict:
     return out
 
 
+_FIG6_ORDER = {"wfst": 0, "ctc_lm": 1, "flashlight": 2}
+
+
+def _delta(p: Optional[dict], zero: bool = False) -> str:
+    if p is None:
+        return "ref" if zero else "—"
+    star = "*" if p["high"] < 0 or p["low"] > 0 else ""
+    return f"{100 * p['estimate']:+.2f} [{100 * p['low']:+.2f}, {100 * p['high']:+.2f}]{star}"
+
+
+def count_beam_summary(points: dict, score_beams: Sequence[float]) -> list:
+    """The summary lines of a count-beam decoder's sweep (ctc_lm): the best accurate boost, and the WER at the
+    largest boost <= each score beam's half and at each score beam (the WFST panels' reference points)."""
+    lines = []
+    acc, ina = points.get("accurate", []), points.get("inaccurate", [])
+
+    def at_most(ps, limit):
+        below = [p for p in ps if p[0] <= limit + 1e-9]
+        return below[-1] if below else None
+
+    for name, ps in (("Accurate", acc), ("Inaccurate", ina)):
+        if not ps:
+            continue
+        best = min(ps, key=lambda p: (p[1].wer, p[0]))
+        parts = [f"WER {_pct(ps[0][1].wer)} % at 0, best {_pct(best[1].wer)} % at boost {best[0]:g}"]
+        for beam in score_beams:
+            for limit, what in ((beam / 2, f"≤ {beam:g}/2"), (beam, f"≤ {beam:g}")):
+                p = at_most(ps, limit)
+                if p is not None:
+                    parts.append(f"{_pct(p[1].wer)} % at {p[0]:g} ({what})")
+        lines.append(f"{name}: " + ", ".join(dict.fromkeys(parts)) + ".")
+    return lines
+
+
 def fig6_markdown(rows: Sequence[ResultRow], boot: dict) -> str:
     curves = sweep_curves(rows)
     if not curves:
         raise ValueError("fig6: no boost-sweep rows")
     cis = intervals(boot)
-    out = []
-    for (decoder, beam, dataset) in sorted(curves, key=lambda k: (k[0] != "wfst", k[0], k[1], k[2])):
+    # paired WER(boost b) - WER(boost 0) within a run (eval.paper.fig6_pairs), keyed by the boosted system
+    deltas = {(p["a"]["run"], p["a"]["decoder"], p["dataset"]): p for p in boot.get("paired") or []
+              if p["a"]["run"] == p["b"]["run"] and p["dataset"] != "all"}
+    score_beams = sorted({k[1] for k in curves if score_beam(k[0])})
+    out = [*(["Δ vs boost 0: WER(boost) − WER(boost 0) in points, paired bootstrap on the same utterances "
+              "(* : the interval excludes 0)", ""] if deltas else [])]
+    for (decoder, beam, dataset) in sorted(curves, key=lambda k: (_FIG6_ORDER.get(k[0], 9), k[0], k[1], k[2])):
         pts = curves[(decoder, beam, dataset)]
         n = next(iter(pts.values()))[0][1].utterances
         boosts = sorted({b for s in pts.values() for b, _ in s})
-        head = ["boost", "boost / beam", *[f"{s} WER % [95 % CI]" for s in ("accurate", "inaccurate") if s in pts]]
+        scored = score_beam(decoder)
+        scenarios = [s for s in ("accurate", "inaccurate") if s in pts]
+        with_delta = [s for s in scenarios if any((r.run, r.decoder, r.dataset) in deltas for _, r in pts[s])]
+        head = ["boost", *(["boost / beam"] if scored else []),
+                *[h for s in scenarios for h in (f"{s} WER % [95 % CI]",
+                                                 *([f"{s} Δ vs boost 0 [95 % CI]"] if s in with_delta else []))]]
         body = []
         for b in boosts:
-            cells = [f"{b:g}", f"{b / beam:.3f}"]
-            for s in ("accurate", "inaccurate"):
-                if s in pts:
-                    r = next((r for bb, r in pts[s] if bb == b), None)
-                    cells.append(_wer_ci(r, cis.get((r.run, r.decoder, r.dataset)) if r else None))
+            cells = [f"{b:g}", *([f"{b / beam:.3f}"] if scored else [])]
+            for s in scenarios:
+                r = next((r for bb, r in pts[s] if bb == b), None)
+                cells.append(_wer_ci(r, cis.get((r.run, r.decoder, r.dataset)) if r else None))
+                if s in with_delta:
+                    cells.append(_delta(deltas.get((r.run, r.decoder, r.dataset)) if r else None,
+                                        zero=r is not None and r.boost_value == 0))
             body.append(cells)
+        if not scored:
+            out += [f"### {decoder}, beam size {beam:g} (hypotheses, no score beam), test-{dataset} ({n} utterances)",
+                    "", _table(head, body, 1), "", *count_beam_summary(pts, score_beams), ""]
+            continue
         rt = rule_of_thumb(pts, beam)
         out += [f"### {decoder}, search beam {beam:g}, test-{dataset} ({n} utterances)", "", _table(head, body, 2), ""]
         if "best_boost" in rt:
@@ -322,24 +386,31 @@ def plot_fig6(rows: Sequence[ResultRow], boot: dict, out_path: str | Path) -> Pa
         raise ValueError("plot_fig6: no boost-sweep rows")
     cis = intervals(boot)
     datasets = sorted({k[2] for k in curves})
-    beams = sorted({k[1] for k in curves})
-    fig, axes = plt.subplots(len(datasets), len(beams), figsize=(4.6 * len(beams), 3.6 * len(datasets)),
+    # one panel column per score beam; count-beam decoders (ctc_lm) are drawn in every panel of their test set
+    beams = sorted({k[1] for k in curves if score_beam(k[0])}) or [None]
+    fig, axes = plt.subplots(len(datasets), len(beams), figsize=(4.6 * len(beams), 3.6 * len(datasets) + 0.7),
                              squeeze=False)
     colors = {"accurate": "tab:green", "inaccurate": "tab:red"}
-    styles = {"wfst": "-", "flashlight": "--"}
-    markers = {"wfst": "o", "flashlight": "s"}
+    styles = {"wfst": "-", "flashlight": "--", "ctc_lm": "-."}
+    markers = {"wfst": "o", "flashlight": "s", "ctc_lm": "^"}
     for i, dataset in enumerate(datasets):
         for j, beam in enumerate(beams):
             ax = axes[i][j]
-            for (decoder, b, d), pts in sorted(curves.items()):
-                if b != beam or d != dataset:
+            for (decoder, b, d), pts in sorted(curves.items(), key=lambda kv: (_FIG6_ORDER.get(kv[0][0], 9), kv[0])):
+                scored = score_beam(decoder)
+                if d != dataset or (scored and b != beam):
                     continue
                 for scenario, ps in sorted(pts.items()):
+                    if not scored and beam is not None:
+                        ps = [p for p in ps if p[0] <= beam + 1e-9]  # the panel's boost range
+                    if not ps:
+                        continue
                     xs = [p[0] for p in ps]
                     ys = [100 * p[1].wer for p in ps]
+                    what = decoder if scored else f"{decoder} (beam size {b:g})"
                     ax.plot(xs, ys, styles.get(decoder, ":"), marker=markers.get(decoder, "x"), ms=4,
-                            color=colors.get(scenario, "gray"),
-                            label=f"{decoder} {scenario} (n={ps[0][1].utterances})")
+                            color=colors.get(scenario, "gray"), alpha=1.0 if scored else 0.85,
+                            label=f"{what} {scenario} (n={ps[0][1].utterances})")
                     band = [cis.get((p[1].run, p[1].decoder, p[1].dataset)) for p in ps]
                     if all(band):
                         ax.fill_between(xs, [100 * c["low"] for c in band], [100 * c["high"] for c in band],
@@ -347,16 +418,26 @@ def plot_fig6(rows: Sequence[ResultRow], boot: dict, out_path: str | Path) -> Pa
             # log WER axis: past beam/2 boosted words are inserted wholesale (WER > 100 %), which on a linear axis
             # flattens the small-boost region the rule of thumb is about
             ax.set_yscale("log")
-            ax.axvline(beam / 2, color="black", ls=":", lw=1)
-            ax.text(beam / 2, ax.get_ylim()[1], " beam/2", va="top", fontsize=8)
-            ax.set_title(f"test-{dataset}, search beam {beam:g}", fontsize=10)
+            if beam is not None:
+                ax.axvline(beam / 2, color="black", ls=":", lw=1)
+                ax.text(beam / 2, ax.get_ylim()[1], " beam/2", va="top", fontsize=8)
+            ax.set_title(f"test-{dataset}" + (f", search beam {beam:g}" if beam is not None else ""), fontsize=10)
             ax.set_xlabel("boost magnitude (log domain)")
             ax.set_ylabel("WER % (log scale)")
             ax.grid(True, which="both", alpha=0.25)
-            ax.legend(fontsize=7, loc="upper left")
+    # one legend for the figure, below the panels (inside them it hides the curves' upper part)
+    handles: dict = {}
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    ncol = min(3, max(1, len(handles)))
+    legend_rows = math.ceil(len(handles) / ncol)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    count = sorted({f"{k[0]} (beam size {k[1]:g})" for k in curves if not score_beam(k[0])})
     fig.suptitle("Figure 6 analogue: word boosting, accurate (test-set words) vs inaccurate (absent words); "
-                 "bands: 95 % CI", fontsize=10)
-    fig.tight_layout()
+                 "bands: 95 % CI" + (f"\n{', '.join(count)}: one sweep at the same boosts, drawn in every panel up to "
+                                     "its beam" if count else ""), fontsize=10)
+    fig.tight_layout(rect=(0, min(0.4, (0.22 * legend_rows + 0.1) / fig.get_figheight()), 1, 1))
     return _save(plt, fig, out_path)
 
 
@@ -516,8 +597,10 @@ def render(exp_dir: str | Path) -> tuple[str, Path]:
     else:
         body, plot = table3_markdown(rows), plot_table3(rows, exp_dir / f"{kind}.png")
     env = next((r.environment for r in rows if r.environment), {})
+    commits = sorted({str(r.environment.get("git_commit")) for r in rows if r.environment})
     foot = (f"\nRun directories: {', '.join(sorted({r.run for r in rows}))}. Measured on {env.get('cpu_model', '?')} "
-            f"x{env.get('cpu_count', '?')}, GPU {env.get('gpu_name')}, commit {env.get('git_commit')}.\n")
+            f"x{env.get('cpu_count', '?')}, GPU {env.get('gpu_name')}, commit{'s' if len(commits) > 1 else ''} "
+            f"{', '.join(commits) or None}.\n")
     md = f"## {TITLES[kind]}\n\n{body.rstrip()}\n{foot}"
     (exp_dir / "report.md").write_text(md, encoding="utf-8")
     return md, plot

@@ -170,6 +170,11 @@ def test_flashlight_num_processes_must_be_positive(tmp_path, bad):
     (["table1", "--resamples", "0"], "--resamples"),
     (["fig6", "--boost-points", "1"], "--boost-points"),
     (["fig6", "--sentences", "100", "--boost-sentences", "300"], "must not exceed --sentences"),
+    (["fig6", "--sentences", "100", "--boost-sentences", "50", "--ctc-lm-boost-sentences", "101"],
+     "must not exceed --sentences"),
+    (["fig6", "--ctc-lm-boost-sentences", "-1"], "--ctc-lm-boost-sentences must be an integer >= 0"),
+    (["fig6", "--ctc-lm-boost-points", "1"], "--ctc-lm-boost-points"),
+    (["fig6", "--ctc-lm-beam-size", "0"], "--ctc-lm-beam-size"),
     (["table1", "--topologies", "compact,fancy"], "--topologies"),
     (["table1", "--graphs", "TLG,XLG"], "--graphs"),
     (["fig6", "--beams", "8,-1"], "--beams must be positive"),
@@ -238,6 +243,71 @@ def test_every_planned_run_composes_and_validates(tmp_path, monkeypatch):
     acc = (tmp_path / "words" / "accurate_clean_300.txt").read_text().split()
     ina = (tmp_path / "words" / "inaccurate_clean_300.txt").read_text().split()
     assert sorted(acc) == ["a", "cat", "dog", "sat", "the"] and len(ina) == len(acc) and not set(ina) & set(acc)
+
+
+def test_fig6_plans_ctc_lm_at_its_beam_size_over_every_wfst_grid(tmp_path, monkeypatch):
+    """--ctc-lm-boost-sentences adds one ctc_lm sweep per (scenario, set) at its beam size, over the union of the
+    WFST beams' boost values, on its own sentence count and word lists; off by default."""
+    from eval.config import compose_config, resolve_decoder_config, validate_config
+
+    manifests = _manifests(tmp_path)
+    monkeypatch.setattr(paper, "vocabulary", lambda scale: ["the", "cat", "sat", "a", "dog", "red", "hat", "ran",
+                                                             "far", "mat", "on", "big", "x", "y", "z"])
+    off = paper.plan_fig6(paper.PaperOptions(experiment="fig6").check(), manifests, tmp_path / "w0")
+    assert not [r for r in off if r.name.startswith("ctc_lm")]
+    opts = paper.parse_args(["fig6", "--beams", "4,6", "--boost-points", "3", "--ctc-lm-boost-sentences", "1",
+                             "--ctc-lm-boost-points", "3"])
+    runs = {r.name: r for r in paper.plan_fig6(opts, manifests, tmp_path / "words")}
+    ctc = sorted(n for n in runs if n.startswith("ctc_lm"))
+    assert ctc == [f"ctc_lm_beam10_{s}_{d}" for s in ("accurate", "inaccurate") for d in ("clean", "other")]
+    assert len(runs) == 2 * 2 * 2 + 4  # wfst: sets x beams x scenarios; ctc_lm: sets x scenarios
+    for name in ctc:
+        cfg = validate_config(compose_config([*paper.common_overrides(opts, "fig6", manifests),
+                                              *runs[name].overrides]))
+        assert list(cfg.experiment.decoders) == ["ctc_lm"] and cfg.experiment.run == name
+        assert resolve_decoder_config("ctc_lm", cfg).beam_size == 10
+        # every WFST panel's x values: 0, 2, 4 (beam 4) and 0, 3, 6 (beam 6)
+        assert list(cfg.boost.sweep) == [0.0, 2.0, 3.0, 4.0, 6.0]
+        scenario, dataset = name.split("_")[-2:]
+        assert set(cfg.data.manifests) == {dataset} and cfg.data.max_utterances == 1
+        assert cfg.boost.words_file.endswith(f"{scenario}_{dataset}_1.txt")
+    # its own sentence count: the clean list has the first sentence's words only
+    assert (tmp_path / "words" / "accurate_clean_1.txt").read_text().split() == ["cat", "sat", "the"]
+    assert paper.union_boost_values([8.0, 17.0], 9) == sorted(set(paper.boost_values(8.0, 9))
+                                                              | set(paper.boost_values(17.0, 9)))
+    opts10 = paper.parse_args(["fig6", "--ctc-lm-boost-sentences", "1", "--ctc-lm-beam-size", "4"])
+    assert "ctc_lm_beam4_accurate_clean" in {r.name for r in paper.plan_fig6(opts10, manifests, tmp_path / "w2")}
+
+
+def test_partial_rerun_keeps_the_earlier_commands(tmp_path):
+    path = tmp_path / "commands.json"
+    first = {"command": "python -m eval.paper all", "options": {}, "seconds": 3.0,
+             "runs": [{"run": "wfst_a", "seconds": 1.0}, {"run": "wfst_b", "seconds": 2.0}]}
+    assert paper.commands_record(path, first, []) == first  # no file yet
+    path.write_text(json.dumps(first))
+    second = {"command": "python -m eval.paper fig6 --runs wfst_b,ctc_c", "options": {}, "seconds": 5.0,
+              "runs": [{"run": "wfst_b", "seconds": 2.5}, {"run": "ctc_c", "seconds": 2.5}]}
+    rec = paper.commands_record(path, second, ["wfst_b", "ctc_c"])
+    assert rec["runs"] == second["runs"] and rec["command"] == second["command"]
+    assert [e["command"] for e in rec["earlier"]] == [first["command"]]
+    assert rec["earlier"][0]["runs"] == [{"run": "wfst_a", "seconds": 1.0}]  # wfst_b was re-run
+    path.write_text(json.dumps(rec))
+    third = {"command": "python -m eval.paper fig6 --runs wfst_a", "options": {}, "seconds": 1.0,
+             "runs": [{"run": "wfst_a", "seconds": 1.1}]}
+    rec3 = paper.commands_record(path, third, ["wfst_a"])
+    assert [e["command"] for e in rec3["earlier"]] == [second["command"]]  # the first has no run left
+    assert paper.commands_record(path, third, []) == third  # a full run replaces the record
+
+
+def test_runs_naming_no_planned_run_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(paper, "synthesize_test_sets", lambda opts: _manifests(tmp_path))
+    monkeypatch.setattr(paper, "vocabulary", lambda scale: ["the", "cat", "sat", "a", "dog", "red", "hat", "ran",
+                                                             "far", "mat", "on", "big", "x", "y", "z"])
+    argv = ["fig6", "--out-root", str(tmp_path / "out"), "--runs", "ctc_lm_beam10_accurate_clean"]
+    assert paper.main(argv) == 2  # without --ctc-lm-boost-sentences there is no ctc_lm run
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --runs ctc_lm_beam10_accurate_clean: no such run in fig6") and "\n" not in err
+    assert not (tmp_path / "out" / "fig6_boost" / "commands.json").exists()
 
 
 def test_inaccurate_words_refuses_a_vocabulary_too_small():
@@ -344,6 +414,55 @@ def test_fig6_and_table3_render(tmp_path):
     md3 = (t3 / "report.md").read_text()
     assert "Flashlight, 2 processes" in md3 and "1.00×" in md3
     assert (exp / "fig6_boost.png").is_file() and (t3 / "table3_speed.png").is_file()
+
+
+def test_fig6_renders_ctc_lm_beside_the_wfst(tmp_path):
+    """A ctc_lm sweep (beam_size: a hypothesis count) gets no panel of its own: its section in report.md has no
+    boost/beam column and reads its WER at the WFST panels' boosts; the plot keeps one column per WFST beam."""
+    from reports.paper import main as render_main, plot_fig6, sweep_curves
+    from reports.schema import load_rows
+
+    exp = tmp_path / "fig6_boost"
+    refs = [f"the cat sat {i}" for i in range(10)]
+    broken = {"wfst": {0.0: 2, 2.0: 3, 4.0: 4}, "ctc_lm": {0.0: 3, 1.0: 1, 2.0: 2, 4.0: 5, 6.0: 8}}
+    for decoder, config in (("wfst", {"search_beam": 4.0}), ("ctc_lm", {"beam_size": 10, "lm_weight": 0.5})):
+        for scenario in ("accurate", "inaccurate"):
+            systems, boost = {}, {}
+            for b, k in broken[decoder].items():
+                label = f"{decoder}[boost={b:g}]"
+                k = k if scenario == "accurate" else 3 + int(b)
+                systems[label] = {"clean": [(r, r if i >= k else "cat cat cat") for i, r in enumerate(refs)]}
+                boost[label] = b
+            beam = 4 if decoder == "wfst" else 10
+            _write_run(exp, f"{decoder}_beam{beam}_{scenario}_clean", "fig6_boost", systems, boost=boost,
+                       config=config)
+    pairs = paper.fig6_pairs(exp)
+    assert len(pairs) == 2 * 2 + 2 * 4  # every boosted point vs its own run's boost 0
+    assert (("ctc_lm_beam10_accurate_clean", "ctc_lm[boost=6]"), ("ctc_lm_beam10_accurate_clean", "ctc_lm[boost=0]")) \
+        in pairs
+    paper.bootstrap_experiment(exp, resamples=50, seed=0, pairs=pairs)
+    rows = [r for d in sorted(exp.glob("*/results.jsonl")) for r in load_rows(d.parent)]
+    curves = sweep_curves(rows)
+    assert set(curves) == {("wfst", 4.0, "clean"), ("ctc_lm", 10.0, "clean")}
+    assert [b for b, _ in curves[("ctc_lm", 10.0, "clean")]["accurate"]] == [0.0, 1.0, 2.0, 4.0, 6.0]
+    assert render_main([str(exp)]) == 0
+    md = (exp / "report.md").read_text()
+    wfst_at, ctc_at = md.index("### wfst, search beam 4"), md.index("### ctc_lm, beam size 10")
+    assert wfst_at < ctc_at
+    section = md[ctc_at:]
+    assert "boost / beam" not in section.split("\n\n")[1]
+    # a broken sentence is 3 errors of its 4 words (40 in all): 3 broken at 0 = 22.5 %, 1 at boost 1 = 7.5 %
+    assert "Accurate: WER 22.50 % at 0, best 7.50 % at boost 1, 15.00 % at 2 (≤ 4/2), 37.50 % at 4 (≤ 4)." in section
+    assert "Inaccurate: WER 22.50 % at 0, best 22.50 % at boost 0, 37.50 % at 2 (≤ 4/2)" in section
+    # the paired difference to boost 0 of the same run: 1 broken sentence instead of 3, every draw
+    assert "| 1 | 7.50 [" in section and "| -15.00 [" in section and "| ref |" in section
+    assert "accurate Δ vs boost 0 [95 % CI]" in md[wfst_at:ctc_at]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig_rows = rows
+    out = plot_fig6(fig_rows, json.loads((exp / "bootstrap.json").read_text()), tmp_path / "f.png")
+    assert out.stat().st_size > 10_000
 
 
 def test_table2_end_to_end_render(tmp_path):
