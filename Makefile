@@ -6,7 +6,7 @@ RUN_DIR ?= runs
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-nemo demo test test-fast test-gpu gpu-check bench graphs eval report report-evidence gate workload clean
+.PHONY: setup setup-nemo demo test test-fast test-gpu gpu-check bench graphs eval report report-evidence compress-evidence gate workload clean
 
 setup: .setup.stamp
 .setup.stamp: pyproject.toml
@@ -51,6 +51,11 @@ report: setup
 report-evidence: setup
 	@for d in $$(find reports/evidence -name results.jsonl -exec dirname {} \; | sort); do \
 	  echo "== $$d"; $(PYTHON) -m reports.cli $$d || exit 1; done
+
+# Committed evidence keeps its hypothesis files gzip-compressed (hyps.jsonl.gz, read like hyps.jsonl everywhere), so
+# the tree stays small enough to travel to the GPU host beside the wheels (64 MiB in all): run after adding evidence.
+compress-evidence:
+	$(PYTHON) -c "from eval.results import compress_hyps; print(len(compress_hyps('reports/evidence', 100_000)), 'compressed')"
 
 # The GPU test routine, on a CUDA host, every time kernel code changes: gpu tests + compute-sanitizer
 # memcheck / racecheck / synccheck over both smokes (summary and logs under $$OUT, default /tmp/gpu_check_out).

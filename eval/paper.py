@@ -315,10 +315,17 @@ def plan_table2(opts: PaperOptions) -> list[PlannedRun]:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _hyps_run_dirs(exp_dir: Path) -> list[Path]:
+    """The experiment's run directories that hold hypotheses (hyps.jsonl or hyps.jsonl.gz), sorted."""
+    return sorted({p.parent for name in ("hyps.jsonl", "hyps.jsonl.gz") for p in exp_dir.glob(f"*/{name}")})
+
+
 def read_hyps(run_dir: Path) -> dict:
     """{(decoder, dataset): {utterance id: (ref, hyp)}} of one run directory."""
     out: dict = {}
-    with open(run_dir / "hyps.jsonl", encoding="utf-8") as f:
+    from eval.results import open_hyps
+
+    with open_hyps(run_dir) as f:
         for line in f:
             if line.strip():
                 h = json.loads(line)
@@ -402,7 +409,7 @@ def fig6_pairs(exp_dir: Path) -> list:
     """Every boosted point of every sweep run against the same run's boost 0 (same utterances, same decoder):
     ((run, "<decoder>[boost=b]"), (run, "<decoder>[boost=0]")), for the paired "Δ vs boost 0" of the fig6 report."""
     pairs = []
-    for run_dir in sorted(p.parent for p in exp_dir.glob("*/hyps.jsonl")):
+    for run_dir in _hyps_run_dirs(exp_dir):
         labels = sorted({decoder for decoder, _ in read_hyps(run_dir)})
         for label in labels:
             name, sep, rest = label.partition("[boost=")

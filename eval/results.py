@@ -108,16 +108,60 @@ class RunDirectory:
 
     def write_output_manifests(self) -> list[Path]:
         """NeMo-style output manifests (`manifests/<dataset>/<decoder>.jsonl`) from the hyps.jsonl written so far."""
-        hyps = self.path / "hyps.jsonl"
-        if not hyps.is_file():
+        if hyps_path(self.path) is None:
             return []
-        with open(hyps, encoding="utf-8") as f:
+        with open_hyps(self.path) as f:
             return write_output_manifests(self.path, f)
 
     def write_json(self, name: str, obj: Any) -> None:
         """An extra file of the run (e.g. a benchmark's per-shape detail); `name` is one path component."""
         check_name(name, "file name")
         (self.path / name).write_text(json.dumps(obj, indent=1, default=_json_default) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hypothesis files: hyps.jsonl as written, or hyps.jsonl.gz (committed evidence is stored compressed, so the
+# working tree stays small enough to travel to the GPU host beside the wheels)
+# ---------------------------------------------------------------------------------------------------------
+HYPS_NAMES = ("hyps.jsonl", "hyps.jsonl.gz")
+
+
+def hyps_path(run_dir: str | Path) -> Optional[Path]:
+    """The run directory's hypothesis file (plain or gzip-compressed), None when it has none."""
+    for name in HYPS_NAMES:
+        if (Path(run_dir) / name).is_file():
+            return Path(run_dir) / name
+    return None
+
+
+def open_hyps(run_dir: str | Path) -> IO[str]:
+    """The run's hypothesis lines for reading, whichever of hyps.jsonl / hyps.jsonl.gz it holds."""
+    path = hyps_path(run_dir)
+    if path is None:
+        raise FileNotFoundError(f"{run_dir}: no hyps.jsonl or hyps.jsonl.gz")
+    if path.suffix == ".gz":
+        import gzip
+
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def compress_hyps(root: str | Path, min_bytes: int = 0) -> list[Path]:
+    """gzip every hyps.jsonl under `root` of at least `min_bytes` into hyps.jsonl.gz (deterministic: no name or time
+    in the header) and remove the plain file; returns the files written."""
+    import gzip
+
+    out = []
+    for path in sorted(Path(root).rglob("hyps.jsonl")):
+        if path.stat().st_size < min_bytes:
+            continue
+        target = path.with_name("hyps.jsonl.gz")
+        with open(path, "rb") as src, open(target, "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+                shutil.copyfileobj(src, gz)
+        path.unlink()
+        out.append(target)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
