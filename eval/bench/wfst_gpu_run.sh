@@ -17,7 +17,7 @@
 # [k2py on K2_UTTS utterances of the HLG, after the GPU runs] -> the run directories copied to $OUT/runs.
 # Env: SCALE (tiny|small|bench; bench: TLGs and HLGs (~52M arcs each), its graphs take ~5 min on a 2-core machine), UTTS (200), B1 (30), K2_UTTS (0 = no k2py),
 #   DECODERS (wfst riva oasr; oasr only when OASR_ROOT, default .anchors/oasr, holds its source), MAX_HLG_ARCS (library default; 0 = no HLG),
-#   WHEELS (.whl; empty = use the packages python3 has). Stages are cached (workload params.json, graph_info.json,
+#   WHEELS (.whl; empty = use the packages python3 has), ISOLATE (1: each configuration in its own process). Stages are cached (workload params.json, graph_info.json,
 #   the log-prob file): a call cut short can be run again on the still-warm machine and continues.
 # Host timings seen before (H200, 16 cores): small = workload 9 s, graphs 93 s, log-probs 6 s, benchmark ~40 s.
 set -o pipefail
@@ -56,8 +56,10 @@ wait $LPJ 2>/dev/null; wait $EXT; tail -3 "$OUT/ext_build.log"
 [ -f $LP ] || { cat "$OUT/logprobs.log"; exit 1; }
 G=data/graphs/$SCALE/char_blanklast
 GDIRS="--graph-dir compact=$G/compact --graph-dir normal=$G/normal"
+# every configuration in a fresh process (wfst_bench --isolate, its default on cuda: rows after Riva's ran 2.5x
+# slower in one process); ISOLATE=0 measures them all in one process (saves one process start per row, ~5-15 s)
 stage bench python3 -m eval.bench.wfst_bench --lp-file $LP --scale $SCALE --max-utts $UTTS --b1-utts ${B1:-30} \
-  $GDIRS --decoders $DECODERS --run $SCALE
+  $GDIRS --decoders $DECODERS --run $SCALE $( [ "${ISOLATE:-1}" = 0 ] && echo --in-process || echo --isolate )
 if [ "$K2_UTTS" -gt 0 ]; then  # CPU baseline after the GPU runs, so it cannot disturb their timing
   stage k2py python3 -m eval.bench.wfst_bench --lp-file $LP --scale $SCALE --max-utts $UTTS --decoders k2py \
     --k2py-utts $K2_UTTS $GDIRS --experiment wfst_k2py --run $SCALE
