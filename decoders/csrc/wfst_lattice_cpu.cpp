@@ -798,72 +798,70 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
   };
   std::vector<Best> res(static_cast<size_t>(B));
   lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
-    {
-      const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
-      Best& r = res[b];
-      if (ns == 0) return;
-      auto frame = [&](int64_t s) { return st[2 * (s0 + s)]; };
-      auto fwd = [&](int64_t s) { return ss[2 * (s0 + s)]; };
-      // the first arc (in arc order) into each state whose float32 forward(src) + score equals forward(dst)
-      std::vector<int64_t> first_in(static_cast<size_t>(ns), -1);
-      for (int64_t k = na - 1; k >= 0; --k) {
-        const int32_t src = ar[3 * (a0 + k)], dst = ar[3 * (a0 + k) + 1];
-        BEAMDEC_CHECK(src >= 0 && src < ns && dst >= 0 && dst < ns, "wfst_lattice_best: arc ", a0 + k,
-                      " leaves the utterance's states");
-        const float sum = fwd(src) + as[a0 + k];
-        if (sum == fwd(dst)) first_in[dst] = k;
-      }
-      std::vector<int64_t> path;
-      int64_t s = ns - 1;
-      while (s != 0 && static_cast<int64_t>(path.size()) <= na) {
-        const int64_t k = first_in[s];
-        if (k < 0) break;
-        path.push_back(k);
-        s = ar[3 * (a0 + k)];
-      }
-      if (s != 0) {
-        r.status = -1;
-        return;
-      }
-      std::reverse(path.begin(), path.end());
-      r.status = 1;
-      // the hypothesis of the path: decoders/lattice.py _path_hypothesis, the same rules
-      const int64_t final_state = ns - 1;
-      int32_t last_real = -1, prev_token = -1;
-      bool have_prev = false;
-      size_t group = 0;  // words of the current word arc, waiting for their end
-      auto word_end = [&](int32_t otherwise) { return (last_real >= 0 && blank_id >= 0) ? last_real + 1 : otherwise; };
-      for (const int64_t k : path) {
-        const int32_t src = ar[3 * (a0 + k)], dst = ar[3 * (a0 + k) + 1], ga = ar[3 * (a0 + k) + 2];
-        BEAMDEC_CHECK(ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW,
-                      "wfst_lattice_best: graph arc ", ga, " outside the graph");
-        const int32_t f = frame(src);
-        const bool emitting = dst != final_state && frame(dst) == f + 1;
-        const int32_t lab = emitting ? il[ga] : -1;
-        if (xs[ga + 1] > xs[ga]) {
-          r.ends.insert(r.ends.end(), group, word_end(f));
-          group = 0;
-          for (int32_t j = xs[ga]; j < xs[ga + 1]; ++j) {
-            r.words.push_back(xw[j]);
-            r.starts.push_back(f);
-            ++group;
-          }
-          last_real = -1;
-        }
-        if (lab >= 0) {
-          if (lab != blank_id) {
-            last_real = f;
-            if (!have_prev || lab != prev_token) {
-              r.tokens.push_back(lab);
-              r.steps.push_back(f);
-            }
-          }
-          prev_token = lab;
-          have_prev = true;
-        }
-      }
-      r.ends.insert(r.ends.end(), group, word_end(frame(ns - 1) - 1));  // frames read: 0 .. len - 1
+    const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
+    Best& r = res[b];
+    if (ns == 0) return;
+    auto frame = [&](int64_t s) { return st[2 * (s0 + s)]; };
+    auto fwd = [&](int64_t s) { return ss[2 * (s0 + s)]; };
+    // the first arc (in arc order) into each state whose float32 forward(src) + score equals forward(dst)
+    std::vector<int64_t> first_in(static_cast<size_t>(ns), -1);
+    for (int64_t k = na - 1; k >= 0; --k) {
+      const int32_t src = ar[3 * (a0 + k)], dst = ar[3 * (a0 + k) + 1];
+      BEAMDEC_CHECK(src >= 0 && src < ns && dst >= 0 && dst < ns, "wfst_lattice_best: arc ", a0 + k,
+                    " leaves the utterance's states");
+      const float sum = fwd(src) + as[a0 + k];
+      if (sum == fwd(dst)) first_in[dst] = k;
     }
+    std::vector<int64_t> path;
+    int64_t s = ns - 1;
+    while (s != 0 && static_cast<int64_t>(path.size()) <= na) {
+      const int64_t k = first_in[s];
+      if (k < 0) break;
+      path.push_back(k);
+      s = ar[3 * (a0 + k)];
+    }
+    if (s != 0) {
+      r.status = -1;
+      return;
+    }
+    std::reverse(path.begin(), path.end());
+    r.status = 1;
+    // the hypothesis of the path: decoders/lattice.py _path_hypothesis, the same rules
+    const int64_t final_state = ns - 1;
+    int32_t last_real = -1, prev_token = -1;
+    bool have_prev = false;
+    size_t group = 0;  // words of the current word arc, waiting for their end
+    auto word_end = [&](int32_t otherwise) { return (last_real >= 0 && blank_id >= 0) ? last_real + 1 : otherwise; };
+    for (const int64_t k : path) {
+      const int32_t src = ar[3 * (a0 + k)], dst = ar[3 * (a0 + k) + 1], ga = ar[3 * (a0 + k) + 2];
+      BEAMDEC_CHECK(ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW,
+                    "wfst_lattice_best: graph arc ", ga, " outside the graph");
+      const int32_t f = frame(src);
+      const bool emitting = dst != final_state && frame(dst) == f + 1;
+      const int32_t lab = emitting ? il[ga] : -1;
+      if (xs[ga + 1] > xs[ga]) {
+        r.ends.insert(r.ends.end(), group, word_end(f));
+        group = 0;
+        for (int32_t j = xs[ga]; j < xs[ga + 1]; ++j) {
+          r.words.push_back(xw[j]);
+          r.starts.push_back(f);
+          ++group;
+        }
+        last_real = -1;
+      }
+      if (lab >= 0) {
+        if (lab != blank_id) {
+          last_real = f;
+          if (!have_prev || lab != prev_token) {
+            r.tokens.push_back(lab);
+            r.steps.push_back(f);
+          }
+        }
+        prev_token = lab;
+        have_prev = true;
+      }
+    }
+    r.ends.insert(r.ends.end(), group, word_end(frame(ns - 1) - 1));  // frames read: 0 .. len - 1
   });
   auto i64 = at::TensorOptions().dtype(at::kLong);
   auto i32 = at::TensorOptions().dtype(at::kInt);
@@ -919,26 +917,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   float* pp = post.data_ptr<float>();
   // an MBR iteration costs arcs x hypothesis length: the utterances with the most arcs first
   lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
-    {
-      const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
-      if (ns == 0) return;
-      std::vector<Mbr::Arc> marcs(static_cast<size_t>(na));
-      for (int64_t k = 0; k < na; ++k)
-        marcs[k] = {aw[a0 + k], ar[3 * (a0 + k)] + 1, ar[3 * (a0 + k) + 1] + 1, static_cast<double>(as[a0 + k])};
-      std::vector<double> times(static_cast<size_t>(ns) + 1, 0.0);
-      for (int64_t i = 0; i < ns; ++i) times[i + 1] = st[2 * (s0 + i)];
-      Mbr mbr(static_cast<int32_t>(ns), marcs, times);
-      res[b] = mbr.Decode();
-      // arc posteriors: alpha from the decode, beta by one reverse sweep over the source-sorted arcs
-      const std::vector<double>& alpha = mbr.alpha();
-      std::vector<double> beta(static_cast<size_t>(ns) + 1, kNegInfD);
-      beta[ns] = 0.0;
-      for (int64_t k = na - 1; k >= 0; --k)
-        beta[marcs[k].start_node] = Mbr::LogAdd(beta[marcs[k].start_node], marcs[k].loglike + beta[marcs[k].end_node]);
-      for (int64_t k = 0; k < na; ++k)
-        pp[a0 + k] = static_cast<float>(
-            std::exp(alpha[marcs[k].start_node] + marcs[k].loglike + beta[marcs[k].end_node] - alpha[ns]));
-    }
+    const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
+    if (ns == 0) return;
+    std::vector<Mbr::Arc> marcs(static_cast<size_t>(na));
+    for (int64_t k = 0; k < na; ++k)
+      marcs[k] = {aw[a0 + k], ar[3 * (a0 + k)] + 1, ar[3 * (a0 + k) + 1] + 1, static_cast<double>(as[a0 + k])};
+    std::vector<double> times(static_cast<size_t>(ns) + 1, 0.0);
+    for (int64_t i = 0; i < ns; ++i) times[i + 1] = st[2 * (s0 + i)];
+    Mbr mbr(static_cast<int32_t>(ns), marcs, times);
+    res[b] = mbr.Decode();
+    // arc posteriors: alpha from the decode, beta by one reverse sweep over the source-sorted arcs
+    const std::vector<double>& alpha = mbr.alpha();
+    std::vector<double> beta(static_cast<size_t>(ns) + 1, kNegInfD);
+    beta[ns] = 0.0;
+    for (int64_t k = na - 1; k >= 0; --k)
+      beta[marcs[k].start_node] = Mbr::LogAdd(beta[marcs[k].start_node], marcs[k].loglike + beta[marcs[k].end_node]);
+    for (int64_t k = 0; k < na; ++k)
+      pp[a0 + k] = static_cast<float>(
+          std::exp(alpha[marcs[k].start_node] + marcs[k].loglike + beta[marcs[k].end_node] - alpha[ns]));
   });
   auto i64 = at::TensorOptions().dtype(at::kLong);
   int64_t W = 0;

@@ -167,34 +167,32 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   }
   std::vector<lattice::UttLattice> lats(static_cast<size_t>(B));
   lattice::parallel_largest_first(B, [&](int64_t b) { return arc_begin[b + 1] - arc_begin[b]; }, [&](int64_t b) {
-    {
-      lattice::UttLattice& L = lats[b];
-      L.overflow = lr[2 * b];
-      L.tokens_before = lo[4 * b + 1];
-      L.arcs_before = lo[4 * b + 2];
-      if (lo[4 * b] < 0) return;  // no path: empty lattice
-      float score;
-      std::memcpy(&score, lo + 4 * b + 3, sizeof(float));
-      L.score = score;
-      L.flags = wfst::kFlagHasPath | (lr[2 * b + 1] != 0 ? 0 : wfst::kFlagReachedFinal);
-      std::vector<lattice::KeptToken> toks;
-      toks.reserve(static_cast<size_t>(tok_begin[b + 1] - tok_begin[b]));
-      for (int64_t r = tok_begin[b]; r < tok_begin[b + 1]; ++r) {
-        const int32_t* t = kt + 7 * tok_order[r];
-        float fwd, bwd_f;
-        std::memcpy(&fwd, t + 5, sizeof(float));
-        bwd_f = wfst::ordered_to_float(static_cast<uint32_t>(t[6]));
-        toks.push_back({t[2], t[3], t[4], fwd, bwd_f});
-      }
-      std::vector<lattice::KeptArc> arcs_b;
-      arcs_b.reserve(static_cast<size_t>(arc_begin[b + 1] - arc_begin[b]));
-      for (int64_t r = arc_begin[b]; r < arc_begin[b + 1]; ++r) {
-        const int64_t k = arc_order[r];
-        arcs_b.push_back({local[arc_src_pos[k]], local[arc_dst_pos[k]], ka[k].arc & ~wfst::kLatticeEpsArcBit,
-                          ka[k].ll});
-      }
-      lattice::canonical_lattice(toks, arcs_b, L);
+    lattice::UttLattice& L = lats[b];
+    L.overflow = lr[2 * b];
+    L.tokens_before = lo[4 * b + 1];
+    L.arcs_before = lo[4 * b + 2];
+    if (lo[4 * b] < 0) return;  // no path: empty lattice
+    float score;
+    std::memcpy(&score, lo + 4 * b + 3, sizeof(float));
+    L.score = score;
+    L.flags = wfst::kFlagHasPath | (lr[2 * b + 1] != 0 ? 0 : wfst::kFlagReachedFinal);
+    std::vector<lattice::KeptToken> toks;
+    toks.reserve(static_cast<size_t>(tok_begin[b + 1] - tok_begin[b]));
+    for (int64_t r = tok_begin[b]; r < tok_begin[b + 1]; ++r) {
+      const int32_t* t = kt + 7 * tok_order[r];
+      float fwd, bwd_f;
+      std::memcpy(&fwd, t + 5, sizeof(float));
+      bwd_f = wfst::ordered_to_float(static_cast<uint32_t>(t[6]));
+      toks.push_back({t[2], t[3], t[4], fwd, bwd_f});
     }
+    std::vector<lattice::KeptArc> arcs_b;
+    arcs_b.reserve(static_cast<size_t>(arc_begin[b + 1] - arc_begin[b]));
+    for (int64_t r = arc_begin[b]; r < arc_begin[b + 1]; ++r) {
+      const int64_t k = arc_order[r];
+      arcs_b.push_back({local[arc_src_pos[k]], local[arc_dst_pos[k]], ka[k].arc & ~wfst::kLatticeEpsArcBit,
+                        ka[k].ll});
+    }
+    lattice::canonical_lattice(toks, arcs_b, L);
   });
   return lattice::pack_lattices(lats);
 }
