@@ -317,7 +317,9 @@ def plan_table2(opts: PaperOptions) -> list[PlannedRun]:
 
 def _hyps_run_dirs(exp_dir: Path) -> list[Path]:
     """The experiment's run directories that hold hypotheses (hyps.jsonl or hyps.jsonl.gz), sorted."""
-    return sorted({p.parent for name in ("hyps.jsonl", "hyps.jsonl.gz") for p in exp_dir.glob(f"*/{name}")})
+    from eval.results import HYPS_NAMES
+
+    return sorted({p.parent for name in HYPS_NAMES for p in exp_dir.glob(f"*/{name}")})
 
 
 def read_hyps(run_dir: Path) -> dict:

@@ -165,7 +165,7 @@ def test_flashlight_pool_loads_once_and_serves_runs_alike():
         again, _ = pool.serve(streams, sched)
         assert [p.pid for p in pool.procs] == pids and all(p.is_alive() for p in pool.procs)
     assert streams._flat0.is_shared() and streams.flat.data_ptr() == streams._flat0.data_ptr()
-    own, _ = bench.serve_flashlight(streams, sched, ctx, 2, 10, bench.flashlight_cfg(args))
+    own, _ = bench.serve_flashlight(streams, sched, ctx, 2, bench.flashlight_cfg(args))
     assert first.hyps == again.hyps == own.hyps and any(first.hyps)
     assert len(first.done) == sum(streams.num_chunks(s) for s in range(3))
 

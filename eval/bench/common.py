@@ -331,17 +331,34 @@ def run_isolated(run: BenchRun, fn, *args, crash_row: dict):
     p.start()
     child.close()
     try:
-        kind, rows, hyps, out = parent.recv()
+        kind, rows_or_error, hyps, out = parent.recv()
     except EOFError:  # the child died without a word (a crash in a decoder's native code)
         p.join()
-        kind, rows, hyps, out = "error", f"its process exited with status {p.exitcode}", None, None
+        kind, rows_or_error, hyps, out = "error", f"its process exited with status {p.exitcode}", None, None
     p.join()
     if kind != "ok":
-        run.unavailable(reason=f"isolated run failed: {rows}", **crash_row)
+        run.unavailable(reason=f"isolated run failed: {rows_or_error}", **crash_row)
         return None
-    run.rows += rows
+    run.rows += rows_or_error
     run.hyps += hyps
     return out
+
+
+def add_isolation_options(ap, what: str = "row") -> None:
+    """--isolate / --in-process for a benchmark that measures decoders vs competitors (see run_isolated); the
+    default (args.isolate None) is resolved by `isolation_default`."""
+    iso = ap.add_mutually_exclusive_group()
+    iso.add_argument("--isolate", dest="isolate", action="store_true", default=None,
+                     help=f"each {what} in a fresh process (default with --device cuda): no decoder's process-wide "
+                          "state (threads, device flags, allocator pools) acts on another's row")
+    iso.add_argument("--in-process", dest="isolate", action="store_false", help=f"every {what} in this process")
+
+
+def isolation_default(args) -> bool:
+    """args.isolate as given, else isolated exactly when our decoder runs on cuda."""
+    if args.isolate is None:
+        args.isolate = args.device.startswith("cuda")
+    return args.isolate
 
 
 def describe_error(err: BaseException) -> str:

@@ -44,8 +44,8 @@ from typing import Optional
 import torch
 
 from eval.bench.common import (
-    BenchRun, LogProbSet, decode_pass, describe_error, print_rows, release_device_memory, run_isolated,
-    workload_set,
+    BenchRun, LogProbSet, add_isolation_options, decode_pass, describe_error, isolation_default, print_rows,
+    release_device_memory, run_isolated, workload_set,
 )
 from eval.metrics import cuda_free_bytes
 
@@ -162,11 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="device of ours")
     ap.add_argument("--k2py-utts", type=int, default=None, help="utterances k2py decodes (CPU; default: all)")
     ap.add_argument("--repeats", type=int, default=1, help="timed passes per configuration (mean reported)")
-    iso = ap.add_mutually_exclusive_group()
-    iso.add_argument("--isolate", dest="isolate", action="store_true", default=None,
-                     help="each configuration in a fresh process (default with --device cuda): no decoder's "
-                          "process-wide state (threads, device flags, allocator pools) acts on another's row")
-    iso.add_argument("--in-process", dest="isolate", action="store_false", help="every configuration in this process")
+    add_isolation_options(ap, "configuration")
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_vs_riva")
     ap.add_argument("--oasr-experiment", default="wfst_vs_oasr", help="run directory of the OASR pairing")
@@ -175,8 +171,7 @@ def main(argv=None) -> int:
     for b in args.batches:
         if b <= 0:
             ap.error(f"--batches must be positive, got {b}")
-    if args.isolate is None:
-        args.isolate = args.device.startswith("cuda")
+    isolation_default(args)
 
     data = LogProbSet.load(args.lp_file) if args.lp_file else workload_set(args.scale, args.kind, args.set,
                                                                            args.max_utts)

@@ -38,7 +38,8 @@ import torch
 
 from decoders.types import Hypothesis
 from eval.bench.common import (
-    BenchRun, LogProbSet, decode_pass, describe_error, print_rows, release_device_memory, run_isolated, workload_set,
+    BenchRun, LogProbSet, add_isolation_options, decode_pass, describe_error, isolation_default, print_rows,
+    release_device_memory, run_isolated, workload_set,
 )
 from eval.bench.wfst_bench import MAX_ACTIVE, OUTPUT_BEAM, SEARCH_BEAM
 from eval.metrics import cuda_free_bytes
@@ -161,10 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lattice-backend", choices=["cuda", "cpu"], default="cuda",
                     help="where our lattice is generated when --device is cuda")
     ap.add_argument("--repeats", type=int, default=1)
-    iso = ap.add_mutually_exclusive_group()
-    iso.add_argument("--isolate", dest="isolate", action="store_true", default=None,
-                     help="each row in a fresh process (default with --device cuda)")
-    iso.add_argument("--in-process", dest="isolate", action="store_false", help="every row in this process")
+    add_isolation_options(ap)
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_mbr")
     ap.add_argument("--run", default=None)
@@ -173,8 +171,7 @@ def main(argv=None) -> int:
         os.environ["BEAMDEC_WFST_LATTICE_BACKEND"] = "cpu"
     if args.batch <= 0:
         ap.error(f"--batch must be positive, got {args.batch}")
-    if args.isolate is None:
-        args.isolate = args.device.startswith("cuda")
+    isolation_default(args)
     if not args.graph_dir:
         ap.error("give at least one --graph-dir NAME=DIR")
     graph_dirs = []

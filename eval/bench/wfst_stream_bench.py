@@ -549,8 +549,8 @@ def _merge_parts(parts: list[dict], n: int):
           min(part["arrivals_end"], part["aborted"])) for part in parts]
 
 
-def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, chunk_frames: int, fl_cfg: dict,
-                     give_up_s: float = 0.0, pool: Optional[FlashlightPool] = None):
+def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, fl_cfg: dict, give_up_s: float = 0.0,
+                     pool: Optional[FlashlightPool] = None):
     """One serving run on `pool` (a sweep's), or on a pool of its own."""
     if pool is not None:
         return pool.serve(streams, sched, give_up_s)
@@ -639,7 +639,7 @@ def run_serve(run: BenchRun, args, data: LogProbSet, graph, n_streams: int, dura
                 ctx = flashlight_context(args, data) if fl_pool is None else None
                 probe = MemoryProbe("cpu")
                 with probe:
-                    r, servers = serve_flashlight(streams, sched, ctx, args.fl_processes, C, flashlight_cfg(args),
+                    r, servers = serve_flashlight(streams, sched, ctx, args.fl_processes, flashlight_cfg(args),
                                                   args.give_up_s, pool=fl_pool)
                 dec_s, cuda_s, mem = r.busy_s, None, probe.stats
         except Exception as e:  # noqa: BLE001
