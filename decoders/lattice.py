@@ -52,6 +52,38 @@ import torch
 from decoders.graph import EPSILON, FINAL, WfstGraph
 from decoders.types import Hypothesis
 
+TIMING_ENV = "BEAMDEC_LATTICE_TIMING"  # "1": one stderr line per phase of the lattice path (a diagnostic)
+
+
+class _PhaseTimer:
+    """The Python half of the lattice ops' phase timer (wfst_lattice_host.h PhaseTimer, same line format): with
+    BEAMDEC_LATTICE_TIMING=1, mark(phase) prints the wall time and minor page faults since the previous mark."""
+
+    def __init__(self, op: str):
+        import os
+
+        self.op = op
+        self.on = os.environ.get(TIMING_ENV, "0") not in ("", "0")
+        if self.on:
+            self._last, self._faults = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, int]:
+        import resource
+        import time
+
+        return time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def mark(self, phase: str) -> None:
+        if not self.on:
+            return
+        import sys
+
+        t, f = self._now()
+        print(f"lattice-phase {self.op} {phase} {1e3 * (t - self._last):.3f} ms {f - self._faults}", file=sys.stderr,
+              flush=True)
+        self._last, self._faults = t, f
+
 _levels_cache: dict[int, np.ndarray] = {}
 _levels_lock = threading.Lock()
 
@@ -257,11 +289,13 @@ class WfstLattices:
         the rules of best_path and _path_hypothesis)."""
         from decoders.wfst import _ops
 
+        timer = _PhaseTimer("best")
         splits, words = self.graph.aux_csr()
         status, tok_splits, toks, word_splits, wtab = _ops().wfst_lattice_best(
             self.state_splits, self.states, self.state_scores, self.arc_splits, self.arcs, self.arc_scores,
             _int32_tensor(self.graph.ilabel), _int32_tensor(splits), _int32_tensor(words),
             -1 if self.blank_id is None else int(self.blank_id))
+        timer.mark("best paths (op)")
         st, ts, ws = status.tolist(), tok_splits.tolist(), word_splits.tolist()
         tl, wl = toks.tolist(), wtab.tolist()
         out = []
@@ -276,6 +310,7 @@ class WfstLattices:
                                       score=float(self.scores[i]), timesteps=[x[1] for x in t],
                                       word_start_frames=[float(x[1]) for x in w],
                                       word_end_frames=[float(x[2]) for x in w]))
+        timer.mark("hypotheses (Python)")
         return out
 
     def nbest(self, k: int) -> list[list[Hypothesis]]:
@@ -397,7 +432,9 @@ class WfstLattices:
     def mbr(self) -> list[Hypothesis]:
         """Kaldi MBR hypothesis per utterance: words, word confidences, averaged word times (frames); score is
         the lattice's total log-probability (log semiring). Empty lattice: no words, score -inf."""
+        timer = _PhaseTimer("mbr")
         out, compounds, base = self._mbr_all()
+        timer.mark("labels + MBR (op)")
         word_splits, words, times, conf, _, total = out
         hyps = []
         for i in range(len(self)):
@@ -416,6 +453,7 @@ class WfstLattices:
                     confs.append(float(conf[j]))
             hyps.append(Hypothesis(tokens=[], words=self._word_strings(ids), score=float(total[i]),
                                    word_start_frames=starts, word_end_frames=ends, word_confidences=confs))
+        timer.mark("hypotheses (Python)")
         return hyps
 
     # ---- export ------------------------------------------------------------------------------------------
@@ -529,8 +567,10 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
     if not cfg.output_beam > 0:  # NaN too; the config checks at construction, a mutated config here
         raise ValueError(f"output_beam must be > 0, got {cfg.output_beam}")
     graph = decoder.graph
+    timer = _PhaseTimer("decode_lattice")
     levels = torch.from_numpy(epsilon_levels(graph))
     log_probs, lengths, keys, values, oov = decoder._prepare(log_probs, lengths, boosts)
+    timer.mark("checks + boosts")
     B = log_probs.shape[0]
     if B == 0:
         return WfstLattices(graph, torch.zeros(0), torch.zeros((0, 4), dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
@@ -559,6 +599,7 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
         return WfstLattices(graph, *out, decoder._blank_id, oov)
 
     lats = run(lp, lengths, keys, values, cfg, 1)
+    timer.mark("op + WfstLattices")
     if on_gpu:  # rescue: re-decode utterances whose lattice hit a capacity, with rescue_factor x larger ones
         cfg_r, factor = cfg, 1
         for _ in range(cfg.max_rescues):

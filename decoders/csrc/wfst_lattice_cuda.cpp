@@ -47,6 +47,7 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   BEAMDEC_CHECK(token_capacity >= 1 && token_capacity < (1LL << 31), "wfst_lattice: token_capacity out of range");
   BEAMDEC_CHECK(arc_capacity >= 1 && arc_capacity < (1LL << 31), "wfst_lattice: arc_capacity out of range");
   c10::cuda::CUDAGuard guard(log_probs.device());
+  lattice::PhaseTimer timer("wfst_lattice_cuda");
   const int64_t* len_host = lengths.data_ptr<int64_t>();
   int64_t max_length = 0;
   for (int64_t b = 0; b < B; ++b) max_length = std::max(max_length, len_host[b]);
@@ -95,6 +96,7 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   // The output-beam prune on the device; only what survives travels to the host. Its buffers are sized by what the
   // forward pass used (the kernel reads tokens and arcs below the cursors only), not by the arenas' capacities.
   at::Tensor used = cursors.cpu();
+  timer.mark("forward (allocation, kernels, cursor read-back)");
   const int64_t n_tok = std::min<int64_t>(used.data_ptr<int64_t>()[0], token_capacity);
   const int64_t n_arc = std::min<int64_t>(used.data_ptr<int64_t>()[1], arc_capacity);
   at::Tensor bwd = at::zeros({std::max<int64_t>(n_tok, 1)}, on(at::kInt));
@@ -132,6 +134,7 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
                          .cpu();
   at::Tensor h_arc = kept_arcs.cpu();  // kept arcs {src, dst (arena ids), arc | eps bit, ll bits}
   at::Tensor h_lane = lane_out.cpu(), h_res = lane_result.cpu();
+  timer.mark("prune + gather + device-to-host");
 
   const int64_t K = h_tok.size(0), M = h_arc.size(0);
   const int32_t* kt = h_tok.data_ptr<int32_t>();
@@ -165,6 +168,7 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
     std::vector<int64_t> fill(arc_begin.begin(), arc_begin.end() - 1);
     for (int64_t k = 0; k < M; ++k) arc_order[fill[arc_lane[k]]++] = k;
   }
+  timer.mark("group by lane (one thread)");
   std::vector<lattice::UttLattice> lats(static_cast<size_t>(B));
   lattice::parallel_largest_first(B, [&](int64_t b) { return arc_begin[b + 1] - arc_begin[b]; }, [&](int64_t b) {
     lattice::UttLattice& L = lats[b];
@@ -194,7 +198,10 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
     }
     lattice::canonical_lattice(toks, arcs_b, L);
   });
-  return lattice::pack_lattices(lats);
+  timer.mark("canonical numbering (parallel)");
+  auto packed = lattice::pack_lattices(lats);
+  timer.mark("pack");
+  return packed;
 }
 
 }  // namespace beamdec

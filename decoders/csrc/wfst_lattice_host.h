@@ -4,17 +4,57 @@
 // and the packing into the op's tensors. Defined in wfst_lattice_cpu.cpp.
 #pragma once
 #include <ATen/Parallel.h>
+#include <sys/resource.h>
 #include <torch/types.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <tuple>
 #include <vector>
 
 namespace beamdec::lattice {
+
+// Where a lattice op's host time goes (a diagnostic, off by default): with BEAMDEC_LATTICE_TIMING=1 every mark()
+// prints one stderr line "lattice-phase <op> <phase> <ms> ms <minor page faults>" for the time since the previous
+// mark. The caller synchronizes the device before a mark that should include device work.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(const char* op) : op_(op) {
+    const char* env = std::getenv("BEAMDEC_LATTICE_TIMING");
+    on_ = env != nullptr && env[0] != '\0' && env[0] != '0';
+    if (on_) reset();
+  }
+  void mark(const char* phase) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const long faults = minor_faults();
+    std::fprintf(stderr, "lattice-phase %s %s %.3f ms %ld\n", op_, phase,
+                 std::chrono::duration<double, std::milli>(now - last_).count(), faults - faults_);
+    last_ = now;
+    faults_ = faults;
+  }
+
+ private:
+  static long minor_faults() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+  }
+  void reset() {
+    last_ = std::chrono::steady_clock::now();
+    faults_ = minor_faults();
+  }
+  const char* op_;
+  bool on_ = false;
+  std::chrono::steady_clock::time_point last_;
+  long faults_ = 0;
+};
 
 // f(b) for every b in [0, B) on at::parallel_for's threads, handed out one at a time in decreasing cost(b): the
 // utterances of a batch differ in cost by 10x or more, and at::parallel_for's static chunks left most threads idle
