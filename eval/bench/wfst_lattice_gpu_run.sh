@@ -6,7 +6,8 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), SKIP_TESTS=1 (benchmarks only), SKIP_PROFILES=1, MBR_ARGS (more
+# Env: SCALE (tiny), BATCH (200), UTTS (200), SKIP_TESTS=1 (benchmarks only), PROFILES ("best: lattice: lattice:32
+# mbr:", output:blocks-per-lane; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
 # Results: $OUT/summary.txt and $OUT/results.tar.gz (logs, and runs/: the run directories; `python -m reports.cli DIR`
@@ -49,7 +50,7 @@ stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe -
   --batch $BATCH --graph-dir compact=$G/compact --output-dir "$OUT/runs" --run ${SCALE}_b$BATCH ${MBR_ARGS:-} 2>&1 \
   | tee "$OUT/mbr_bench.log" | grep -v "^  " | tail -25
 # per-kernel profiles; lattice mode also with 32 blocks per lane at every batch (the former launch shape), an A/B
-for spec in $([ -n "${SKIP_PROFILES:-}" ] || echo best: lattice: lattice:32 mbr:); do
+for spec in ${PROFILES-best: lattice: lattice:32 mbr:}; do
   output=${spec%%:*} bpl=${spec#*:}
   stage "profile $output ${bpl:+(blocks per lane $bpl)}" env ${bpl:+BEAMDEC_LATTICE_BLOCKS_PER_LANE=$bpl} \
     python3 -m eval.bench.wfst_profile --scale $SCALE --kind bpe --set other --output $output \

@@ -68,6 +68,7 @@ def profile_pass(decoder, lp: torch.Tensor, lengths: torch.Tensor, batch: int) -
 
 def main(argv=None) -> int:
     from eval.adapters.base import DecodingContext, build_decoder
+    from eval.bench.wfst_bench import ACOUSTIC_SCALE
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lp-file", type=Path, default=None, help="log-probs from wfst_bench --dump-lp (else the workload's)")
@@ -83,6 +84,9 @@ def main(argv=None) -> int:
     ap.add_argument("--b1-utts", type=int, default=10, help="utterances for batch sizes below 8")
     ap.add_argument("--search-beam", type=float, default=17.0)
     ap.add_argument("--max-active", type=int, default=10000)
+    ap.add_argument("--acoustic-scale", type=float, default=ACOUSTIC_SCALE,
+                    help="log-prob scale (eval.bench.wfst_bench's and wfst_mbr_bench's 1.0, so a profile explains "
+                         "their rows; the harness YAML's 3.0 gives ~5x smaller lattices on the simulator)")
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_profile")
     ap.add_argument("--run", default=None)
@@ -97,7 +101,7 @@ def main(argv=None) -> int:
 
         data = workload_set(args.scale, args.kind, args.set, args.utts)
     cfg = {"graph": args.graph, "search_beam": args.search_beam, "output_beam": 8.0, "max_active": args.max_active,
-           "output": "mbr" if args.output == "mbr" else "best"}
+           "acoustic_scale": args.acoustic_scale, "output": "mbr" if args.output == "mbr" else "best"}
     run = BenchRun(args.experiment, args.run, config={"benchmark": "eval.bench.wfst_profile", "lp_file": str(args.lp_file),
                                                       "graph_dirs": args.graph_dir, "batches": args.batch,
                                                       "decoder": cfg}, output_dir=args.output_dir)
