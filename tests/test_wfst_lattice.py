@@ -283,6 +283,30 @@ def test_mbr_differs_from_map_as_kaldi_defines():
     assert post[("a", 0)] == pytest.approx(0.7, abs=1e-6) and post[("c", 1)] == pytest.approx(0.6, abs=1e-6)
 
 
+def test_phase_timer_lines_only_when_asked(monkeypatch, capfd):
+    """BEAMDEC_LATTICE_TIMING=1 prints one 'lattice-phase <op> <phase> <ms> ms <faults>' line per phase of the
+    Python side (decode_lattice, best, mbr); unset, nothing; the results are the same either way."""
+    import re
+
+    g = _three_path_graph()
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0))
+    lp, ln = torch.zeros(1, 2, 1), torch.tensor([2])
+
+    def run():
+        lats = dec.decode_lattice(lp, ln)
+        return [h.words for h in lats.best()], [h.words for h in lats.mbr()]
+
+    monkeypatch.delenv("BEAMDEC_LATTICE_TIMING", raising=False)
+    quiet = run()
+    assert "lattice-phase" not in capfd.readouterr().err
+    monkeypatch.setenv("BEAMDEC_LATTICE_TIMING", "1")
+    assert run() == quiet == ([["a", "b"]], [["a", "c"]])
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("lattice-phase")]
+    phases = [l.split(" ", 2)[1] for l in lines]
+    assert phases.count("decode_lattice") == 2 and phases.count("best") == 2 and phases.count("mbr") == 2
+    assert all(re.fullmatch(r"lattice-phase \S+ .+ \d+\.\d{3} ms -?\d+", l) for l in lines), lines
+
+
 def test_mbr_of_a_single_path_lattice_is_that_path_with_confidence_one():
     rng = np.random.default_rng(5)
     g = acyclic_eps_graph(rng, num_states=6, finals="all")

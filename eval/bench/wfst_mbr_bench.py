@@ -18,10 +18,10 @@ n-best and MBR (decoders/lattice.py); `--lattice-backend cpu` (BEAMDEC_WFST_LATT
 reference lattice behind a CUDA 1-best instead. Rows carry `lattice_backend` in their decoder config.
 
 Isolation (`--isolate`, the default with --device cuda): every row runs in a fresh spawned process, so no
-decoder's process-wide state (its worker threads, device flags, allocator pools) acts on another's row. In one
-process the rows after Riva's ran 2.5x slower than the same code in a process of its own (H200, session 4: our
-lattice row 3,446 RTFx after Riva's 1-best, 8,686 in eval.bench.wfst_profile's process; 1-best, measured before
-Riva, agreed within 11 %); the cause is not pinned down. `--in-process` keeps the one-process behaviour.
+decoder's process-wide state (its worker threads, device flags, allocator pools) acts on another's row. Session 4
+suspected such an effect (lattice rows 2.5x slower here than in eval.bench.wfst_profile's process); the cause was the
+profiler decoding at the harness YAML's acoustic scale 3 instead of this benchmark's 1.0 (H200, 2026-12-02: the same
+rows in-process and isolated agree within 4 %). `--in-process` keeps the one-process behaviour.
 
     python -m eval.bench.wfst_mbr_bench --scale tiny --kind bpe --set other --max-utts 200 --batch 200 \
         --graph-dir compact=data/graphs/tiny/bpe_blanklast/compact
