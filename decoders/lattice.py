@@ -521,6 +521,9 @@ def _int32_tensor(a) -> torch.Tensor:
 
 
 LATTICE_BACKEND_ENV = "BEAMDEC_WFST_LATTICE_BACKEND"  # "cpu" forces the CPU reference on a CUDA decoder
+# the CUDA lattice kernels' arc walk: "token" (one frontier item per warp, the default) or "warp" (warp-cooperative:
+# 32 items per warp, their arcs 32 at a time; decoders/include/wfst_lattice_kernels.cuh warp_walk_arcs)
+LATTICE_WALK_ENV = "BEAMDEC_LATTICE_WALK"
 
 
 def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1) -> dict:
@@ -577,6 +580,9 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
                             torch.zeros((0, 2), dtype=torch.int32), torch.zeros((0, 2)), torch.zeros(1, dtype=torch.int64),
                             torch.zeros((0, 3), dtype=torch.int32), torch.zeros(0), decoder._blank_id, oov)
     on_gpu = log_probs.device.type == "cuda" and os.environ.get(LATTICE_BACKEND_ENV, "").lower() != "cpu"
+    walk = os.environ.get(LATTICE_WALK_ENV, "")
+    if walk not in ("", "token", "warp"):
+        raise ValueError(f"{LATTICE_WALK_ENV} must be 'token' or 'warp', got {walk!r}")
     device = log_probs.device if on_gpu else torch.device("cpu")
     g = graph_on_device(graph, device)
     lp = log_probs if on_gpu else log_probs.cpu().contiguous()

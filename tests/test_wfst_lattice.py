@@ -307,6 +307,18 @@ def test_phase_timer_lines_only_when_asked(monkeypatch, capfd):
     assert all(re.fullmatch(r"lattice-phase \S+ .+ \d+\.\d{3} ms -?\d+", l) for l in lines), lines
 
 
+def test_lattice_walk_knob_is_checked(monkeypatch):
+    """BEAMDEC_LATTICE_WALK (the CUDA kernels' arc walk) accepts token / warp; anything else is a one-line error."""
+    g = _three_path_graph()
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0))
+    for ok in ("token", "warp"):
+        monkeypatch.setenv("BEAMDEC_LATTICE_WALK", ok)
+        assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
+    monkeypatch.setenv("BEAMDEC_LATTICE_WALK", "Warp")
+    with pytest.raises(ValueError, match="BEAMDEC_LATTICE_WALK must be 'token' or 'warp'"):
+        dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
+
+
 def test_mbr_of_a_single_path_lattice_is_that_path_with_confidence_one():
     rng = np.random.default_rng(5)
     g = acyclic_eps_graph(rng, num_states=6, finals="all")

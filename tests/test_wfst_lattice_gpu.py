@@ -18,6 +18,14 @@ from wfst_testlib import random_graph, random_log_probs
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(autouse=True, params=["token", "warp"])
+def lattice_walk(request, monkeypatch):
+    """Every test below runs with both arc walks of the lattice kernels (BEAMDEC_LATTICE_WALK: one frontier item
+    per warp, or the warp-cooperative walk): each must give the CPU reference's lattices."""
+    monkeypatch.setenv("BEAMDEC_LATTICE_WALK", request.param)
+    return request.param
+
+
 def _arc_multiset(lat):
     """Each arc as (src, dst, third column, score row) in a canonical order: the device pass may emit the arcs that
     leave one state in another order than the CPU (seen on the H200 for parallel arcs of TLG-shaped graphs); the

@@ -2,6 +2,8 @@
 // (decoders/include/wfst_lattice_kernels.cuh) on `stream` without a host synchronisation.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "wfst_lattice_kernels.cuh"
 #include "wfst_lattice_launch.h"
@@ -26,6 +28,14 @@ int blocks_per_lane(int32_t batch) {
   }();
   if (forced > 0) return forced;
   return batch <= 32 ? 32 : std::max(4, std::min(32, 1024 / batch));
+}
+// Which arc walk the expand / max / epsilon kernels use (wfst_lattice_kernels.cuh): BEAMDEC_LATTICE_WALK=warp the
+// warp-cooperative one (32 items per warp, their arcs 32 at a time), anything else the one-item-per-warp walk (the
+// default until the warp walk has passed the gpu tests on the H200). Read on every call, so tests can compare both
+// in one process; decoders/lattice.py rejects values other than token / warp.
+bool warp_walk_selected() {
+  const char* v = std::getenv("BEAMDEC_LATTICE_WALK");
+  return v != nullptr && std::strcmp(v, "warp") == 0;
 }
 constexpr int kPruneThreads = 512;  // one block per lane walks its frames backwards
 
@@ -55,7 +65,7 @@ size_t carve(char* base, int32_t B, int32_t N, const LatticeCapacities& c, Works
   return off;
 }
 
-template <typename scalar_t>
+template <bool kWarpWalk, typename scalar_t>
 cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const LatticeCapacities& caps, const scalar_t* lp,
                     int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length, const int32_t* bk,
                     const float* bv, int32_t bc, void* workspace, const LatticeOutputs& out, cudaStream_t stream) {
@@ -77,11 +87,11 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Lattic
       for (int32_t p = 0; p < passes; ++p) {
         const int32_t r = p & 1, q = (p + 1) & 1;
         pass_setup_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, q);
-        eps_expand_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, bk, bv, bc, r);
+        eps_expand_kernel<kWarpWalk><<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, bk, bv, bc, r);
         resolve_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, true, q);
       }
       eps_finish_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, passes & 1);
-      record_eps_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, bk, bv, bc);
+      record_eps_kernel<kWarpWalk><<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, bk, bv, bc);
     }
     commit_alloc_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, out, frame);
     commit_copy_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, out, frame);
@@ -95,11 +105,11 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Lattic
   for (int32_t t = 0; t <= max_length; ++t) {
     final_flag_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, out.tok_state, t);
     setup_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P, g, opt, t);
-    max_kernel<scalar_t><<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, lp, out.tok_state, out.tok_score, bk, bv,
-                                                           bc, t);
+    max_kernel<kWarpWalk, scalar_t><<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, lp, out.tok_state, out.tok_score,
+                                                                      bk, bv, bc, t);
     cutoff_kernel<<<lanes_grid, kThreads, 0, stream>>>(ws, P);
-    expand_kernel<scalar_t><<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, lp, out.tok_state, out.tok_score, bk,
-                                                              bv, bc, t);
+    expand_kernel<kWarpWalk, scalar_t><<<per_lane, kThreads, 0, stream>>>(ws, P, g, opt, lp, out.tok_state,
+                                                                         out.tok_score, bk, bv, bc, t);
     resolve_kernel<<<per_lane, kThreads, 0, stream>>>(ws, P, g, false, 0);
     closure_and_commit(t + 1);
     err = cudaGetLastError();
@@ -131,11 +141,16 @@ cudaError_t lattice_forward(const DeviceGraph& graph, const SearchOptions& opt, 
                             const float* boost_values, int32_t boost_capacity, void* workspace,
                             const LatticeOutputs& out, cudaStream_t stream) {
   if (batch == 0) return cudaSuccess;
+  auto run = [&](auto warp_walk, const auto* lp) {
+    return enqueue<decltype(warp_walk)::value>(graph, opt, caps, lp, batch, frames, vocab, lengths, max_length,
+                                               boost_keys, boost_values, boost_capacity, workspace, out, stream);
+  };
+  const bool warp = warp_walk_selected();
   if (is_half)
-    return enqueue(graph, opt, caps, static_cast<const __half*>(log_probs), batch, frames, vocab, lengths, max_length,
-                   boost_keys, boost_values, boost_capacity, workspace, out, stream);
-  return enqueue(graph, opt, caps, static_cast<const float*>(log_probs), batch, frames, vocab, lengths, max_length,
-                 boost_keys, boost_values, boost_capacity, workspace, out, stream);
+    return warp ? run(std::true_type{}, static_cast<const __half*>(log_probs))
+                : run(std::false_type{}, static_cast<const __half*>(log_probs));
+  return warp ? run(std::true_type{}, static_cast<const float*>(log_probs))
+              : run(std::false_type{}, static_cast<const float*>(log_probs));
 }
 
 }  // namespace wfst

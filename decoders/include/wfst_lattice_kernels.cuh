@@ -128,6 +128,49 @@ __device__ __forceinline__ void record_arc(const Workspace& ws, const Sizes& P, 
   const int32_t warps_ = blockDim.x / kWarp;                                                     \
   for (int32_t i = blockIdx.x * warps_ + threadIdx.x / kWarp; i < (count); i += gridDim.x * warps_)
 
+// The warp-cooperative arc walk (kWarpWalk = true; BEAMDEC_LATTICE_WALK=warp, wfst_lattice_launch.cu): a warp takes 32
+// consecutive items of lane blockIdx.y (one per thread), scans their arc counts with shuffles and visits the arcs 32 at
+// a time, each thread finding its arc's item by a shuffle binary search -- the warp stays busy whatever the fan-out,
+// where LAT_WARP_LOOP's one item per warp leaves 30 of 32 threads idle on a 2-arc state. `item(i, begin, deg, score)`
+// describes item i (its arcs [begin, begin + deg)); `on_arc(i, a, score)` runs once per arc a of item i. The loop
+// bounds are warp-uniform (the shuffles need the whole warp). Every atomic the callers use (max, claim, record) is
+// order-independent, so the walk changes no token, score or arc set, only the order arcs are recorded in (which the
+// host numbering makes canonical).
+constexpr unsigned kFullMask = 0xffffffffu;
+
+template <typename ItemFn, typename ArcFn>
+__device__ __forceinline__ void warp_walk_arcs(int32_t count, ItemFn item, ArcFn on_arc) {
+  const int32_t lane = threadIdx.x % kWarp;
+  const int32_t warps = blockDim.x / kWarp;
+  const int32_t stride = gridDim.x * warps * kWarp;
+  for (int32_t base = (blockIdx.x * warps + threadIdx.x / kWarp) * kWarp; base < count; base += stride) {
+    const int32_t i = base + lane;
+    int32_t begin = 0, deg = 0;
+    float score = -INFINITY;
+    if (i < count) item(i, begin, deg, score);
+    int32_t incl = deg;
+#pragma unroll
+    for (int d = 1; d < kWarp; d <<= 1) {
+      const int32_t y = __shfl_up_sync(kFullMask, incl, d);
+      if (lane >= d) incl += y;
+    }
+    const int32_t excl = incl - deg;
+    const int32_t total = __shfl_sync(kFullMask, incl, kWarp - 1);
+    for (int32_t j0 = 0; j0 < total; j0 += kWarp) {
+      const int32_t j = j0 + lane;
+      int32_t owner = 0;  // the number of items whose inclusive arc count is <= j: the item arc j belongs to
+#pragma unroll
+      for (int step = kWarp / 2; step; step >>= 1) {
+        const int32_t v = __shfl_sync(kFullMask, incl, owner + step - 1);
+        if (v <= j) owner += step;
+      }
+      const int32_t a = __shfl_sync(kFullMask, begin, owner) + (j - __shfl_sync(kFullMask, excl, owner));
+      const float sc = __shfl_sync(kFullMask, score, owner);
+      if (j < total) on_arc(base + owner, a, sc);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 __global__ void init_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const int32_t* lengths) {
   const int32_t b = blockIdx.x * blockDim.x + threadIdx.x;
@@ -176,7 +219,7 @@ __global__ void setup_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions
   L.closure = (g.has_eps && !L.final_step) ? 1 : 0;
 }
 
-template <typename scalar_t>
+template <bool kWarpWalk, typename scalar_t>
 __global__ void max_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const scalar_t* lp,
                            const int32_t* tok_state, const float* tok_score, const int32_t* bk, const float* bv,
                            int32_t bc, int32_t t) {
@@ -185,13 +228,27 @@ __global__ void max_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions o
   if (!L.active) return;
   const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
   float m = -INFINITY;
-  LAT_WARP_LOOP(i, L.front_count) {
-    const int32_t s = tok_state[L.front_begin + i];
-    const float sc = tok_score[L.front_begin + i];
-    int32_t ab, ae;
-    arc_range(g, L, s, ab, ae);
-    for (int32_t a = ab + lane_id_; a < ae; a += kWarp)
-      m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
+  if constexpr (kWarpWalk) {
+    warp_walk_arcs(
+        L.front_count,
+        [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
+          int32_t ae;
+          arc_range(g, L, tok_state[L.front_begin + i], begin, ae);
+          deg = ae - begin;
+          score = tok_score[L.front_begin + i];
+        },
+        [&](int32_t, int32_t a, float sc) {
+          m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
+        });
+  } else {
+    LAT_WARP_LOOP(i, L.front_count) {
+      const int32_t s = tok_state[L.front_begin + i];
+      const float sc = tok_score[L.front_begin + i];
+      int32_t ab, ae;
+      arc_range(g, L, s, ab, ae);
+      for (int32_t a = ab + lane_id_; a < ae; a += kWarp)
+        m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
+    }
   }
   for (int off = kWarp / 2; off > 0; off /= 2) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
   if (threadIdx.x % kWarp == 0 && m > -INFINITY) atomicMax(&ws.lanes[b].max_ord, float_to_ordered(m));
@@ -206,7 +263,7 @@ __global__ void cutoff_kernel(Workspace ws, Sizes P) {
   L.cutoff = __fsub_rn(best, L.beam);
 }
 
-template <typename scalar_t>
+template <bool kWarpWalk, typename scalar_t>
 __global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const scalar_t* lp,
                               const int32_t* tok_state, const float* tok_score, const int32_t* bk, const float* bv,
                               int32_t bc, int32_t t) {
@@ -215,19 +272,32 @@ __global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOption
   if (!L.active) return;
   const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
   const float cutoff = L.cutoff;
-  LAT_WARP_LOOP(i, L.front_count) {
-    const int32_t src = L.front_begin + i;
-    const int32_t s = tok_state[src];
-    const float sc = tok_score[src];
-    int32_t ab, ae;
-    arc_range(g, L, s, ab, ae);
-    for (int32_t a = ab + lane_id_; a < ae; a += kWarp) {
-      const float ll = arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b);
-      const float end = __fadd_rn(sc, ll);
-      if (!(end > cutoff)) continue;
-      const int32_t d = L.redirect ? g.final_state : g.dest[a];
-      claim(ws, P, b, d, end);
-      record_arc(ws, P, b, LatticeArc{src, d, a, ll});
+  auto visit = [&](int32_t src, int32_t a, float sc) {
+    const float ll = arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b);
+    const float end = __fadd_rn(sc, ll);
+    if (!(end > cutoff)) return;
+    const int32_t d = L.redirect ? g.final_state : g.dest[a];
+    claim(ws, P, b, d, end);
+    record_arc(ws, P, b, LatticeArc{src, d, a, ll});
+  };
+  if constexpr (kWarpWalk) {
+    warp_walk_arcs(
+        L.front_count,
+        [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
+          int32_t ae;
+          arc_range(g, L, tok_state[L.front_begin + i], begin, ae);
+          deg = ae - begin;
+          score = tok_score[L.front_begin + i];
+        },
+        [&](int32_t i, int32_t a, float sc) { visit(L.front_begin + i, a, sc); });
+  } else {
+    LAT_WARP_LOOP(i, L.front_count) {
+      const int32_t src = L.front_begin + i;
+      const int32_t s = tok_state[src];
+      const float sc = tok_score[src];
+      int32_t ab, ae;
+      arc_range(g, L, s, ab, ae);
+      for (int32_t a = ab + lane_id_; a < ae; a += kWarp) visit(src, a, sc);
     }
   }
 }
@@ -271,6 +341,7 @@ __global__ void pass_setup_kernel(Workspace ws, Sizes P, int32_t q) {
 }
 
 // One Jacobi closure pass: the epsilon arcs of the tokens on work list r, with their scores from the pass start.
+template <bool kWarpWalk>
 __global__ void eps_expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const int32_t* bk,
                                   const float* bv, int32_t bc, int32_t r) {
   const int32_t b = blockIdx.y;
@@ -278,12 +349,25 @@ __global__ void eps_expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
   if (!L.active || !L.closure) return;
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   const float cutoff = L.cutoff;
-  LAT_WARP_LOOP(i, L.dirty_count[r]) {
-    const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
-    const float sc = ws.dirty_score[r][bF + i];
-    for (int32_t a = g.eps_begin[s] + lane_id_; a < g.final_begin[s]; a += kWarp) {
-      const float end = __fadd_rn(sc, arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b));
-      if (end > cutoff) claim(ws, P, b, g.dest[a], end);
+  auto visit = [&](int32_t a, float sc) {
+    const float end = __fadd_rn(sc, arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b));
+    if (end > cutoff) claim(ws, P, b, g.dest[a], end);
+  };
+  if constexpr (kWarpWalk) {
+    warp_walk_arcs(
+        L.dirty_count[r],
+        [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
+          const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
+          begin = g.eps_begin[s];
+          deg = g.final_begin[s] - begin;
+          score = ws.dirty_score[r][bF + i];
+        },
+        [&](int32_t, int32_t a, float sc) { visit(a, sc); });
+  } else {
+    LAT_WARP_LOOP(i, L.dirty_count[r]) {
+      const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
+      const float sc = ws.dirty_score[r][bF + i];
+      for (int32_t a = g.eps_begin[s] + lane_id_; a < g.final_begin[s]; a += kWarp) visit(a, sc);
     }
   }
 }
@@ -296,6 +380,7 @@ __global__ void eps_finish_kernel(Workspace ws, Sizes P, int32_t last) {
 }
 
 // The closed frame's epsilon arcs: source score + arc > cutoff and destination in the frame (CPU record_eps_arcs).
+template <bool kWarpWalk>
 __global__ void record_eps_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const int32_t* bk,
                                   const float* bv, int32_t bc) {
   const int32_t b = blockIdx.y;
@@ -303,14 +388,27 @@ __global__ void record_eps_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
   if (!L.active || !L.closure) return;
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   const float cutoff = L.cutoff;
-  LAT_WARP_LOOP(i, min(L.next_count, P.F)) {
-    const int32_t s = ws.st_state[bF + i];
-    const float sc = ws.st_score[bF + i];
-    for (int32_t a = g.eps_begin[s] + lane_id_; a < g.final_begin[s]; a += kWarp) {
-      const float ll = arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b);
-      if (!(__fadd_rn(sc, ll) > cutoff)) continue;
-      if (ws.slot[static_cast<int64_t>(b) * P.N + g.dest[a]] >= 0)
-        record_arc(ws, P, b, LatticeArc{i, g.dest[a], a | kLatticeEpsArcBit, ll});
+  auto visit = [&](int32_t i, int32_t a, float sc) {
+    const float ll = arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b);
+    if (!(__fadd_rn(sc, ll) > cutoff)) return;
+    if (ws.slot[static_cast<int64_t>(b) * P.N + g.dest[a]] >= 0)
+      record_arc(ws, P, b, LatticeArc{i, g.dest[a], a | kLatticeEpsArcBit, ll});
+  };
+  if constexpr (kWarpWalk) {
+    warp_walk_arcs(
+        min(L.next_count, P.F),
+        [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
+          const int32_t s = ws.st_state[bF + i];
+          begin = g.eps_begin[s];
+          deg = g.final_begin[s] - begin;
+          score = ws.st_score[bF + i];
+        },
+        visit);
+  } else {
+    LAT_WARP_LOOP(i, min(L.next_count, P.F)) {
+      const int32_t s = ws.st_state[bF + i];
+      const float sc = ws.st_score[bF + i];
+      for (int32_t a = g.eps_begin[s] + lane_id_; a < g.final_begin[s]; a += kWarp) visit(i, a, sc);
     }
   }
 }

@@ -6,8 +6,8 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), SKIP_TESTS=1 (benchmarks only), PROFILES ("best: lattice: lattice:32
-# mbr:", output:blocks-per-lane; empty = none), MBR_ARGS (more
+# Env: SCALE (tiny), BATCH (200), UTTS (200), SKIP_TESTS=1 (benchmarks only), PROFILES ("best: lattice::token lattice::warp
+# mbr::token mbr::warp", output:blocks-per-lane:arc-walk; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
 # Results: $OUT/summary.txt and $OUT/results.tar.gz (logs, and runs/: the run directories; `python -m reports.cli DIR`
@@ -49,13 +49,16 @@ fi
 stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe --set other --max-utts $UTTS \
   --batch $BATCH --graph-dir compact=$G/compact --output-dir "$OUT/runs" --run ${SCALE}_b$BATCH ${MBR_ARGS:-} 2>&1 \
   | tee "$OUT/mbr_bench.log" | grep -v "^  " | tail -25
-# per-kernel profiles; lattice mode also with 32 blocks per lane at every batch (the former launch shape), an A/B
-for spec in ${PROFILES-best: lattice: lattice:32 mbr:}; do
-  output=${spec%%:*} bpl=${spec#*:}
-  stage "profile $output ${bpl:+(blocks per lane $bpl)}" env ${bpl:+BEAMDEC_LATTICE_BLOCKS_PER_LANE=$bpl} \
+# per-kernel profiles, each spec output[:blocks per lane[:arc walk]]: by default 1-best, lattice and MBR with both arc
+# walks of the lattice kernels (BEAMDEC_LATTICE_WALK token / warp), an A/B in one call
+for spec in ${PROFILES-best: lattice::token lattice::warp mbr::token mbr::warp}; do
+  IFS=: read -r output bpl walk <<< "$spec"
+  tag=$output${bpl:+_bpl$bpl}${walk:+_$walk}
+  stage "profile $output ${bpl:+(blocks per lane $bpl)} ${walk:+(walk $walk)}" \
+    env ${bpl:+BEAMDEC_LATTICE_BLOCKS_PER_LANE=$bpl} ${walk:+BEAMDEC_LATTICE_WALK=$walk} \
     python3 -m eval.bench.wfst_profile --scale $SCALE --kind bpe --set other --output $output \
     --graph-dir compact=$G/compact --batch 1 $BATCH --utts $UTTS --b1-utts 20 --output-dir "$OUT/runs" \
-    --run ${SCALE}_$output${bpl:+_bpl$bpl} 2>&1 | tee "$OUT/profile_$output$bpl.log" | grep -E "wall|^\| [a-z_]+(kernel|Kernel)" | head -24
+    --run ${SCALE}_$tag 2>&1 | tee "$OUT/profile_$tag.log" | grep -E "wall|^\| [a-z_]+(kernel|Kernel)" | head -24
 done
 [ -n "${EXTRA_BENCH:-}" ] && stage extra bash -c "$EXTRA_BENCH"
 echo "total $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"

@@ -17,6 +17,7 @@ launch overhead and host work).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -109,6 +110,8 @@ def main(argv=None) -> int:
     run.extra["kernel_profile.json"] = profiles
     from reports.profile import kernel_profile_table
 
+    # the lattice kernels' arc walk (decoders/lattice.py LATTICE_WALK_ENV) goes in the lattice rows' config
+    walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "token"} if args.output != "best" else {}
     for spec in args.graph_dir:
         name, sep, d = spec.partition("=")
         if not sep or not Path(d).is_dir():
@@ -124,7 +127,7 @@ def main(argv=None) -> int:
             graph = f"{name} {args.graph}"
             label = f"wfst@cuda[{graph}, {args.output}, b={b}]" if args.output != "best" else f"wfst@cuda[{graph}, b={b}]"
             run.scored(decoder=label, decoder_name="wfst", device="cuda", data=sub, result=result, batch_size=b,
-                       decoder_config={**cfg, "output": args.output},
+                       decoder_config={**cfg, "output": args.output, **walk},
                        params={"graph": graph, "profiled": True, "output": args.output})
             profiles.append(dict(decoder=label, graph=graph, batch=b, utterances=len(sub),
                                  lane_steps=int((sub.lengths + 1).sum()), wall_us=result.seconds * 1e6,

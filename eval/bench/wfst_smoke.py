@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -35,10 +36,14 @@ def main() -> None:
         g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \
             else random_graph(rng, num_states=50, num_tokens=29)
         lp = random_log_probs(rng, 4, 12, 29).cuda()
-        for cfg in (WfstDecoderConfig(output_beam=6.0),
-                    WfstDecoderConfig(output_beam=6.0, frontier_capacity=4, candidate_factor=1, max_rescues=2)):
-            lats = WfstDecoder(g, cfg, "cuda").decode_lattice(lp, [12, 0, 1, 7], boosts=[{3: 1.0}, {}, None, {}])
-            print("lattice", "eps" if eps else "noeps", lats.has_path, lats.overflow, int(lats.arcs.shape[0]))
+        for walk in ("token", "warp"):  # both arc walks of the lattice kernels (BEAMDEC_LATTICE_WALK)
+            os.environ["BEAMDEC_LATTICE_WALK"] = walk
+            for cfg in (WfstDecoderConfig(output_beam=6.0),
+                        WfstDecoderConfig(output_beam=6.0, frontier_capacity=4, candidate_factor=1, max_rescues=2)):
+                lats = WfstDecoder(g, cfg, "cuda").decode_lattice(lp, [12, 0, 1, 7], boosts=[{3: 1.0}, {}, None, {}])
+                print("lattice", walk, "eps" if eps else "noeps", lats.has_path, lats.overflow,
+                      int(lats.arcs.shape[0]))
+        os.environ.pop("BEAMDEC_LATTICE_WALK", None)
     torch.cuda.synchronize()
     print("smoke ok")
 
