@@ -435,21 +435,21 @@ class WfstLattices:
         timer = _PhaseTimer("mbr")
         out, compounds, base = self._mbr_all()
         timer.mark("labels + MBR (op)")
-        word_splits, words, times, conf, _, total = out
+        # Python lists once (indexing the tensors element by element cost ~55 ms per batch of 200 on the H200 host)
+        word_splits, words, times, conf, total = (out[k].tolist() for k in (0, 1, 2, 3, 5))  # out[4]: arc posteriors
         hyps = []
         for i in range(len(self)):
-            w0, w1 = int(word_splits[i]), int(word_splits[i + 1])
             ids: list[int] = []
             starts: list[float] = []
             ends: list[float] = []
             confs: list[float] = []
-            for j in range(w0, w1):
-                wid = int(words[j])
-                expanded = list(compounds[wid]) if wid >= base and wid in compounds else [wid]
+            for j in range(word_splits[i], word_splits[i + 1]):
+                wid = words[j]
+                expanded = compounds[wid] if wid >= base and wid in compounds else (wid,)
                 for w in expanded:
-                    ids.append(w)
-                    starts.append(float(times[j, 0]))
-                    ends.append(float(times[j, 1]))
+                    ids.append(int(w))
+                    starts.append(float(times[j][0]))
+                    ends.append(float(times[j][1]))
                     confs.append(float(conf[j]))
             hyps.append(Hypothesis(tokens=[], words=self._word_strings(ids), score=float(total[i]),
                                    word_start_frames=starts, word_end_frames=ends, word_confidences=confs))

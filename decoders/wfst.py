@@ -520,7 +520,7 @@ class WfstDecoder:
             # -inf is log(0), a valid log-prob (the search never admits an arc that reads it); NaN and +inf
             # are not (NaN compares false everywhere and +inf wins every max), on both backends
             valid = torch.arange(T, device=log_probs.device)[None, :] < lengths.to(log_probs.device)[:, None]
-            ok = (~(torch.isnan(log_probs) | (log_probs == math.inf))).all(dim=2) | ~valid
+            ok = (log_probs < math.inf).all(dim=2) | ~valid  # one pass: False exactly for NaN and +inf
             if not bool(ok.all()):
                 b, t = (~ok).nonzero()[0].tolist()
                 raise ValueError(f"log_probs contains NaN or +inf inside the valid frames (utterance {b}, frame {t}); "
