@@ -28,7 +28,11 @@
 #   FL_PROCS (16), DURATION (16: s of audio per stream, whole
 #   utterances of ~7.6 s, so ~12 s), GIVE_UP (2), MAX_UTTS (200), BUDGET_S (440: the script aims to end by then),
 #   ARRIVALS (periodic | poisson), THROUGHPUT (1; 0 skips the throughput stage),
-#   RUN_PREFIX (h200_<SCALE>), WHEELS (.whl; empty = use the packages python3 has), EVAL_GIT_COMMIT (the commit the
+#   SOURCE (simulator | speech: log-probs of the project's Conformer-CTC on MAX_UTTS test-other sentences synthesized
+#   here, replayed at the real rate; needs SCALE=tiny, the model's vocabulary, and NeMo + espeak-ng: carry
+#   WHEELS=".whl-lite .whl-nemo .whl-speech" with flashlight_text in .whl-lite -- .whl beside them passes the 64 MiB
+#   carry limit), RUN_PREFIX (h200_<SCALE>), WHEELS (.whl; directories, space-separated; empty = use the packages
+#   python3 has), EVAL_GIT_COMMIT (the commit the
 #   rows record; the host's copy of .git may be stale). Stages are cached (workload params.json, graph_info.json): a
 #   call cut short can be run again on the still-warm machine and continues.
 # Expected on the H200 host (16 cores): wheels ~10 s, workload ~50 s, graph ~95 s (this 2-core machine: 50 s and 96 s,
@@ -43,9 +47,15 @@ SCALE=${SCALE:-bench}; FL_PROCS=${FL_PROCS:-16}; DURATION=${DURATION:-16}; GIVE_
 ARRIVALS=${ARRIVALS:-periodic}
 MAX_UTTS=${MAX_UTTS:-200}; BUDGET_S=${BUDGET_S:-440}; RUN_PREFIX=${RUN_PREFIX:-h200_$SCALE}
 FL_STREAMS=${FL_STREAMS:-64 96 128 192 256 384}; GPU_STREAMS=${GPU_STREAMS:-256 512 1024 2048 4096 8192}
-DEVICE=${DEVICE:-cuda}
+DEVICE=${DEVICE:-cuda}; SOURCE=${SOURCE:-simulator}
 case $SCALE in tiny|small|bench) ;; *) echo "SCALE must be tiny, small or bench, got '$SCALE'"; exit 2;; esac
-OUT=${OUT:-/tmp/stream_gpu_out}; mkdir -p "$OUT" || exit 1
+case $SOURCE in
+  simulator) ;;
+  speech) [ "$SCALE" = tiny ] || { echo "SOURCE=speech needs SCALE=tiny: the Conformer-CTC emits the tiny workload's" \
+            "128 BPE pieces, the small and bench graphs read 256 / 1024"; exit 2; } ;;
+  *) echo "SOURCE must be simulator or speech, got '$SOURCE'"; exit 2;;
+esac
+OUT=${OUT:-/tmp/stream_gpu_out}; mkdir -p "$OUT" data/lp || exit 1
 exec > >(tee -a "$OUT/stream_gpu_$SCALE.log") 2>&1
 export PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst TQDM_MININTERVAL=${TQDM_MININTERVAL:-15}
 export EVAL_GIT_COMMIT=${EVAL_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
@@ -53,11 +63,12 @@ stage() { local name=$1 s=$SECONDS; shift; echo "STAGE $name start t=${SECONDS}s
           echo "STAGE $name rc=$rc wall_s=$(( SECONDS - s )) t=${SECONDS}s"; return $rc; }
 quiet() { local log=$1; shift; "$@" > "$log" 2>&1 || { local rc=$?; tail -5 "$log"; return $rc; }; }  # output to a log
 export PYTHONPATH=.:${PYTHONPATH:-}
-if [ -n "${WHEELS-.whl}" ] && ! ls ${WHEELS:-.whl}/*.whl > /dev/null 2>&1; then
-  echo "note: no wheels in ${WHEELS:-.whl}/: using the packages python3 has"
-elif [ -n "${WHEELS-.whl}" ]; then
+WHEEL_FILES=$(for d in ${WHEELS-.whl}; do ls $d/*.whl 2>/dev/null; done)
+if [ -n "${WHEELS-.whl}" ] && [ -z "$WHEEL_FILES" ]; then
+  echo "note: no wheels in ${WHEELS:-.whl}: using the packages python3 has"
+elif [ -n "$WHEEL_FILES" ]; then
   stage wheels python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site ${WHEELS:-.whl}/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit 1
+    --target /tmp/site $WHEEL_FILES && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader 2>/dev/null || true
 echo "commit ${EVAL_GIT_COMMIT:-unknown}, scale $SCALE, cores $(nproc)"
@@ -70,7 +81,15 @@ build_graphs(scale='$SCALE', token_kinds=['bpe'], blanks=['last'], topologies=['
 G=data/graphs/$SCALE/bpe_blanklast/compact
 python3 -c "import json; i = json.load(open('$G/graph_info.json'))['TLG']; print('TLG', i['states'], 'states', i['arcs'], 'arcs')"
 wait $EXT || { echo "extension build failed: $OUT/ext_build.log"; exit 1; }; tail -1 "$OUT/ext_build.log"
-COMMON="--scale $SCALE --kind bpe --set other --max-utts $MAX_UTTS --graph-dir $G --device $DEVICE
+LP_ARGS=
+if [ "$SOURCE" = speech ]; then  # the test-other set synthesized here, its log-probs from the committed Conformer-CTC
+  stage speech_synthesis quiet "$OUT/speech_synthesis.log" python3 -m recipes.speech_corpus out_root=data/speech \
+    train_hours=0 dev_sentences=0 test_sentences=$MAX_UTTS || exit 1
+  stage speech_logprobs quiet "$OUT/speech_logprobs.log" python3 -m eval.bench.ctc_lm_bench --max-utts $MAX_UTTS \
+    --dump-speech-lp data/lp/speech_other_$MAX_UTTS.pt || exit 1
+  LP_ARGS="--lp-file data/lp/speech_other_$MAX_UTTS.pt"
+fi
+COMMON="--scale $SCALE --kind bpe --set other --max-utts $MAX_UTTS --graph-dir $G --device $DEVICE $LP_ARGS
   --output-dir runs/bench --experiment wfst_stream"
 # the sweep may use what is left of the budget but the throughput run and the archive (~40 s)
 SWEEP_BUDGET=$(( BUDGET_S - SECONDS - $( [ "${THROUGHPUT:-1}" = 0 ] && echo 10 || echo 40 ) ))
