@@ -294,6 +294,8 @@ class PyctcdecodeDecoder:
         if boosts is not None and len(boosts) != log_probs.shape[0]:
             raise ValueError(f"boosts must have one dict per utterance ({log_probs.shape[0]}), got {len(boosts)}")
         emissions = log_probs.detach().to("cpu", torch.float32).numpy()  # (B, T, V)
+        if np.isnan(emissions).any():  # pyctcdecode would carry NaN scores and return an arbitrary beam
+            raise ValueError("pyctcdecode: log_probs contain NaN")
         lengths = lengths.to("cpu")
         items = [(np.ascontiguousarray(emissions[b, : int(lengths[b])]), boosts[b] if boosts is not None else None)
                  for b in range(emissions.shape[0])]
