@@ -49,6 +49,8 @@ pyctcdecode 0.5.0's source, `language_model.py` / `decoder.py` / `alphabet.py`):
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import multiprocessing
 import re
@@ -205,6 +207,19 @@ def _finite(cfg, *names):
             raise ValueError(f"pyctcdecode: {n} must be a finite number, got {v!r}")
 
 
+@contextlib.contextmanager
+def _pyctcdecode_info_off():
+    """pyctcdecode logs at INFO what it detected ("Alphabet determined to be of BPE style.", "Using arpa instead of
+    binary LM file"): the adapter checks those things itself, so only its warnings are kept."""
+    logger = logging.getLogger("pyctcdecode")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 class PyctcdecodeDecoder:
     name = "pyctcdecode"
 
@@ -243,10 +258,11 @@ class PyctcdecodeDecoder:
                                         f"(decoder.use_lm=false decodes without an LM)")
             self.arpa = arpa
             kenlm_path, unigrams = str(arpa), arpa_unigrams(arpa)
-        self.decoder = pyctcdecode.build_ctcdecoder(
-            list(self.label_map.labels), kenlm_model_path=kenlm_path, unigrams=unigrams,
-            alpha=float(cfg.lm_weight), beta=float(cfg.word_score), unk_score_offset=float(cfg.unk_score_offset),
-            lm_score_boundary=bool(cfg.lm_score_boundary))
+        with _pyctcdecode_info_off():
+            self.decoder = pyctcdecode.build_ctcdecoder(
+                list(self.label_map.labels), kenlm_model_path=kenlm_path, unigrams=unigrams,
+                alpha=float(cfg.lm_weight), beta=float(cfg.word_score), unk_score_offset=float(cfg.unk_score_offset),
+                lm_score_boundary=bool(cfg.lm_score_boundary))
         # pyctcdecode keeps its LM in a class-level dict until cleanup(); free it with this adapter
         self._cleanup = weakref.finalize(self, self.decoder.cleanup)
         alphabet = self.decoder._alphabet
