@@ -12,6 +12,9 @@ setup: .setup.stamp
 .setup.stamp: pyproject.toml
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
 	$(PYTHON) -m pip install -q -e '.[baselines,dev]'
+	@# pyctcdecode 0.5.0 (pure Python) pins numpy<2 in its metadata; --no-deps keeps the numpy 2 that pandas 3 needs
+	@# (its dependencies kenlm and pygtrie come with the baselines extra)
+	$(PYTHON) -m pip install -q --no-deps pyctcdecode==0.5.0
 	@# the decoders' extension, built ahead of first use (~1 min on 2 cores; cached per Python environment)
 	$(PYTHON) -c "from decoders._ext import load_extension; load_extension()"
 	@touch $@

@@ -39,6 +39,7 @@ ADAPTER_MODULES: dict[str, str] = {
     "ctc_lm": "eval.adapters.ctc_lm",
     "nemo_greedy": "eval.adapters.nemo_greedy",
     "nemo_beam": "eval.adapters.nemo_ctc",
+    "pyctcdecode": "eval.adapters.pyctcdecode_adapter",
 }
 
 _REGISTRY: dict[str, Callable[..., "Decoder"]] = {}
@@ -161,6 +162,23 @@ def library_config(library: type, cfg: Any, **context: Any):
             raise ValueError(f"{library.__name__}: the adapter config lacks {missing}")
         return library(**{n: cfg[n] for n in names}, **context)
     return library(**{n: getattr(cfg, n) for n in names}, **context)  # a schema instance
+
+
+def plain_config(cfg: Any) -> dict:
+    """An adapter config (DictConfig / schema instance / dict) as a plain dict, e.g. to rebuild the same decoder in
+    a worker process."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(cfg):
+        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    return dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
+
+
+def picklable_context(ctx: DecodingContext) -> DecodingContext:
+    """`ctx` without the token set's loaded sentencepiece processor (not picklable; a worker process reloads it from
+    `sp_model_path`): what a spawned worker is given to build its own copy of a decoder."""
+    t = ctx.tokens
+    return dataclasses.replace(ctx, tokens=TokenSet(list(t.tokens), t.blank_id, t.kind, t.sp_model_path, t.lexicon))
 
 
 _GRAPH_CACHE: dict = {}

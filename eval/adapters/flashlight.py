@@ -23,14 +23,14 @@ from __future__ import annotations
 import math
 import multiprocessing
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, register_decoder, typed_config
+from eval.adapters.base import DecodingContext, picklable_context, plain_config, register_decoder, typed_config
 from recipes.tokens import TokenSet
 
 LN10 = math.log(10.0)
@@ -115,11 +115,7 @@ class FlashlightDecoder:
         self._pool = None
         # what a worker needs to build the same decoder: the config with one process, a context without the
         # token set's loaded sentencepiece processor (not picklable; the workers reload it from its path)
-        self._worker_args = (
-            {**_plain(cfg), "num_processes": 1},
-            replace(ctx, tokens=TokenSet(list(ctx.tokens.tokens), ctx.tokens.blank_id, ctx.tokens.kind,
-                                         ctx.tokens.sp_model_path)),
-        )
+        self._worker_args = ({**plain_config(cfg), "num_processes": 1}, picklable_context(ctx))
 
         lexicon = _load_lexicon(ctx)
         index = {t: i for i, t in enumerate(self.tokens.tokens)}
@@ -251,16 +247,6 @@ class FlashlightDecoder:
         if self._pool is not None:
             self._finalizer()
             self._pool = None
-
-
-def _plain(cfg) -> dict:
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(cfg):
-        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    from dataclasses import asdict, is_dataclass
-
-    return asdict(cfg) if is_dataclass(cfg) else dict(cfg)
 
 
 _WORKER_DECODER: Optional[FlashlightDecoder] = None
