@@ -6,7 +6,7 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), SKIP_TESTS=1 (benchmarks only), PROFILES ("best: lattice::token lattice::warp
+# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), PROFILES ("best: lattice::token lattice::warp
 # mbr::token mbr::warp", output:blocks-per-lane:arc-walk; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
@@ -46,7 +46,13 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     [ $rc -eq 0 ] || { status=1; tail -30 "$log"; }
   done
 fi
-stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe --set other --max-utts $UTTS \
+# LP_FILE: a LogProbSet file (eval.bench.common) instead of the workload's simulator, e.g. the Conformer-CTC's log-probs of
+# the demo's 100 synthesized test-other sentences, written on the CPU machine after `make demo` by `python -m
+# eval.bench.ctc_lm_bench --max-utts 100 --dump-speech-lp data/lp/speech_other_100.pt` (16 MB) and carried with it
+# (SCALE=tiny: the model's vocabulary is the tiny workload's BPE; UTTS=100; .whl + the file + the tree ~64 MB, under
+# the 64 MiB carry limit)
+LP=${LP_FILE:+--lp-file $LP_FILE}
+stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe --set other --max-utts $UTTS $LP \
   --batch $BATCH --graph-dir compact=$G/compact --output-dir "$OUT/runs" --run ${SCALE}_b$BATCH ${MBR_ARGS:-} 2>&1 \
   | tee "$OUT/mbr_bench.log" | grep -v "^  " | tail -25
 # per-kernel profiles, each spec output[:blocks per lane[:arc walk]]: by default 1-best, lattice and MBR with both arc
@@ -56,7 +62,7 @@ for spec in ${PROFILES-best: lattice::token lattice::warp mbr::token mbr::warp};
   tag=$output${bpl:+_bpl$bpl}${walk:+_$walk}
   stage "profile $output ${bpl:+(blocks per lane $bpl)} ${walk:+(walk $walk)}" \
     env ${bpl:+BEAMDEC_LATTICE_BLOCKS_PER_LANE=$bpl} ${walk:+BEAMDEC_LATTICE_WALK=$walk} \
-    python3 -m eval.bench.wfst_profile --scale $SCALE --kind bpe --set other --output $output \
+    python3 -m eval.bench.wfst_profile --scale $SCALE --kind bpe --set other --output $output $LP \
     --graph-dir compact=$G/compact --batch 1 $BATCH --utts $UTTS --b1-utts 20 --output-dir "$OUT/runs" \
     --run ${SCALE}_$tag 2>&1 | tee "$OUT/profile_$tag.log" | grep -E "wall|^\| [a-z_]+(kernel|Kernel)" | head -24
 done
