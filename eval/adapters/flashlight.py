@@ -21,8 +21,6 @@ The CPU baseline the paper compares the GPU WFST decoder against. Conventions br
 from __future__ import annotations
 
 import math
-import multiprocessing
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -30,7 +28,7 @@ from typing import Optional, Sequence
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, picklable_context, plain_config, register_decoder, typed_config
+from eval.adapters.base import DecodingContext, UtterancePool, register_decoder, typed_config
 from recipes.tokens import TokenSet
 
 LN10 = math.log(10.0)
@@ -112,10 +110,7 @@ class FlashlightDecoder:
         if isinstance(cfg.num_processes, bool) or not isinstance(cfg.num_processes, int) or cfg.num_processes < 1:
             raise ValueError(f"flashlight: num_processes must be an integer >= 1, got {cfg.num_processes!r}")
         self.num_processes = int(cfg.num_processes)
-        self._pool = None
-        # what a worker needs to build the same decoder: the config with one process, a context without the
-        # token set's loaded sentencepiece processor (not picklable; the workers reload it from its path)
-        self._worker_args = ({**plain_config(cfg), "num_processes": 1}, picklable_context(ctx))
+        self._pool = UtterancePool(FlashlightDecoder, cfg, ctx, self.num_processes) if self.num_processes > 1 else None
 
         lexicon = _load_lexicon(ctx)
         index = {t: i for i, t in enumerate(self.tokens.tokens)}
@@ -202,12 +197,12 @@ class FlashlightDecoder:
                  for b in range(emissions.shape[0])]
         if self.num_processes == 1:
             return [self.decode_utterance(e, bst) for e, bst in items]
-        pool = self._ensure_pool()
-        # chunksize 1: utterance lengths vary, so dealing them out one by one balances the workers
-        return list(pool.imap(_worker_decode, [(e.numpy(), bst) for e, bst in items], chunksize=1))
+        return self._pool.map([(e.numpy(), bst) for e, bst in items])
 
-    def decode_utterance(self, emission: torch.Tensor, boosts: Optional[dict] = None) -> Hypothesis:
-        """One utterance: emission (frames, V) float32 contiguous CPU log-probs."""
+    def decode_utterance(self, emission, boosts: Optional[dict] = None) -> Hypothesis:
+        """One utterance: emission (frames, V) float32 contiguous CPU log-probs (a tensor, or an array from a pool)."""
+        if not isinstance(emission, torch.Tensor):
+            emission = torch.from_numpy(emission)
         frames, vocab = int(emission.shape[0]), int(emission.shape[1])
         if boosts:
             self._set_boosts(boosts)
@@ -234,41 +229,10 @@ class FlashlightDecoder:
         words = [self.word_dict.get_entry(w) for w in best.words if w >= 0]
         return Hypothesis(tokens=tokens, words=words, score=float(best.score), timesteps=times)
 
-    def _ensure_pool(self):
-        if self._pool is None:
-            # spawn, not fork: the parent holds torch's thread pools (and maybe CUDA), which a fork can deadlock on
-            ctx = multiprocessing.get_context("spawn")
-            self._pool = ctx.Pool(self.num_processes, initializer=_worker_init, initargs=self._worker_args)
-            self._finalizer = weakref.finalize(self, self._pool.terminate)
-        return self._pool
-
     def close(self) -> None:
         """Stop the worker processes (a later decode starts them again)."""
         if self._pool is not None:
-            self._finalizer()
-            self._pool = None
-
-
-_WORKER_DECODER: Optional[FlashlightDecoder] = None
-_WORKER_ERROR: Optional[str] = None
-
-
-def _worker_init(cfg: dict, ctx: DecodingContext) -> None:
-    # An exception escaping a Pool initializer kills the worker and the pool starts another one, forever; so the
-    # failure is kept and reported by the first task instead (the parent sees it as one RuntimeError).
-    global _WORKER_DECODER, _WORKER_ERROR
-    torch.set_num_threads(1)  # one search per process; P processes share P cores
-    try:
-        _WORKER_DECODER = FlashlightDecoder(cfg, ctx)
-    except Exception as e:  # noqa: BLE001 - reported to the parent by _worker_decode
-        _WORKER_ERROR = f"{type(e).__name__}: {' '.join(str(e).split())}"
-
-
-def _worker_decode(item) -> Hypothesis:
-    if _WORKER_DECODER is None:
-        raise RuntimeError(f"flashlight worker process could not build its decoder: {_WORKER_ERROR}")
-    emission, boosts = item
-    return _WORKER_DECODER.decode_utterance(torch.from_numpy(emission), boosts)
+            self._pool.close()
 
 
 @register_decoder("flashlight")

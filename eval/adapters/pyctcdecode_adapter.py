@@ -52,7 +52,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import multiprocessing
 import re
 import weakref
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ import numpy as np
 import torch
 
 from decoders.types import Hypothesis
-from eval.adapters.base import DecodingContext, picklable_context, plain_config, register_decoder, typed_config
+from eval.adapters.base import DecodingContext, UtterancePool, register_decoder, typed_config
 from recipes.tokens import TokenSet
 
 # pyctcdecode's spellings (pyctcdecode/alphabet.py)
@@ -271,8 +270,7 @@ class PyctcdecodeDecoder:
             raise ValueError(f"pyctcdecode changed the labels it was given (is_bpe={alphabet.is_bpe}, first change "
                              f"{changed[:1]}, {len(alphabet.labels)} labels for {len(self.label_map.labels)})")
         self.num_processes = int(cfg.num_processes)
-        self._pool = None
-        self._worker_args = ({**plain_config(cfg), "num_processes": 1}, picklable_context(ctx))
+        self._pool = UtterancePool(PyctcdecodeDecoder, cfg, ctx, self.num_processes) if self.num_processes > 1 else None
 
     @staticmethod
     def _hotwords(boosts: Optional[dict]) -> tuple[Optional[list], float]:
@@ -317,42 +315,12 @@ class PyctcdecodeDecoder:
                  for b in range(emissions.shape[0])]
         if self.num_processes == 1:
             return [self.decode_utterance(e, bst) for e, bst in items]
-        # chunksize 1: utterance lengths vary, so dealing them out one by one balances the workers
-        return list(self._ensure_pool().imap(_worker_decode, items, chunksize=1))
-
-    def _ensure_pool(self):
-        if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")  # not fork: the parent holds torch's thread pools
-            self._pool = ctx.Pool(self.num_processes, initializer=_worker_init, initargs=self._worker_args)
-            self._finalizer = weakref.finalize(self, self._pool.terminate)
-        return self._pool
+        return self._pool.map(items)
 
     def close(self) -> None:
         """Stop the worker processes (a later decode starts them again)."""
         if self._pool is not None:
-            self._finalizer()
-            self._pool = None
-
-
-_WORKER_DECODER: Optional[PyctcdecodeDecoder] = None
-_WORKER_ERROR: Optional[str] = None
-
-
-def _worker_init(cfg: dict, ctx: DecodingContext) -> None:
-    # an exception escaping a Pool initializer makes the pool restart the worker forever: keep it for the first task
-    global _WORKER_DECODER, _WORKER_ERROR
-    torch.set_num_threads(1)
-    try:
-        _WORKER_DECODER = PyctcdecodeDecoder(cfg, ctx)
-    except Exception as e:  # noqa: BLE001 - reported to the parent by _worker_decode
-        _WORKER_ERROR = f"{type(e).__name__}: {' '.join(str(e).split())}"
-
-
-def _worker_decode(item) -> Hypothesis:
-    if _WORKER_DECODER is None:
-        raise RuntimeError(f"pyctcdecode worker process could not build its decoder: {_WORKER_ERROR}")
-    emission, boosts = item
-    return _WORKER_DECODER.decode_utterance(emission, boosts)
+            self._pool.close()
 
 
 @register_decoder("pyctcdecode")
