@@ -101,6 +101,17 @@ __device__ __forceinline__ void arc_range(const DeviceGraph& g, const LaneState&
   }
 }
 
+// warp_walk_arcs' item description for frontier token i of a lane (its arcs on this step, its score).
+__device__ __forceinline__ auto frontier_item(const DeviceGraph& g, const LaneState& L, const int32_t* tok_state,
+                                              const float* tok_score) {
+  return [&g, &L, tok_state, tok_score](int32_t i, int32_t& begin, int32_t& deg, float& score) {
+    int32_t end;
+    arc_range(g, L, tok_state[L.front_begin + i], begin, end);
+    deg = end - begin;
+    score = tok_score[L.front_begin + i];
+  };
+}
+
 // Claims destination state d for the frame being built with score `end`.
 __device__ __forceinline__ void claim(const Workspace& ws, const Sizes& P, int32_t b, int32_t d, float end) {
   const int64_t k = static_cast<int64_t>(b) * P.N + d;
@@ -231,12 +242,7 @@ __global__ void max_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions o
   if constexpr (kWarpWalk) {
     warp_walk_arcs(
         L.front_count,
-        [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
-          int32_t ae;
-          arc_range(g, L, tok_state[L.front_begin + i], begin, ae);
-          deg = ae - begin;
-          score = tok_score[L.front_begin + i];
-        },
+        frontier_item(g, L, tok_state, tok_score),
         [&](int32_t, int32_t a, float sc) {
           m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
         });
@@ -283,12 +289,7 @@ __global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOption
   if constexpr (kWarpWalk) {
     warp_walk_arcs(
         L.front_count,
-        [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
-          int32_t ae;
-          arc_range(g, L, tok_state[L.front_begin + i], begin, ae);
-          deg = ae - begin;
-          score = tok_score[L.front_begin + i];
-        },
+        frontier_item(g, L, tok_state, tok_score),
         [&](int32_t i, int32_t a, float sc) { visit(L.front_begin + i, a, sc); });
   } else {
     LAT_WARP_LOOP(i, L.front_count) {
