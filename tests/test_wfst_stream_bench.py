@@ -190,3 +190,19 @@ def test_serving_latency_plot_from_serving_rows_only(tmp_path):
     assert not is_serving(plain)
     with pytest.raises(ValueError, match="no serving rows"):
         plot_serving_latency(plain, tmp_path / "x.png")
+
+
+def test_stream_gpu_run_refuses_speech_log_probs_on_graphs_the_model_cannot_read(tmp_path):
+    """stream_gpu_run.sh SOURCE=speech: the Conformer-CTC emits the tiny workload's BPE pieces, so any other scale is a
+    one-line refusal (exit 2) before anything is built; an unknown SOURCE too."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "eval" / "bench" / "stream_gpu_run.sh"
+    for env, needle in (({"SOURCE": "speech", "SCALE": "bench"}, "SOURCE=speech needs SCALE=tiny"),
+                        ({"SOURCE": "asr", "SCALE": "tiny"}, "SOURCE must be simulator or speech")):
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), **env})
+        assert proc.returncode == 2, (env, proc.stdout, proc.stderr)
+        assert needle in proc.stdout + proc.stderr
+        assert not (tmp_path / "out").exists()  # refused before the output folder was made
