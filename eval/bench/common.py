@@ -232,6 +232,47 @@ def release_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
+class MeasuredDecoder:
+    """One decoder of a benchmark row, measured the one way the benchmarks measure (a `with` block): the log-probs
+    made resident on `device` first, the device's free memory read, then `build(ctx)` builds the decoder -- so the
+    memory columns are what the decoder holds on the device (graph upload included) whichever allocator it uses,
+    the same for ours and a competitor -- and `decode(batch, repeats)` is decode_pass. On exit the decoder is closed
+    when it can be (OASR holds device memory outside torch) and dropped, and torch's cache emptied, so the next
+    decoder's numbers are its own. A machine without CUDA for a cuda row raises (the caller's unavailable row)."""
+
+    def __init__(self, build, data: "LogProbSet", device: str, graph_dir: Optional[Path] = None):
+        self._build, self.data, self.device, self.graph_dir = build, data, str(device), graph_dir
+        self.decoder = self._lp = self._baseline = None
+
+    def __enter__(self) -> "MeasuredDecoder":
+        from eval.adapters.base import DecodingContext
+        from eval.metrics import cuda_free_bytes
+
+        cuda = self.device.startswith("cuda")
+        if cuda and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device on this machine")
+        ctx = DecodingContext(tokens=self.data.token_set(), device=self.device, graph_dir=self.graph_dir)
+        self._lp = self.data.log_probs.to(self.device) if cuda else self.data.log_probs
+        self._baseline = cuda_free_bytes(self.device) if cuda else None
+        try:
+            self.decoder = self._build(ctx)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def decode(self, batch: int, repeats: int = 1) -> Pass:
+        return decode_pass(self.decoder, self._lp, self.data.lengths, batch, self.device, repeats=repeats,
+                           device_free_baseline_bytes=self._baseline)
+
+    def __exit__(self, *exc) -> None:
+        close = getattr(self.decoder, "close", None)
+        if callable(close):
+            close()
+        self.decoder = self._lp = None
+        release_device_memory()
+
+
 def reference_free(row: ResultRow) -> ResultRow:
     """A row of inputs without references (random log-probs of a kernel benchmark): WER is null, not 0."""
     return dataclasses.replace(row, wer=None)

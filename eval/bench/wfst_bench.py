@@ -44,10 +44,9 @@ from typing import Optional
 import torch
 
 from eval.bench.common import (
-    BenchRun, LogProbSet, add_isolation_options, decode_pass, describe_error, isolation_default, print_rows,
-    release_device_memory, run_isolated, workload_set,
+    BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, isolation_default, print_rows,
+    run_isolated, workload_set,
 )
-from eval.metrics import cuda_free_bytes
 
 # The paper's settings, shared by ours and Riva so both search the same beam (Riva: default_beam/lattice_beam)
 SEARCH_BEAM, OUTPUT_BEAM, MAX_ACTIVE = 17.0, 8.0, 10000
@@ -102,33 +101,17 @@ def build(name: str, cfg: dict, ctx):
 def run_one(run: BenchRun, name: str, device: str, data: LogProbSet, graph_dir: Path, graph_name: str, kind: str,
             batch: int, repeats: int, scale: str, run_mate: Optional[str]):
     """Build one decoder, measure it, add its row (or an unavailable row). Returns the row when it measured."""
-    from eval.adapters.base import DecodingContext
-
     graph = f"{graph_name} {kind}"
     lab = label(name, device, graph, batch)
     params = {"graph": graph, "scale": scale}
     cfg = decoder_config(name, kind, batch)
     try:
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise RuntimeError("no CUDA device on this machine")
-        ctx = DecodingContext(tokens=data.token_set(), device=device, graph_dir=graph_dir)
-        lp = data.log_probs.to(device) if device.startswith("cuda") else data.log_probs
-        # VRAM like for like: what the decoder holds on the device from before it is built (graph upload
-        # included), whichever allocator it uses; the log-probs are already resident for both decoders
-        baseline = cuda_free_bytes(device) if device.startswith("cuda") else None
-        dec = build(name, cfg, ctx)
-        cfg = getattr(dec, "resolved_config", cfg)  # OASR: the epsilon passes and capacities it was built with
-        result = decode_pass(dec, lp, data.lengths, batch, device, repeats=repeats,
-                             device_free_baseline_bytes=baseline)
+        with MeasuredDecoder(lambda ctx: build(name, cfg, ctx), data, device, graph_dir) as m:
+            cfg = getattr(m.decoder, "resolved_config", cfg)  # OASR: the epsilon passes and capacities it was built with
+            result = m.decode(batch, repeats)
     except Exception as e:  # noqa: BLE001 - a decoder this machine lacks is a row, not a crash
         run.unavailable(decoder=lab, decoder_name=name, device=device, reason=describe_error(e), params=params)
         return None
-    finally:
-        close = getattr(locals().get("dec"), "close", None)
-        if callable(close):  # OASR holds device memory outside torch: free it before the next decoder is built
-            close()
-        dec = lp = None  # noqa: F841 - free the decoder before the next one is measured
-        release_device_memory()
     row = run.scored(decoder=lab, decoder_name=name, device=device, data=data, result=result, batch_size=batch,
                      decoder_config=cfg, run_mate=run_mate, params=params)
     print(f"{lab}: RTFx {row.rtfx_decoder}, WER {100 * row.wer:.2f} %, CUDA peak {row.cuda_peak_bytes}, "

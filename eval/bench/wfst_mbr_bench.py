@@ -39,11 +39,10 @@ import torch
 
 from decoders.types import Hypothesis
 from eval.bench.common import (
-    BenchRun, LogProbSet, add_isolation_options, decode_pass, describe_error, isolation_default, print_rows,
-    release_device_memory, run_isolated, workload_set,
+    BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, isolation_default, print_rows,
+    run_isolated, workload_set,
 )
 from eval.bench.wfst_bench import MAX_ACTIVE, OUTPUT_BEAM, SEARCH_BEAM
-from eval.metrics import cuda_free_bytes
 
 
 class RivaBestAdapter:
@@ -99,8 +98,6 @@ class WfstLatticeBestAdapter:
 
 def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet, gdir: Path, graph: str,
             batch: int, repeats: int, scale: str, acoustic_scale: float, run_mate: Optional[str]) -> bool:
-    from eval.adapters.base import DecodingContext
-
     lab = f"{name}@{device.split(':')[0]}[{graph}, {output}]"
     params = {"graph": graph, "output": output, "scale": scale}
     # the lattice backend goes in the row's decoder config, not its params: the params pair our row with Riva's
@@ -114,22 +111,12 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
     else:
         cfg = {"default_beam": SEARCH_BEAM, "lattice_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
                "max_batch_size": max(batch, 1), "acoustic_scale": acoustic_scale}
-    dec = lp = None
     try:
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise RuntimeError("no CUDA device on this machine")
-        ctx = DecodingContext(tokens=data.token_set(), device=device, graph_dir=gdir)
-        lp = data.log_probs.to(device) if device.startswith("cuda") else data.log_probs
-        baseline = cuda_free_bytes(device) if device.startswith("cuda") else None
-        dec = _build(name, output, cfg, ctx)
-        result = decode_pass(dec, lp, data.lengths, batch, device, repeats=repeats,
-                             device_free_baseline_bytes=baseline)
+        with MeasuredDecoder(lambda ctx: _build(name, output, cfg, ctx), data, device, gdir) as m:
+            result = m.decode(batch, repeats)
     except Exception as e:  # noqa: BLE001 - a decoder this machine lacks is a row, not a crash
         run.unavailable(decoder=lab, decoder_name=name, device=device, reason=describe_error(e), params=params)
         return False
-    finally:
-        dec = lp = None  # noqa: F841
-        release_device_memory()
     row = run.scored(decoder=lab, decoder_name=name, device=device, data=data, result=result, batch_size=batch,
                      decoder_config={**cfg, **backend, "output": output}, run_mate=run_mate, params=params)
     per_utt = result.stats.get("lattice_bytes")

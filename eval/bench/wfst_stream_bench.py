@@ -633,8 +633,6 @@ def run_serve(run: BenchRun, args, data: LogProbSet, graph, n_streams: int, dura
                 servers = None
                 dec_s, cuda_s, mem = watch.wall_seconds, watch.cuda_seconds, probe.stats
             else:
-                from eval.adapters.base import DecodingContext
-
                 params.update(processes=args.fl_processes, fl_weights="matched" if args.fl_matched else "harness")
                 ctx = flashlight_context(args, data) if fl_pool is None else None
                 probe = MemoryProbe("cpu")
