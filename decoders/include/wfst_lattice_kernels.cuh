@@ -19,6 +19,7 @@
 // kOverflowEpsilon (closure not converged, as on the CPU). decoders/lattice.py re-decodes flagged lanes with
 // larger capacities.
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -125,8 +126,19 @@ __device__ __forceinline__ void claim(const Workspace& ws, const Sizes& P, int32
   }
 }
 
+// kAggregate (the warp walk): the threads of a warp recording at the same time (all of one lane: blockIdx.y) take
+// their slots with one atomic, the warp leader's, instead of one each on the lane's counter.
+template <bool kAggregate = false>
 __device__ __forceinline__ void record_arc(const Workspace& ws, const Sizes& P, int32_t b, LatticeArc arc) {
-  const int32_t ci = atomicAdd(&ws.lanes[b].cand_count, 1);
+  int32_t ci;
+  if constexpr (kAggregate) {
+    const cooperative_groups::coalesced_group active = cooperative_groups::coalesced_threads();
+    int32_t base = 0;
+    if (active.thread_rank() == 0) base = atomicAdd(&ws.lanes[b].cand_count, static_cast<int32_t>(active.size()));
+    ci = active.shfl(base, 0) + static_cast<int32_t>(active.thread_rank());
+  } else {
+    ci = atomicAdd(&ws.lanes[b].cand_count, 1);
+  }
   if (ci < P.C)
     ws.cands[static_cast<int64_t>(b) * P.C + ci] = arc;
   else
@@ -284,7 +296,7 @@ __global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOption
     if (!(end > cutoff)) return;
     const int32_t d = L.redirect ? g.final_state : g.dest[a];
     claim(ws, P, b, d, end);
-    record_arc(ws, P, b, LatticeArc{src, d, a, ll});
+    record_arc<kWarpWalk>(ws, P, b, LatticeArc{src, d, a, ll});
   };
   if constexpr (kWarpWalk) {
     warp_walk_arcs(
@@ -393,7 +405,7 @@ __global__ void record_eps_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
     const float ll = arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b);
     if (!(__fadd_rn(sc, ll) > cutoff)) return;
     if (ws.slot[static_cast<int64_t>(b) * P.N + g.dest[a]] >= 0)
-      record_arc(ws, P, b, LatticeArc{i, g.dest[a], a | kLatticeEpsArcBit, ll});
+      record_arc<kWarpWalk>(ws, P, b, LatticeArc{i, g.dest[a], a | kLatticeEpsArcBit, ll});
   };
   if constexpr (kWarpWalk) {
     warp_walk_arcs(
