@@ -113,12 +113,22 @@ __device__ __forceinline__ auto frontier_item(const DeviceGraph& g, const LaneSt
   };
 }
 
-// Claims destination state d for the frame being built with score `end`.
+// Claims destination state d for the frame being built with score `end`. kAggregate (the warp walk): the threads of
+// a warp that create a token at the same time (all of one lane) take their indices with one atomic.
+template <bool kAggregate = false>
 __device__ __forceinline__ void claim(const Workspace& ws, const Sizes& P, int32_t b, int32_t d, float end) {
   const int64_t k = static_cast<int64_t>(b) * P.N + d;
   atomicMax(ws.dscore + k, float_to_ordered(end));
   if (atomicCAS(ws.slot + k, -1, -2) == -1) {
-    const int32_t idx = atomicAdd(&ws.lanes[b].next_count, 1);
+    int32_t idx;
+    if constexpr (kAggregate) {
+      const cooperative_groups::coalesced_group active = cooperative_groups::coalesced_threads();
+      int32_t base = 0;
+      if (active.thread_rank() == 0) base = atomicAdd(&ws.lanes[b].next_count, static_cast<int32_t>(active.size()));
+      idx = active.shfl(base, 0) + static_cast<int32_t>(active.thread_rank());
+    } else {
+      idx = atomicAdd(&ws.lanes[b].next_count, 1);
+    }
     if (idx < P.F)
       ws.st_state[static_cast<int64_t>(b) * P.F + idx] = d;
     else
@@ -295,7 +305,7 @@ __global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOption
     const float end = __fadd_rn(sc, ll);
     if (!(end > cutoff)) return;
     const int32_t d = L.redirect ? g.final_state : g.dest[a];
-    claim(ws, P, b, d, end);
+    claim<kWarpWalk>(ws, P, b, d, end);
     record_arc<kWarpWalk>(ws, P, b, LatticeArc{src, d, a, ll});
   };
   if constexpr (kWarpWalk) {
@@ -364,7 +374,7 @@ __global__ void eps_expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
   const float cutoff = L.cutoff;
   auto visit = [&](int32_t a, float sc) {
     const float end = __fadd_rn(sc, arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b));
-    if (end > cutoff) claim(ws, P, b, g.dest[a], end);
+    if (end > cutoff) claim<kWarpWalk>(ws, P, b, g.dest[a], end);
   };
   if constexpr (kWarpWalk) {
     warp_walk_arcs(
