@@ -13,6 +13,11 @@
 // token indices plus a dense per-lane ordered-score map for the atomic max; both are cleared for exactly the
 // frame's states after each step.
 //
+// Two arc walks for expand / max / epsilon expand / epsilon record (template kWarpWalk; BEAMDEC_LATTICE_WALK, read by
+// the launcher): one frontier item per warp, its arcs over the warp's threads (the default), or warp_walk_arcs (32
+// items per warp, their arcs 32 at a time, with warp-aggregated token claims and arc records). Both give the same
+// tokens, scores and arc sets; tests/test_wfst_lattice_gpu.py runs every case with both.
+//
 // Memory (per lane): F staging tokens (+ two dirty lists), C step arcs, the dense maps (8 B per graph state); the
 // token and arc arenas are shared by the batch. Overflow bits per lane (wfst_defs.h): kOverflowFrontier (> F
 // states in a frame), kOverflowCandidates (> C arcs in a step), kOverflowArena (an arena is full),
