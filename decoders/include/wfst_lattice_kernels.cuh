@@ -107,7 +107,7 @@ __device__ __forceinline__ void arc_range(const DeviceGraph& g, const LaneState&
   }
 }
 
-// warp_walk_arcs' item description for frontier token i of a lane (its arcs on this step, its score).
+// walk_arcs' item description for frontier token i of a lane (its arcs on this step, its score).
 __device__ __forceinline__ auto frontier_item(const DeviceGraph& g, const LaneState& L, const int32_t* tok_state,
                                               const float* tok_score) {
   return [&g, &L, tok_state, tok_score](int32_t i, int32_t& begin, int32_t& deg, float& score) {
@@ -118,22 +118,27 @@ __device__ __forceinline__ auto frontier_item(const DeviceGraph& g, const LaneSt
   };
 }
 
-// Claims destination state d for the frame being built with score `end`. kAggregate (the warp walk): the threads of
-// a warp that create a token at the same time (all of one lane) take their indices with one atomic.
+// The next index of a lane's counter `ctr`. kAggregate (the warp walk): the threads of a warp taking one at the same
+// time (all of one lane: blockIdx.y) share one atomic, the first one's, instead of one each.
+template <bool kAggregate>
+__device__ __forceinline__ int32_t take_index(int32_t* ctr) {
+  if constexpr (kAggregate) {
+    const cooperative_groups::coalesced_group active = cooperative_groups::coalesced_threads();
+    int32_t base = 0;
+    if (active.thread_rank() == 0) base = atomicAdd(ctr, static_cast<int32_t>(active.size()));
+    return active.shfl(base, 0) + static_cast<int32_t>(active.thread_rank());
+  } else {
+    return atomicAdd(ctr, 1);
+  }
+}
+
+// Claims destination state d for the frame being built with score `end` (kAggregate: take_index's).
 template <bool kAggregate = false>
 __device__ __forceinline__ void claim(const Workspace& ws, const Sizes& P, int32_t b, int32_t d, float end) {
   const int64_t k = static_cast<int64_t>(b) * P.N + d;
   atomicMax(ws.dscore + k, float_to_ordered(end));
   if (atomicCAS(ws.slot + k, -1, -2) == -1) {
-    int32_t idx;
-    if constexpr (kAggregate) {
-      const cooperative_groups::coalesced_group active = cooperative_groups::coalesced_threads();
-      int32_t base = 0;
-      if (active.thread_rank() == 0) base = atomicAdd(&ws.lanes[b].next_count, static_cast<int32_t>(active.size()));
-      idx = active.shfl(base, 0) + static_cast<int32_t>(active.thread_rank());
-    } else {
-      idx = atomicAdd(&ws.lanes[b].next_count, 1);
-    }
+    const int32_t idx = take_index<kAggregate>(&ws.lanes[b].next_count);
     if (idx < P.F)
       ws.st_state[static_cast<int64_t>(b) * P.F + idx] = d;
     else
@@ -141,19 +146,10 @@ __device__ __forceinline__ void claim(const Workspace& ws, const Sizes& P, int32
   }
 }
 
-// kAggregate (the warp walk): the threads of a warp recording at the same time (all of one lane: blockIdx.y) take
-// their slots with one atomic, the warp leader's, instead of one each on the lane's counter.
+// Appends `arc` to the lane's arcs of this step (kAggregate: take_index's).
 template <bool kAggregate = false>
 __device__ __forceinline__ void record_arc(const Workspace& ws, const Sizes& P, int32_t b, LatticeArc arc) {
-  int32_t ci;
-  if constexpr (kAggregate) {
-    const cooperative_groups::coalesced_group active = cooperative_groups::coalesced_threads();
-    int32_t base = 0;
-    if (active.thread_rank() == 0) base = atomicAdd(&ws.lanes[b].cand_count, static_cast<int32_t>(active.size()));
-    ci = active.shfl(base, 0) + static_cast<int32_t>(active.thread_rank());
-  } else {
-    ci = atomicAdd(&ws.lanes[b].cand_count, 1);
-  }
+  const int32_t ci = take_index<kAggregate>(&ws.lanes[b].cand_count);
   if (ci < P.C)
     ws.cands[static_cast<int64_t>(b) * P.C + ci] = arc;
   else
@@ -205,6 +201,22 @@ __device__ __forceinline__ void warp_walk_arcs(int32_t count, ItemFn item, ArcFn
       const int32_t a = __shfl_sync(kFullMask, begin, owner) + (j - __shfl_sync(kFullMask, excl, owner));
       const float sc = __shfl_sync(kFullMask, score, owner);
       if (j < total) on_arc(base + owner, a, sc);
+    }
+  }
+}
+
+// The arc walk of the expand / max / epsilon kernels over `count` items of lane blockIdx.y (item and on_arc as in
+// warp_walk_arcs): kWarpWalk, warp_walk_arcs; else one item per warp, its arcs over the warp's threads.
+template <bool kWarpWalk, typename ItemFn, typename ArcFn>
+__device__ __forceinline__ void walk_arcs(int32_t count, ItemFn item, ArcFn on_arc) {
+  if constexpr (kWarpWalk) {
+    warp_walk_arcs(count, item, on_arc);
+  } else {
+    LAT_WARP_LOOP(i, count) {
+      int32_t begin, deg;
+      float score;
+      item(i, begin, deg, score);
+      for (int32_t a = begin + lane_id_; a < begin + deg; a += kWarp) on_arc(i, a, score);
     }
   }
 }
@@ -266,23 +278,9 @@ __global__ void max_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions o
   if (!L.active) return;
   const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
   float m = -INFINITY;
-  if constexpr (kWarpWalk) {
-    warp_walk_arcs(
-        L.front_count,
-        frontier_item(g, L, tok_state, tok_score),
-        [&](int32_t, int32_t a, float sc) {
-          m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
-        });
-  } else {
-    LAT_WARP_LOOP(i, L.front_count) {
-      const int32_t s = tok_state[L.front_begin + i];
-      const float sc = tok_score[L.front_begin + i];
-      int32_t ab, ae;
-      arc_range(g, L, s, ab, ae);
-      for (int32_t a = ab + lane_id_; a < ae; a += kWarp)
-        m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
-    }
-  }
+  walk_arcs<kWarpWalk>(L.front_count, frontier_item(g, L, tok_state, tok_score), [&](int32_t, int32_t a, float sc) {
+    m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
+  });
   for (int off = kWarp / 2; off > 0; off /= 2) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
   if (threadIdx.x % kWarp == 0 && m > -INFINITY) atomicMax(&ws.lanes[b].max_ord, float_to_ordered(m));
 }
@@ -305,29 +303,14 @@ __global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOption
   if (!L.active) return;
   const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
   const float cutoff = L.cutoff;
-  auto visit = [&](int32_t src, int32_t a, float sc) {
+  walk_arcs<kWarpWalk>(L.front_count, frontier_item(g, L, tok_state, tok_score), [&](int32_t i, int32_t a, float sc) {
     const float ll = arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b);
     const float end = __fadd_rn(sc, ll);
     if (!(end > cutoff)) return;
     const int32_t d = L.redirect ? g.final_state : g.dest[a];
     claim<kWarpWalk>(ws, P, b, d, end);
-    record_arc<kWarpWalk>(ws, P, b, LatticeArc{src, d, a, ll});
-  };
-  if constexpr (kWarpWalk) {
-    warp_walk_arcs(
-        L.front_count,
-        frontier_item(g, L, tok_state, tok_score),
-        [&](int32_t i, int32_t a, float sc) { visit(L.front_begin + i, a, sc); });
-  } else {
-    LAT_WARP_LOOP(i, L.front_count) {
-      const int32_t src = L.front_begin + i;
-      const int32_t s = tok_state[src];
-      const float sc = tok_score[src];
-      int32_t ab, ae;
-      arc_range(g, L, s, ab, ae);
-      for (int32_t a = ab + lane_id_; a < ae; a += kWarp) visit(src, a, sc);
-    }
-  }
+    record_arc<kWarpWalk>(ws, P, b, LatticeArc{L.front_begin + i, d, a, ll});
+  });
 }
 
 // After an emitting step (eps = false) or a closure pass writing dirty list `q` (eps = true): the new frame's
@@ -377,27 +360,18 @@ __global__ void eps_expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
   if (!L.active || !L.closure) return;
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   const float cutoff = L.cutoff;
-  auto visit = [&](int32_t a, float sc) {
-    const float end = __fadd_rn(sc, arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b));
-    if (end > cutoff) claim<kWarpWalk>(ws, P, b, g.dest[a], end);
-  };
-  if constexpr (kWarpWalk) {
-    warp_walk_arcs(
-        L.dirty_count[r],
-        [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
-          const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
-          begin = g.eps_begin[s];
-          deg = g.final_begin[s] - begin;
-          score = ws.dirty_score[r][bF + i];
-        },
-        [&](int32_t, int32_t a, float sc) { visit(a, sc); });
-  } else {
-    LAT_WARP_LOOP(i, L.dirty_count[r]) {
-      const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
-      const float sc = ws.dirty_score[r][bF + i];
-      for (int32_t a = g.eps_begin[s] + lane_id_; a < g.final_begin[s]; a += kWarp) visit(a, sc);
-    }
-  }
+  walk_arcs<kWarpWalk>(
+      L.dirty_count[r],
+      [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
+        const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
+        begin = g.eps_begin[s];
+        deg = g.final_begin[s] - begin;
+        score = ws.dirty_score[r][bF + i];
+      },
+      [&](int32_t, int32_t a, float sc) {
+        const float end = __fadd_rn(sc, arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b));
+        if (end > cutoff) claim<kWarpWalk>(ws, P, b, g.dest[a], end);
+      });
 }
 
 __global__ void eps_finish_kernel(Workspace ws, Sizes P, int32_t last) {
@@ -416,29 +390,20 @@ __global__ void record_eps_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
   if (!L.active || !L.closure) return;
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   const float cutoff = L.cutoff;
-  auto visit = [&](int32_t i, int32_t a, float sc) {
-    const float ll = arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b);
-    if (!(__fadd_rn(sc, ll) > cutoff)) return;
-    if (ws.slot[static_cast<int64_t>(b) * P.N + g.dest[a]] >= 0)
-      record_arc<kWarpWalk>(ws, P, b, LatticeArc{i, g.dest[a], a | kLatticeEpsArcBit, ll});
-  };
-  if constexpr (kWarpWalk) {
-    warp_walk_arcs(
-        min(L.next_count, P.F),
-        [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
-          const int32_t s = ws.st_state[bF + i];
-          begin = g.eps_begin[s];
-          deg = g.final_begin[s] - begin;
-          score = ws.st_score[bF + i];
-        },
-        visit);
-  } else {
-    LAT_WARP_LOOP(i, min(L.next_count, P.F)) {
-      const int32_t s = ws.st_state[bF + i];
-      const float sc = ws.st_score[bF + i];
-      for (int32_t a = g.eps_begin[s] + lane_id_; a < g.final_begin[s]; a += kWarp) visit(i, a, sc);
-    }
-  }
+  walk_arcs<kWarpWalk>(
+      min(L.next_count, P.F),
+      [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
+        const int32_t s = ws.st_state[bF + i];
+        begin = g.eps_begin[s];
+        deg = g.final_begin[s] - begin;
+        score = ws.st_score[bF + i];
+      },
+      [&](int32_t i, int32_t a, float sc) {
+        const float ll = arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b);
+        if (!(__fadd_rn(sc, ll) > cutoff)) return;
+        if (ws.slot[static_cast<int64_t>(b) * P.N + g.dest[a]] >= 0)
+          record_arc<kWarpWalk>(ws, P, b, LatticeArc{i, g.dest[a], a | kLatticeEpsArcBit, ll});
+      });
 }
 
 // Allocates the frame's tokens and the step's arcs in the arenas (one thread per lane).
