@@ -30,12 +30,17 @@ int blocks_per_lane(int32_t batch) {
   return batch <= 32 ? 32 : std::max(4, std::min(32, 1024 / batch));
 }
 // Which arc walk the expand / max / epsilon kernels use (wfst_lattice_kernels.cuh): BEAMDEC_LATTICE_WALK=warp the
-// warp-cooperative one (32 items per warp, their arcs 32 at a time), anything else the one-item-per-warp walk (the
-// default until the warp walk has passed the gpu tests on the H200). Read on every call, so tests can compare both
-// in one process; decoders/lattice.py rejects values other than token / warp.
-bool warp_walk_selected() {
+// warp-cooperative one (32 items per warp, their arcs 32 at a time), =token the one-item-per-warp walk; unset or
+// auto: warp from kWarpWalkMinBatch lanes up, token below. Measured on the H200 (2026-12-02, tiny BPE compact TLG,
+// reports/evidence/h200_2026-12-02/README_session6.md): batch 200 lattice kernels 95.6 ms warp vs 200.9 ms token,
+// batch 1 236.9 ms warp vs 168.8 ms token. Read on every call, so tests can compare both in one process;
+// decoders/lattice.py rejects values other than auto / token / warp.
+constexpr int32_t kWarpWalkMinBatch = 32;
+bool warp_walk_selected(int32_t batch) {
   const char* v = std::getenv("BEAMDEC_LATTICE_WALK");
-  return v != nullptr && std::strcmp(v, "warp") == 0;
+  if (v != nullptr && std::strcmp(v, "warp") == 0) return true;
+  if (v != nullptr && std::strcmp(v, "token") == 0) return false;
+  return batch >= kWarpWalkMinBatch;
 }
 constexpr int kPruneThreads = 512;  // one block per lane walks its frames backwards
 
@@ -145,7 +150,7 @@ cudaError_t lattice_forward(const DeviceGraph& graph, const SearchOptions& opt, 
     return enqueue<decltype(warp_walk)::value>(graph, opt, caps, lp, batch, frames, vocab, lengths, max_length,
                                                boost_keys, boost_values, boost_capacity, workspace, out, stream);
   };
-  const bool warp = warp_walk_selected();
+  const bool warp = warp_walk_selected(batch);
   if (is_half)
     return warp ? run(std::true_type{}, static_cast<const __half*>(log_probs))
                 : run(std::false_type{}, static_cast<const __half*>(log_probs));

@@ -14,8 +14,9 @@
 // frame's states after each step.
 //
 // Two arc walks for expand / max / epsilon expand / epsilon record (template kWarpWalk; BEAMDEC_LATTICE_WALK, read by
-// the launcher): one frontier item per warp, its arcs over the warp's threads (the default), or warp_walk_arcs (32
-// items per warp, their arcs 32 at a time, with warp-aggregated token claims and arc records). Both give the same
+// the launcher): one frontier item per warp, its arcs over the warp's threads (the launcher's choice below 32 lanes),
+// or warp_walk_arcs (32 items per warp, their arcs 32 at a time, with warp-aggregated token claims and arc records;
+// from 32 lanes up). Both give the same
 // tokens, scores and arc sets; tests/test_wfst_lattice_gpu.py runs every case with both.
 //
 // Memory (per lane): F staging tokens (+ two dirty lists), C step arcs, the dense maps (8 B per graph state); the

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     from reports.profile import kernel_profile_table
 
     # the lattice kernels' arc walk (decoders/lattice.py LATTICE_WALK_ENV) goes in the lattice rows' config
-    walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "token"} if args.output != "best" else {}
+    walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "auto"} if args.output != "best" else {}
     for spec in args.graph_dir:
         name, sep, d = spec.partition("=")
         if not sep or not Path(d).is_dir():
