@@ -523,7 +523,8 @@ def _int32_tensor(a) -> torch.Tensor:
 LATTICE_BACKEND_ENV = "BEAMDEC_WFST_LATTICE_BACKEND"  # "cpu" forces the CPU reference on a CUDA decoder
 # the CUDA lattice kernels' arc walk: "token" (one frontier item per warp), "warp" (warp-cooperative: 32 items per
 # warp, their arcs 32 at a time; decoders/include/wfst_lattice_kernels.cuh warp_walk_arcs) or "auto" / unset (the
-# default: warp from 32 lanes up, token below; decoders/csrc/wfst_lattice_launch.cu warp_walk_selected)
+# default: warp from 64 lanes up, token below; decoders/csrc/wfst_lattice_launch.cu walk_selected) or "adaptive" (the
+# warp walk with as many items per warp as spread a lane's items over its warps; opt-in, not yet measured)
 LATTICE_WALK_ENV = "BEAMDEC_LATTICE_WALK"
 
 
@@ -582,8 +583,8 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
                             torch.zeros((0, 3), dtype=torch.int32), torch.zeros(0), decoder._blank_id, oov)
     on_gpu = log_probs.device.type == "cuda" and os.environ.get(LATTICE_BACKEND_ENV, "").lower() != "cpu"
     walk = os.environ.get(LATTICE_WALK_ENV, "")
-    if walk not in ("", "auto", "token", "warp"):
-        raise ValueError(f"{LATTICE_WALK_ENV} must be 'auto', 'token' or 'warp', got {walk!r}")
+    if walk not in ("", "auto", "token", "warp", "adaptive"):
+        raise ValueError(f"{LATTICE_WALK_ENV} must be 'auto', 'token', 'warp' or 'adaptive', got {walk!r}")
     device = log_probs.device if on_gpu else torch.device("cpu")
     g = graph_on_device(graph, device)
     lp = log_probs if on_gpu else log_probs.cpu().contiguous()

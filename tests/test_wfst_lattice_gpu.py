@@ -18,10 +18,11 @@ from wfst_testlib import random_graph, random_log_probs
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(autouse=True, params=["token", "warp"])
+@pytest.fixture(autouse=True, params=["token", "warp", "adaptive"])
 def lattice_walk(request, monkeypatch):
-    """Every test below runs with both arc walks of the lattice kernels (BEAMDEC_LATTICE_WALK: one frontier item
-    per warp, or the warp-cooperative walk): each must give the CPU reference's lattices."""
+    """Every test below runs with every arc walk of the lattice kernels (BEAMDEC_LATTICE_WALK: one frontier item
+    per warp, the warp-cooperative walk with 32 items per warp, or with adaptive items per warp): each must give the
+    CPU reference's lattices."""
     monkeypatch.setenv("BEAMDEC_LATTICE_WALK", request.param)
     return request.param
 

@@ -32,15 +32,20 @@ int blocks_per_lane(int32_t batch) {
 // Which arc walk the expand / max / epsilon kernels use (wfst_lattice_kernels.cuh): BEAMDEC_LATTICE_WALK=warp the
 // warp-cooperative one (32 items per warp, their arcs 32 at a time), =token the one-item-per-warp walk; unset or
 // auto: warp from kWarpWalkMinBatch lanes up, token below. Measured on the H200 (2026-12-02, tiny BPE compact TLG,
-// reports/evidence/h200_2026-12-02/README_session6.md): batch 200 lattice kernels 95.6 ms warp vs 200.9 ms token,
-// batch 1 236.9 ms warp vs 168.8 ms token. Read on every call, so tests can compare both in one process;
-// decoders/lattice.py rejects values other than auto / token / warp.
-constexpr int32_t kWarpWalkMinBatch = 32;
-bool warp_walk_selected(int32_t batch) {
+// kernel time of the lattice pass, reports/evidence/h200_2026-12-02/README_session6.md): batch 1 token 168.8 ms vs
+// warp 236.9, batch 8 270.2 vs 335.7, batch 32 150.0 vs 167.4, batch 200 200.9 vs 95.6 -- the crossover lies
+// between 32 and 200; 64 is a guess inside it, not a measured point. Read on every call, so tests can compare both
+// in one process; decoders/lattice.py rejects values other than auto / token / warp.
+// BEAMDEC_LATTICE_WALK=adaptive: the warp-cooperative walk with as many items per warp as spread each lane's items
+// over its warps (Sizes::walk_items = 0; opt-in, compile-checked, not yet measured).
+constexpr int32_t kWarpWalkMinBatch = 64;
+enum class Walk { kToken, kWarp, kAdaptive };
+Walk walk_selected(int32_t batch) {
   const char* v = std::getenv("BEAMDEC_LATTICE_WALK");
-  if (v != nullptr && std::strcmp(v, "warp") == 0) return true;
-  if (v != nullptr && std::strcmp(v, "token") == 0) return false;
-  return batch >= kWarpWalkMinBatch;
+  if (v != nullptr && std::strcmp(v, "warp") == 0) return Walk::kWarp;
+  if (v != nullptr && std::strcmp(v, "adaptive") == 0) return Walk::kAdaptive;
+  if (v != nullptr && std::strcmp(v, "token") == 0) return Walk::kToken;
+  return batch >= kWarpWalkMinBatch ? Walk::kWarp : Walk::kToken;
 }
 constexpr int kPruneThreads = 512;  // one block per lane walks its frames backwards
 
@@ -73,12 +78,13 @@ size_t carve(char* base, int32_t B, int32_t N, const LatticeCapacities& c, Works
 template <bool kWarpWalk, typename scalar_t>
 cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const LatticeCapacities& caps, const scalar_t* lp,
                     int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length, const int32_t* bk,
-                    const float* bv, int32_t bc, void* workspace, const LatticeOutputs& out, cudaStream_t stream) {
+                    const float* bv, int32_t bc, void* workspace, const LatticeOutputs& out, int32_t walk_items,
+                    cudaStream_t stream) {
   using namespace lattice_kernels;
   Workspace ws;
   carve(static_cast<char*>(workspace), B, g.num_states, caps, &ws);
   const int32_t S = max_length + 2;
-  const Sizes P{B, T, V, g.num_states, caps.frontier, caps.candidates, S, caps.tokens, caps.arcs};
+  const Sizes P{B, T, V, g.num_states, caps.frontier, caps.candidates, S, caps.tokens, caps.arcs, walk_items};
   // dense maps: slot -1 (0xff bytes), dscore 0
   cudaError_t err = cudaMemsetAsync(ws.slot, 0xff, sizeof(int32_t) * static_cast<size_t>(B) * g.num_states, stream);
   if (err != cudaSuccess) return err;
@@ -146,11 +152,14 @@ cudaError_t lattice_forward(const DeviceGraph& graph, const SearchOptions& opt, 
                             const float* boost_values, int32_t boost_capacity, void* workspace,
                             const LatticeOutputs& out, cudaStream_t stream) {
   if (batch == 0) return cudaSuccess;
+  const Walk walk = walk_selected(batch);
+  const int32_t walk_items = walk == Walk::kAdaptive ? 0 : 32;  // Sizes::walk_items
   auto run = [&](auto warp_walk, const auto* lp) {
     return enqueue<decltype(warp_walk)::value>(graph, opt, caps, lp, batch, frames, vocab, lengths, max_length,
-                                               boost_keys, boost_values, boost_capacity, workspace, out, stream);
+                                               boost_keys, boost_values, boost_capacity, workspace, out, walk_items,
+                                               stream);
   };
-  const bool warp = warp_walk_selected(batch);
+  const bool warp = walk != Walk::kToken;
   if (is_half)
     return warp ? run(std::true_type{}, static_cast<const __half*>(log_probs))
                 : run(std::false_type{}, static_cast<const __half*>(log_probs));

@@ -14,9 +14,9 @@
 // frame's states after each step.
 //
 // Two arc walks for expand / max / epsilon expand / epsilon record (template kWarpWalk; BEAMDEC_LATTICE_WALK, read by
-// the launcher): one frontier item per warp, its arcs over the warp's threads (the launcher's choice below 32 lanes),
+// the launcher): one frontier item per warp, its arcs over the warp's threads (the launcher's choice below 64 lanes),
 // or warp_walk_arcs (32 items per warp, their arcs 32 at a time, with warp-aggregated token claims and arc records;
-// from 32 lanes up). Both give the same
+// from 64 lanes up). Both give the same
 // tokens, scores and arc sets; tests/test_wfst_lattice_gpu.py runs every case with both.
 //
 // Memory (per lane): F staging tokens (+ two dirty lists), C step arcs, the dense maps (8 B per graph state); the
@@ -73,6 +73,9 @@ struct Workspace {
 struct Sizes {
   int32_t B, T, V, N, F, C, S;
   int64_t tok_cap, arc_cap;
+  // items per warp of the warp-cooperative walk (warp_walk_arcs): 32 (BEAMDEC_LATTICE_WALK=warp), or 0 = adaptive
+  // (BEAMDEC_LATTICE_WALK=adaptive: ceil(count / warps of the lane), 1..32, per kernel and lane)
+  int32_t walk_items = 32;
 };
 
 __device__ __forceinline__ float load_lp(const float* p) { return *p; }
@@ -173,16 +176,23 @@ __device__ __forceinline__ void record_arc(const Workspace& ws, const Sizes& P, 
 // host numbering makes canonical).
 constexpr unsigned kFullMask = 0xffffffffu;
 
+//
+// Items per warp: `per_warp` (32: the walk above), or with per_warp = 0 as few as spread the lane's items over all of
+// its warps (ceil(count / warps), 1..32; opt-in BEAMDEC_LATTICE_WALK=adaptive, compile-checked only so far). The likely
+// reason the fixed 32 loses at small batches: it leaves most of a lane's warps idle (batch 1: expand 22.8 us per launch
+// vs 6.5 us for one item per warp, reports/evidence/h200_2026-12-02/README_session6.md). Threads past the warp's `k` items hold no arcs.
 template <typename ItemFn, typename ArcFn>
-__device__ __forceinline__ void warp_walk_arcs(int32_t count, ItemFn item, ArcFn on_arc) {
+__device__ __forceinline__ void warp_walk_arcs(int32_t count, int32_t per_warp, ItemFn item, ArcFn on_arc) {
   const int32_t lane = threadIdx.x % kWarp;
   const int32_t warps = blockDim.x / kWarp;
-  const int32_t stride = gridDim.x * warps * kWarp;
-  for (int32_t base = (blockIdx.x * warps + threadIdx.x / kWarp) * kWarp; base < count; base += stride) {
+  const int32_t lane_warps = gridDim.x * warps;
+  const int32_t k = per_warp > 0 ? min(per_warp, kWarp) : max(1, min(kWarp, (count + lane_warps - 1) / lane_warps));
+  const int32_t stride = lane_warps * k;
+  for (int32_t base = (blockIdx.x * warps + threadIdx.x / kWarp) * k; base < count; base += stride) {
     const int32_t i = base + lane;
     int32_t begin = 0, deg = 0;
     float score = -INFINITY;
-    if (i < count) item(i, begin, deg, score);
+    if (lane < k && i < count) item(i, begin, deg, score);
     int32_t incl = deg;
 #pragma unroll
     for (int d = 1; d < kWarp; d <<= 1) {
@@ -209,9 +219,9 @@ __device__ __forceinline__ void warp_walk_arcs(int32_t count, ItemFn item, ArcFn
 // The arc walk of the expand / max / epsilon kernels over `count` items of lane blockIdx.y (item and on_arc as in
 // warp_walk_arcs): kWarpWalk, warp_walk_arcs; else one item per warp, its arcs over the warp's threads.
 template <bool kWarpWalk, typename ItemFn, typename ArcFn>
-__device__ __forceinline__ void walk_arcs(int32_t count, ItemFn item, ArcFn on_arc) {
+__device__ __forceinline__ void walk_arcs(const Sizes& P, int32_t count, ItemFn item, ArcFn on_arc) {
   if constexpr (kWarpWalk) {
-    warp_walk_arcs(count, item, on_arc);
+    warp_walk_arcs(count, P.walk_items, item, on_arc);
   } else {
     LAT_WARP_LOOP(i, count) {
       int32_t begin, deg;
@@ -279,7 +289,7 @@ __global__ void max_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions o
   if (!L.active) return;
   const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
   float m = -INFINITY;
-  walk_arcs<kWarpWalk>(L.front_count, frontier_item(g, L, tok_state, tok_score), [&](int32_t, int32_t a, float sc) {
+  walk_arcs<kWarpWalk>(P, L.front_count, frontier_item(g, L, tok_state, tok_score), [&](int32_t, int32_t a, float sc) {
     m = fmaxf(m, __fadd_rn(sc, arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b)));
   });
   for (int off = kWarp / 2; off > 0; off /= 2) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
@@ -304,7 +314,7 @@ __global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOption
   if (!L.active) return;
   const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
   const float cutoff = L.cutoff;
-  walk_arcs<kWarpWalk>(L.front_count, frontier_item(g, L, tok_state, tok_score), [&](int32_t i, int32_t a, float sc) {
+  walk_arcs<kWarpWalk>(P, L.front_count, frontier_item(g, L, tok_state, tok_score), [&](int32_t i, int32_t a, float sc) {
     const float ll = arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b);
     const float end = __fadd_rn(sc, ll);
     if (!(end > cutoff)) return;
@@ -362,7 +372,7 @@ __global__ void eps_expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   const float cutoff = L.cutoff;
   walk_arcs<kWarpWalk>(
-      L.dirty_count[r],
+      P, L.dirty_count[r],
       [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
         const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
         begin = g.eps_begin[s];
@@ -392,7 +402,7 @@ __global__ void record_eps_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   const float cutoff = L.cutoff;
   walk_arcs<kWarpWalk>(
-      min(L.next_count, P.F),
+      P, min(L.next_count, P.F),
       [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
         const int32_t s = ws.st_state[bF + i];
         begin = g.eps_begin[s];

@@ -6,7 +6,7 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), PROFILES ("best: lattice::token lattice::warp
+# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), PROFILES ("best: lattice::token lattice::warp lattice::adaptive
 # mbr::token mbr::warp", output:blocks-per-lane:arc-walk; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
@@ -57,7 +57,7 @@ stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe -
   | tee "$OUT/mbr_bench.log" | grep -v "^  " | tail -25
 # per-kernel profiles, each spec output[:blocks per lane[:arc walk]]: by default 1-best, lattice and MBR with both arc
 # walks of the lattice kernels (BEAMDEC_LATTICE_WALK token / warp), an A/B in one call
-for spec in ${PROFILES-best: lattice::token lattice::warp mbr::token mbr::warp}; do
+for spec in ${PROFILES-best: lattice::token lattice::warp lattice::adaptive mbr::token mbr::warp mbr::adaptive}; do
   IFS=: read -r output bpl walk <<< "$spec"
   tag=$output${bpl:+_bpl$bpl}${walk:+_$walk}
   stage "profile $output ${bpl:+(blocks per lane $bpl)} ${walk:+(walk $walk)}" \

@@ -36,7 +36,7 @@ def main() -> None:
         g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \
             else random_graph(rng, num_states=50, num_tokens=29)
         lp = random_log_probs(rng, 4, 12, 29).cuda()
-        for walk in ("token", "warp"):  # both arc walks of the lattice kernels (BEAMDEC_LATTICE_WALK)
+        for walk in ("token", "warp", "adaptive"):  # every arc walk of the lattice kernels (BEAMDEC_LATTICE_WALK)
             os.environ["BEAMDEC_LATTICE_WALK"] = walk
             for cfg in (WfstDecoderConfig(output_beam=6.0),
                         WfstDecoderConfig(output_beam=6.0, frontier_capacity=4, candidate_factor=1, max_rescues=2)):
