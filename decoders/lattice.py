@@ -526,6 +526,10 @@ LATTICE_BACKEND_ENV = "BEAMDEC_WFST_LATTICE_BACKEND"  # "cpu" forces the CPU ref
 # default: warp from 64 lanes up, token below; decoders/csrc/wfst_lattice_launch.cu walk_selected) or "adaptive" (the
 # warp walk with as many items per warp as spread a lane's items over its warps; opt-in, not yet measured)
 LATTICE_WALK_ENV = "BEAMDEC_LATTICE_WALK"
+# the CUDA lattice pass's map from graph state to the frame's token: "dense" (unset: B x num_states entries, 8 B each;
+# 6.5 GB at batch 200 on a 4 M-state TLG) or "hash" (per lane a hash table of >= 2 x frontier_capacity entries,
+# 12 B each; opt-in, compile-checked: decoders/csrc/wfst_lattice_cuda.cpp lattice_map_slots)
+LATTICE_MAP_ENV = "BEAMDEC_LATTICE_MAP"
 
 
 def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1) -> dict:
@@ -582,6 +586,9 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
                             torch.zeros((0, 2), dtype=torch.int32), torch.zeros((0, 2)), torch.zeros(1, dtype=torch.int64),
                             torch.zeros((0, 3), dtype=torch.int32), torch.zeros(0), decoder._blank_id, oov)
     on_gpu = log_probs.device.type == "cuda" and os.environ.get(LATTICE_BACKEND_ENV, "").lower() != "cpu"
+    state_map = os.environ.get(LATTICE_MAP_ENV, "")
+    if state_map not in ("", "dense", "hash"):
+        raise ValueError(f"{LATTICE_MAP_ENV} must be 'dense' or 'hash', got {state_map!r}")
     walk = os.environ.get(LATTICE_WALK_ENV, "")
     if walk not in ("", "auto", "token", "warp", "adaptive"):
         raise ValueError(f"{LATTICE_WALK_ENV} must be 'auto', 'token', 'warp' or 'adaptive', got {walk!r}")

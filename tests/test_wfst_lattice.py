@@ -308,12 +308,20 @@ def test_phase_timer_lines_only_when_asked(monkeypatch, capfd):
 
 
 def test_lattice_walk_knob_is_checked(monkeypatch):
-    """BEAMDEC_LATTICE_WALK (the CUDA kernels' arc walk) accepts auto / token / warp / adaptive; anything else is a one-line error."""
+    """BEAMDEC_LATTICE_WALK (the CUDA kernels' arc walk) accepts auto / token / warp / adaptive and BEAMDEC_LATTICE_MAP
+    (their state map) dense / hash; anything else is a one-line error."""
     g = _three_path_graph()
     dec = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0))
     for ok in ("auto", "token", "warp", "adaptive"):
         monkeypatch.setenv("BEAMDEC_LATTICE_WALK", ok)
         assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
+    for ok in ("dense", "hash"):
+        monkeypatch.setenv("BEAMDEC_LATTICE_MAP", ok)
+        assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
+    monkeypatch.setenv("BEAMDEC_LATTICE_MAP", "hashed")
+    with pytest.raises(ValueError, match="BEAMDEC_LATTICE_MAP must be 'dense' or 'hash'"):
+        dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
+    monkeypatch.delenv("BEAMDEC_LATTICE_MAP")
     monkeypatch.setenv("BEAMDEC_LATTICE_WALK", "Warp")
     with pytest.raises(ValueError, match="BEAMDEC_LATTICE_WALK must be 'auto', 'token', 'warp' or 'adaptive'"):
         dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))

@@ -27,6 +27,40 @@ def lattice_walk(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(autouse=True, params=["dense", "hash"])
+def lattice_map(request, monkeypatch):
+    """... and with both state maps of the lattice pass (BEAMDEC_LATTICE_MAP: dense per-lane maps over the graph's
+    states, or per-lane hash tables sized from the frontier): same claims, so the same lattices."""
+    monkeypatch.setenv("BEAMDEC_LATTICE_MAP", request.param)
+    return request.param
+
+
+def test_gpu_hashed_state_map_is_sized_by_the_frontier_not_the_graph(lattice_map, lattice_walk):
+    """A 60,000-state graph at batch 8 with a 64-token frontier: the dense maps take 8 B per state per lane
+    (3.84 MB), the hash tables 12 B x 128 entries per lane; the lattices are the same."""
+    if lattice_walk != "token":
+        pytest.skip("one walk is enough for the memory check")
+    rng = np.random.default_rng(11)
+    g = random_graph(rng, num_states=60000, num_tokens=13)
+    lp = random_log_probs(rng, 8, 6, 13).cuda()
+    cfg = WfstDecoderConfig(search_beam=6.0, output_beam=4.0, frontier_capacity=64, max_rescues=0)
+    dec = WfstDecoder(g, cfg, "cuda")
+    dec.decode_lattice(lp, [6] * 8)  # graph upload and caches outside the measurement
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    lat = dec.decode_lattice(lp, [6] * 8)
+    peak = torch.cuda.max_memory_allocated() - base
+    ref = WfstDecoder(g, cfg, "cpu").decode_lattice(lp.cpu(), [6] * 8)
+    assert all(o == 0 for o in lat.overflow), lat.overflow
+    assert_same_lattices(lat, ref)
+    dense_maps = 8 * 60000 * 8
+    if lattice_map == "hash":
+        assert peak < dense_maps, peak
+    else:
+        assert peak >= dense_maps, peak
+
+
 def _arc_multiset(lat):
     """Each arc as (src, dst, third column, score row) in a canonical order: the device pass may emit the arcs that
     leave one state in another order than the CPU (seen on the H200 for parallel arcs of TLG-shaped graphs); the

@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -19,6 +20,22 @@
 #include "wfst_ops.h"
 
 namespace beamdec {
+namespace {
+
+// The lattice pass's state map (wfst::LatticeCapacities::map_slots): BEAMDEC_LATTICE_MAP=hash a per-lane hash table
+// of the smallest power of two >= 2 x frontier entries (64 at least), else (unset or dense) the dense (B, num_states)
+// maps; decoders/lattice.py rejects other values. Opt-in until the hashed map has passed the gpu tests on the H200;
+// then the default should pick the smaller of the two.
+int32_t lattice_map_slots(int64_t frontier, int64_t num_states) {
+  (void)num_states;
+  const char* v = std::getenv("BEAMDEC_LATTICE_MAP");
+  if (v == nullptr || std::strcmp(v, "hash") != 0) return 0;
+  int64_t h = 64;
+  while (h < 2 * frontier && h < (1LL << 30)) h <<= 1;
+  return static_cast<int32_t>(h);
+}
+
+}  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
@@ -64,7 +81,7 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
                           static_cast<float>(max_active), allow_partial, static_cast<float>(acoustic_scale),
                           static_cast<int32_t>(eps_iterations)};
   wfst::LatticeCapacities caps{static_cast<int32_t>(frontier_capacity), static_cast<int32_t>(candidate_capacity),
-                               token_capacity, arc_capacity};
+                               token_capacity, arc_capacity, lattice_map_slots(frontier_capacity, N)};
   at::Tensor workspace = at::empty({static_cast<int64_t>(wfst::lattice_workspace_bytes(
                                        static_cast<int32_t>(B), static_cast<int32_t>(N), caps))},
                                    on(at::kByte));

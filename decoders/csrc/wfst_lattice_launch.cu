@@ -58,12 +58,17 @@ size_t carve(char* base, int32_t B, int32_t N, const LatticeCapacities& c, Works
     off += align_up(bytes);
     return p;
   };
-  const size_t BN = static_cast<size_t>(B) * N, BF = static_cast<size_t>(B) * c.frontier;
+  // the state map: (B, N) dense entries, or (B, map_slots) hash entries with their keys and each token's entry
+  const size_t BN = static_cast<size_t>(B) * (c.map_slots > 0 ? c.map_slots : N), BF = static_cast<size_t>(B) * c.frontier;
   const size_t BC = static_cast<size_t>(B) * c.candidates;
   Workspace w{};
   w.lanes = static_cast<LaneState*>(take(sizeof(LaneState) * B));
   w.slot = static_cast<int32_t*>(take(sizeof(int32_t) * BN));
   w.dscore = static_cast<uint32_t*>(take(sizeof(uint32_t) * BN));
+  if (c.map_slots > 0) {
+    w.map_key = static_cast<uint32_t*>(take(sizeof(uint32_t) * BN));
+    w.st_map = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
+  }
   w.st_state = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   w.st_score = static_cast<float*>(take(sizeof(float) * BF));
   for (int k = 0; k < 2; ++k) {
@@ -84,12 +89,16 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Lattic
   Workspace ws;
   carve(static_cast<char*>(workspace), B, g.num_states, caps, &ws);
   const int32_t S = max_length + 2;
-  const Sizes P{B, T, V, g.num_states, caps.frontier, caps.candidates, S, caps.tokens, caps.arcs, walk_items};
-  // dense maps: slot -1 (0xff bytes), dscore 0
-  cudaError_t err = cudaMemsetAsync(ws.slot, 0xff, sizeof(int32_t) * static_cast<size_t>(B) * g.num_states, stream);
+  const Sizes P{B, T, V, g.num_states, caps.frontier, caps.candidates, S, caps.tokens, caps.arcs, walk_items,
+                caps.map_slots};
+  // state maps: slot -1 (0xff bytes), dscore 0, hash keys 0 (free)
+  const size_t map_entries = static_cast<size_t>(B) * (caps.map_slots > 0 ? caps.map_slots : g.num_states);
+  cudaError_t err = cudaMemsetAsync(ws.slot, 0xff, sizeof(int32_t) * map_entries, stream);
   if (err != cudaSuccess) return err;
-  err = cudaMemsetAsync(ws.dscore, 0, sizeof(uint32_t) * static_cast<size_t>(B) * g.num_states, stream);
+  err = cudaMemsetAsync(ws.dscore, 0, sizeof(uint32_t) * map_entries, stream);
   if (err != cudaSuccess) return err;
+  if (caps.map_slots > 0 && (err = cudaMemsetAsync(ws.map_key, 0, sizeof(uint32_t) * map_entries, stream)))
+    return err;
   const dim3 lanes_grid((B + kThreads - 1) / kThreads), per_lane(blocks_per_lane(B), B);
   const int32_t passes = g.has_eps ? opt.eps_iterations : 0;
 

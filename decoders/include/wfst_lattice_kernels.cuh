@@ -61,8 +61,12 @@ struct LaneState {
 
 struct Workspace {
   LaneState* lanes;       // (B,)
-  int32_t* slot;          // (B, N) frame-local token index of a state in the frame being built; -1 none, -2 claiming
-  uint32_t* dscore;       // (B, N) ordered best end of a state in the frame being built (0: none)
+  // The state map of the frame being built, per lane: entry = state (dense, Sizes::H = 0: (B, N)) or a hash entry
+  // (Sizes::H > 0: (B, H); map_key names its state), see map_insert / map_find.
+  int32_t* slot;          // frame-local token index of the entry's state; -1 none, -2 claiming
+  uint32_t* dscore;       // ordered best end of the entry's state (0: none)
+  uint32_t* map_key;      // (B, H) hash only: state + 1 (0: free)
+  int32_t* st_map;        // (B, F) hash only: the map entry of each staging token
   int32_t* st_state;      // (B, F) staging tokens of the frame being built
   float* st_score;        // (B, F)
   int32_t* dirty_idx[2];  // (B, F) closure work lists (frame-local indices)
@@ -76,6 +80,7 @@ struct Sizes {
   // items per warp of the warp-cooperative walk (warp_walk_arcs): 32 (BEAMDEC_LATTICE_WALK=warp), or 0 = adaptive
   // (BEAMDEC_LATTICE_WALK=adaptive: ceil(count / warps of the lane), 1..32, per kernel and lane)
   int32_t walk_items = 32;
+  int32_t H = 0;  // LatticeCapacities::map_slots: 0 = dense state maps, else hash entries per lane
 };
 
 __device__ __forceinline__ float load_lp(const float* p) { return *p; }
@@ -136,17 +141,69 @@ __device__ __forceinline__ int32_t take_index(int32_t* ctr) {
   }
 }
 
+// The state map. Dense (P.H == 0): state d of lane b is entry b * N + d. Hashed (P.H > 0, opt-in
+// BEAMDEC_LATTICE_MAP=hash, compile-checked only so far): lane b's H entries, open addressing with linear probing on
+// key d + 1 (0 = free), at most kMapProbes probes; the frame's entries are freed one by one by clear_kernel (every
+// entry of a frame belongs to one of its tokens, so the table is empty again after it: no tombstones). Both give the
+// same claims, so the same tokens, scores and arcs.
+constexpr int kMapProbes = 256;
+
+// The entry of state d in lane b's map, inserted when absent; -1 when the probe bound is hit (hash only).
+__device__ __forceinline__ int64_t map_insert(const Workspace& ws, const Sizes& P, int32_t b, int32_t d) {
+  if (P.H == 0) return static_cast<int64_t>(b) * P.N + d;
+  uint32_t* keys = ws.map_key + static_cast<int64_t>(b) * P.H;
+  const uint32_t key = static_cast<uint32_t>(d) + 1u, mask = static_cast<uint32_t>(P.H - 1);
+  uint32_t h = hash_u32(key) & mask;
+  for (int p = 0; p < kMapProbes && p < P.H; ++p) {
+    const uint32_t k = *reinterpret_cast<volatile uint32_t*>(keys + h);
+    if (k == key) return static_cast<int64_t>(b) * P.H + h;
+    if (k == 0u) {
+      const uint32_t old = atomicCAS(keys + h, 0u, key);
+      if (old == 0u || old == key) return static_cast<int64_t>(b) * P.H + h;
+    }
+    h = (h + 1u) & mask;
+  }
+  return -1;
+}
+
+// The entry of state d in lane b's map, or -1 when d is not in the frame being built (read after the frame's claims).
+__device__ __forceinline__ int64_t map_find(const Workspace& ws, const Sizes& P, int32_t b, int32_t d) {
+  if (P.H == 0) return static_cast<int64_t>(b) * P.N + d;
+  const uint32_t* keys = ws.map_key + static_cast<int64_t>(b) * P.H;
+  const uint32_t key = static_cast<uint32_t>(d) + 1u, mask = static_cast<uint32_t>(P.H - 1);
+  uint32_t h = hash_u32(key) & mask;
+  for (int p = 0; p < kMapProbes && p < P.H; ++p) {
+    const uint32_t k = keys[h];
+    if (k == key) return static_cast<int64_t>(b) * P.H + h;
+    if (k == 0u) return -1;
+    h = (h + 1u) & mask;
+  }
+  return -1;
+}
+
+// The map entry of staging token idx (state d) of lane b.
+__device__ __forceinline__ int64_t token_entry(const Workspace& ws, const Sizes& P, int32_t b, int32_t idx, int32_t d) {
+  const int64_t bF = static_cast<int64_t>(b) * P.F;
+  return P.H == 0 ? static_cast<int64_t>(b) * P.N + d : static_cast<int64_t>(b) * P.H + ws.st_map[bF + idx];
+}
+
 // Claims destination state d for the frame being built with score `end` (kAggregate: take_index's).
 template <bool kAggregate = false>
 __device__ __forceinline__ void claim(const Workspace& ws, const Sizes& P, int32_t b, int32_t d, float end) {
-  const int64_t k = static_cast<int64_t>(b) * P.N + d;
+  const int64_t k = map_insert(ws, P, b, d);
+  if (k < 0) {
+    atomicOr(&ws.lanes[b].overflow, kOverflowHash);
+    return;
+  }
   atomicMax(ws.dscore + k, float_to_ordered(end));
   if (atomicCAS(ws.slot + k, -1, -2) == -1) {
     const int32_t idx = take_index<kAggregate>(&ws.lanes[b].next_count);
-    if (idx < P.F)
+    if (idx < P.F) {
       ws.st_state[static_cast<int64_t>(b) * P.F + idx] = d;
-    else
+      if (P.H > 0) ws.st_map[static_cast<int64_t>(b) * P.F + idx] = static_cast<int32_t>(k - static_cast<int64_t>(b) * P.H);
+    } else {
       atomicOr(&ws.lanes[b].overflow, kOverflowFrontier);
+    }
   }
 }
 
@@ -244,10 +301,11 @@ __global__ void init_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions 
   L.cutoff = __fsub_rn(0.0f, opt.search_beam);
   L.next_count = 1;
   ws.lanes[b] = L;
-  const int64_t k = static_cast<int64_t>(b) * P.N + g.start_state;
+  const int64_t k = map_insert(ws, P, b, g.start_state);  // the lane's map is empty: never -1
   ws.dscore[k] = float_to_ordered(0.0f);
   ws.slot[k] = -2;  // resolve() writes the index
   ws.st_state[static_cast<int64_t>(b) * P.F] = g.start_state;
+  if (P.H > 0) ws.st_map[static_cast<int64_t>(b) * P.F] = static_cast<int32_t>(k - static_cast<int64_t>(b) * P.H);
 }
 
 // Per step t: does some frontier state of a lane on its final step have a FINAL arc?
@@ -334,7 +392,7 @@ __global__ void resolve_kernel(Workspace ws, Sizes P, DeviceGraph g, bool eps, i
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   for (int32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
     const int32_t d = ws.st_state[bF + idx];
-    const int64_t k = static_cast<int64_t>(b) * P.N + d;
+    const int64_t k = token_entry(ws, P, b, idx, d);
     const float ns = ordered_to_float(ws.dscore[k]);
     bool dirty;
     if (!eps || idx >= L.prev_count) {  // a new token of the frame
@@ -412,7 +470,8 @@ __global__ void record_eps_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOp
       [&](int32_t i, int32_t a, float sc) {
         const float ll = arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b);
         if (!(__fadd_rn(sc, ll) > cutoff)) return;
-        if (ws.slot[static_cast<int64_t>(b) * P.N + g.dest[a]] >= 0)
+        const int64_t k = map_find(ws, P, b, g.dest[a]);
+        if (k >= 0 && ws.slot[k] >= 0)
           record_arc<kWarpWalk>(ws, P, b, LatticeArc{i, g.dest[a], a | kLatticeEpsArcBit, ll});
       });
 }
@@ -464,7 +523,8 @@ __global__ void commit_copy_kernel(Workspace ws, Sizes P, LatticeOutputs out, in
   }
   for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += gridDim.x * blockDim.x) {
     LatticeArc c = ws.cands[bC + i];
-    const int32_t j = ws.slot[static_cast<int64_t>(b) * P.N + c.dst];
+    const int64_t e = map_find(ws, P, b, c.dst);
+    const int32_t j = e >= 0 ? ws.slot[e] : -1;
     if (j >= 0 && j < n) {
       c.src = (c.arc & kLatticeEpsArcBit) ? base + c.src : c.src;
       c.dst = base + j;
@@ -482,9 +542,10 @@ __global__ void clear_kernel(Workspace ws, Sizes P) {
   const int32_t n = min(L.next_count, P.F);
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const int64_t k = static_cast<int64_t>(b) * P.N + ws.st_state[bF + i];
+    const int64_t k = token_entry(ws, P, b, i, ws.st_state[bF + i]);
     ws.slot[k] = -1;
     ws.dscore[k] = 0u;
+    if (P.H > 0) ws.map_key[k] = 0u;
   }
 }
 

@@ -29,6 +29,10 @@ struct LatticeCapacities {
   int32_t candidates;  // C: arcs per lane and step (emitting + the new frame's epsilon arcs)
   int64_t tokens;      // token arena, whole batch
   int64_t arcs;        // arc arena, whole batch
+  // The per-lane map from graph state to the frame being built's token: 0 = dense (B x num_states entries, 8 B each),
+  // else an open-addressing hash table of this many entries per lane (a power of two, 12 B each; the caller picks
+  // >= 2 x frontier, so a LibriSpeech-scale graph's map is sized by the search, not by the graph)
+  int32_t map_slots = 0;
 };
 
 // Outputs the host reads after the pass (all device memory, caller-allocated):

@@ -36,13 +36,19 @@ def main() -> None:
         g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \
             else random_graph(rng, num_states=50, num_tokens=29)
         lp = random_log_probs(rng, 4, 12, 29).cuda()
-        for walk in ("token", "warp", "adaptive"):  # every arc walk of the lattice kernels (BEAMDEC_LATTICE_WALK)
-            os.environ["BEAMDEC_LATTICE_WALK"] = walk
-            for cfg in (WfstDecoderConfig(output_beam=6.0),
-                        WfstDecoderConfig(output_beam=6.0, frontier_capacity=4, candidate_factor=1, max_rescues=2)):
-                lats = WfstDecoder(g, cfg, "cuda").decode_lattice(lp, [12, 0, 1, 7], boosts=[{3: 1.0}, {}, None, {}])
-                print("lattice", walk, "eps" if eps else "noeps", lats.has_path, lats.overflow,
-                      int(lats.arcs.shape[0]))
+        # every arc walk of the lattice kernels (BEAMDEC_LATTICE_WALK) with the dense state map, and the hashed
+        # state map (BEAMDEC_LATTICE_MAP) with both walks it serves
+        for state_map, walks in (("dense", ("token", "warp", "adaptive")), ("hash", ("token", "warp"))):
+            os.environ["BEAMDEC_LATTICE_MAP"] = state_map
+            for walk in walks:
+                os.environ["BEAMDEC_LATTICE_WALK"] = walk
+                for cfg in (WfstDecoderConfig(output_beam=6.0),
+                            WfstDecoderConfig(output_beam=6.0, frontier_capacity=4, candidate_factor=1, max_rescues=2)):
+                    lats = WfstDecoder(g, cfg, "cuda").decode_lattice(lp, [12, 0, 1, 7],
+                                                                      boosts=[{3: 1.0}, {}, None, {}])
+                    print("lattice", state_map, walk, "eps" if eps else "noeps", lats.has_path, lats.overflow,
+                          int(lats.arcs.shape[0]))
+        os.environ.pop("BEAMDEC_LATTICE_MAP", None)
         os.environ.pop("BEAMDEC_LATTICE_WALK", None)
     torch.cuda.synchronize()
     print("smoke ok")
