@@ -50,6 +50,17 @@ size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) {
   return off;
 }
 
+// Blocks per SM of the walk grids: BEAMDEC_WFST_BLOCKS_PER_SM=n (1..occupancy) overrides the occupancy maximum, for
+// A/B runs at small batches (batch 1 spends ~10 us per Resolve launch on the H200 with few items, and every block of
+// the grid pays its launch and the arrive counter: reports/evidence/h200_2026-12-02/wfst_profile/tiny_best_as1). Read
+// on every call, so one process can compare settings; the result never depends on it (grid-stride walks).
+int walk_blocks_per_sm(int occupancy) {
+  const char* v = std::getenv("BEAMDEC_WFST_BLOCKS_PER_SM");
+  if (v == nullptr) return occupancy;
+  const int n = std::atoi(v);
+  return n >= 1 && n < occupancy ? n : occupancy;
+}
+
 // Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures).
 // `steps` >= max(lengths) + 1: steps past a lane's final step are idle for it (phase kDone, no items).
 template <typename scalar_t>
@@ -75,7 +86,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
       cudaGetLastError(), n = 0;
     return n > 0 ? n : 4;
   }();
-  const int walk_grid = (num_sms > 0 ? num_sms : 80) * blocks_per_sm;
+  const int walk_grid = (num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm);
   const int32_t passes = g.has_eps ? opt.eps_iterations : 0;
   InitKernel<<<1, kInitBlock, 0, stream>>>(g, opt, ws, lengths, B, F, C, H);
   // Closure passes 1..E on buffer `buf` after the expansion that produced pass 1's candidates; each Resolve
