@@ -6,8 +6,8 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), PROFILES ("best: lattice::token lattice::warp lattice::adaptive
-# mbr::token mbr::warp", output:blocks-per-lane:arc-walk; empty = none), MBR_ARGS (more
+# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
+# mbr::token mbr::warp mbr::adaptive", output:blocks-per-lane:arc-walk:state-map; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
 # Results: $OUT/summary.txt and $OUT/results.tar.gz (logs, and runs/: the run directories; `python -m reports.cli DIR`
@@ -33,7 +33,7 @@ wait $EXT || { cat "$OUT/ext_build.log"; exit 1; }
 tail -2 "$OUT/ext_build.log"
 export G=data/graphs/$SCALE/bpe_blanklast
 if [ -z "${SKIP_TESTS:-}" ]; then
-  stage gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_wfst_lattice_gpu.py 2>&1 \
+  stage gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/test_wfst_lattice_gpu.py} 2>&1 \
     | tee "$OUT/gpu_tests.txt" | tail -15
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   echo "lattice gpu tests: $(tail -1 "$OUT/gpu_tests.txt")" >> "$OUT/summary.txt"
@@ -55,13 +55,14 @@ LP=${LP_FILE:+--lp-file $LP_FILE}
 stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe --set other --max-utts $UTTS $LP \
   --batch $BATCH --graph-dir compact=$G/compact --output-dir "$OUT/runs" --run ${SCALE}_b$BATCH ${MBR_ARGS:-} 2>&1 \
   | tee "$OUT/mbr_bench.log" | grep -v "^  " | tail -25
-# per-kernel profiles, each spec output[:blocks per lane[:arc walk]]: by default 1-best, lattice and MBR with both arc
-# walks of the lattice kernels (BEAMDEC_LATTICE_WALK token / warp), an A/B in one call
-for spec in ${PROFILES-best: lattice::token lattice::warp lattice::adaptive mbr::token mbr::warp mbr::adaptive}; do
-  IFS=: read -r output bpl walk <<< "$spec"
-  tag=$output${bpl:+_bpl$bpl}${walk:+_$walk}
-  stage "profile $output ${bpl:+(blocks per lane $bpl)} ${walk:+(walk $walk)}" \
-    env ${bpl:+BEAMDEC_LATTICE_BLOCKS_PER_LANE=$bpl} ${walk:+BEAMDEC_LATTICE_WALK=$walk} \
+# per-kernel profiles, each spec output[:blocks per lane[:arc walk[:state map]]]: by default 1-best, lattice and MBR with
+# every arc walk of the lattice kernels (BEAMDEC_LATTICE_WALK token / warp / adaptive) and the hashed state map
+# (BEAMDEC_LATTICE_MAP=hash), an A/B in one call
+for spec in ${PROFILES-best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash mbr::token mbr::warp mbr::adaptive}; do
+  IFS=: read -r output bpl walk map <<< "$spec"
+  tag=$output${bpl:+_bpl$bpl}${walk:+_$walk}${map:+_$map}
+  stage "profile $output ${bpl:+(blocks per lane $bpl)} ${walk:+(walk $walk)} ${map:+(state map $map)}" \
+    env ${bpl:+BEAMDEC_LATTICE_BLOCKS_PER_LANE=$bpl} ${walk:+BEAMDEC_LATTICE_WALK=$walk} ${map:+BEAMDEC_LATTICE_MAP=$map} \
     python3 -m eval.bench.wfst_profile --scale $SCALE --kind bpe --set other --output $output $LP \
     --graph-dir compact=$G/compact --batch 1 $BATCH --utts $UTTS --b1-utts 20 --output-dir "$OUT/runs" \
     --run ${SCALE}_$tag 2>&1 | tee "$OUT/profile_$tag.log" | grep -E "wall|^\| [a-z_]+(kernel|Kernel)" | head -24

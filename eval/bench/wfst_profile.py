@@ -110,8 +110,11 @@ def main(argv=None) -> int:
     run.extra["kernel_profile.json"] = profiles
     from reports.profile import kernel_profile_table
 
-    # the lattice kernels' arc walk (decoders/lattice.py LATTICE_WALK_ENV) goes in the lattice rows' config
-    walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "auto"} if args.output != "best" else {}
+    # the knobs in effect go in the rows' config: the lattice kernels' arc walk and state map (decoders/lattice.py
+    # LATTICE_WALK_ENV, LATTICE_MAP_ENV), the 1-best walk grid's blocks per SM (decoders/csrc/wfst_launch.cu)
+    walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "auto",
+            "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "dense"} if args.output != "best" else \
+        ({"blocks_per_sm": os.environ["BEAMDEC_WFST_BLOCKS_PER_SM"]} if os.environ.get("BEAMDEC_WFST_BLOCKS_PER_SM") else {})
     for spec in args.graph_dir:
         name, sep, d = spec.partition("=")
         if not sep or not Path(d).is_dir():
