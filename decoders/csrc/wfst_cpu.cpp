@@ -273,16 +273,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
 
     // The arcs a token expands on this step and the acoustic term of arc a.
     auto arc_range = [&](int32_t s, int32_t& begin, int32_t& end) {
-      if (!final_step) {
-        begin = g.row_splits[s];
-        end = g.eps_begin[s];
-      } else if (redirect) {
-        begin = g.row_splits[s];
-        end = g.row_splits[s + 1];
-      } else {
-        begin = g.final_begin[s];
-        end = g.row_splits[s + 1];
-      }
+      wfst::step_arc_range(g.row_splits, g.eps_begin, g.final_begin, s, final_step, redirect, begin, end);
     };
     const scalar_t* row = lp + static_cast<int64_t>(final_step ? 0 : t) * stride_t;
     auto acoustic = [&](int32_t a) -> float {

@@ -211,16 +211,7 @@ void lattice_forward(const LGraph& g, const LOptions& opt, const scalar_t* lp, i
     const int64_t active = static_cast<int64_t>(front.size());
     beam = wfst::k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, active, t, final_t);
     auto arc_range = [&](int32_t s, int32_t& begin, int32_t& end) {
-      if (!final_step) {
-        begin = g.row_splits[s];
-        end = g.eps_begin[s];
-      } else if (redirect) {
-        begin = g.row_splits[s];
-        end = g.row_splits[s + 1];
-      } else {
-        begin = g.final_begin[s];
-        end = g.row_splits[s + 1];
-      }
+      wfst::step_arc_range(g.row_splits, g.eps_begin, g.final_begin, s, final_step, redirect, begin, end);
     };
     const scalar_t* row = lp + static_cast<int64_t>(final_step ? 0 : t) * stride_t;
     auto acoustic = [&](int32_t a) -> float {

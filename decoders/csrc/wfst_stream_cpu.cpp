@@ -412,16 +412,7 @@ class WfstStreamCpu : public torch::CustomClassHolder {
                                    final_step ? t + 1 : wfst::kUnknownFrames);
     const int32_t frame = static_cast<int32_t>(final_step ? std::max<int64_t>(0, s.frames - 1) : s.frames);
     auto arc_range = [&](int32_t st, int32_t& begin, int32_t& end) {
-      if (!final_step) {
-        begin = rs_[st];
-        end = eb_[st];
-      } else if (redirect) {
-        begin = rs_[st];
-        end = rs_[st + 1];
-      } else {
-        begin = fb_[st];
-        end = rs_[st + 1];
-      }
+      wfst::step_arc_range(rs_, eb_, fb_, st, final_step, redirect, begin, end);
     };
     auto acoustic = [&](int32_t a) -> float {
       if (final_step) return 0.0f;

@@ -84,6 +84,24 @@ WFST_HD float ordered_to_float(uint32_t u) {
   return v.f;
 }
 
+// The arcs state s expands on a step, the rule of every CPU reference (wfst_cpu.cpp, wfst_lattice_cpu.cpp,
+// wfst_stream_cpu.cpp): on a frame its emitting arcs [row_splits[s], eps_begin[s]); on the final step its FINAL arcs
+// [final_begin[s], row_splits[s + 1]), or all its arcs [row_splits[s], row_splits[s + 1]) when redirecting
+// (allow_partial, no FINAL arc anywhere in the frontier).
+WFST_HD void step_arc_range(const int32_t* row_splits, const int32_t* eps_begin, const int32_t* final_begin, int32_t s,
+                            bool final_step, bool redirect, int32_t& begin, int32_t& end) {
+  if (!final_step) {
+    begin = row_splits[s];
+    end = eps_begin[s];
+  } else if (redirect) {
+    begin = row_splits[s];
+    end = row_splits[s + 1];
+  } else {
+    begin = final_begin[s];
+    end = row_splits[s + 1];
+  }
+}
+
 // Per-utterance boost table: open addressing over int32 keys (-1 = empty), linear probing,
 // capacity a power of two (shared by CPU and GPU; built by decoders/wfst.py).
 WFST_HD uint32_t hash_u32(uint32_t x) {
