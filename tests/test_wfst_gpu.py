@@ -49,6 +49,39 @@ def test_gpu_matches_cpu_reference(batch, epsilon, finals):
     assert n_words_diff <= max(1, batch // 8)
 
 
+@pytest.mark.parametrize("batch", [1, 3, 33])
+@pytest.mark.parametrize("epsilon", [False, True])
+def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch, epsilon):
+    """BEAMDEC_WFST_PERSISTENT=1 runs the step loop as one cooperative kernel with grid barriers where the plain path
+    has kernel boundaries: the same step bodies, so the same scores as the plain launches and the CPU, on odd batch
+    sizes, empty and one-frame utterances, fp16, boosts and a capacity rescue."""
+    rng = np.random.default_rng(500 + batch + 7 * epsilon)
+    for gi in range(4):
+        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 300)), num_tokens=int(rng.choice([2, 29])))
+        cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), max_active=int(rng.choice([40, 10000])),
+                                frontier_capacity=16 if gi == 3 else None)
+        T = int(rng.integers(1, 40))
+        lp = random_log_probs(rng, batch, T, g.num_tokens)
+        lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
+        lengths[0] = T
+        if batch > 2:
+            lengths[1], lengths[2] = 0, 1
+        boosts = [{1: 1.5}] + [{}] * (batch - 1)
+        for dtype in (torch.float32, torch.float16):
+            x = lp.to(dtype)
+            monkeypatch.delenv("BEAMDEC_WFST_PERSISTENT", raising=False)
+            plain = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", "1")
+            pers = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
+            assert pers.scores.tolist() == plain.scores.tolist(), (gi, str(dtype))
+            assert pers.overflow == plain.overflow and pers.has_path == plain.has_path, (gi, str(dtype))
+            assert sum(pers.words[b] != plain.words[b] for b in range(batch)) <= max(1, batch // 8)
+            for b in range(batch):
+                sc, sp = float(cpu.scores[b]), float(pers.scores[b])
+                assert (math.isinf(sc) and math.isinf(sp)) or abs(sp - sc) <= 1e-4 * max(1.0, abs(sc)), (gi, b)
+
+
 @pytest.mark.parametrize("blocks_per_sm", ["1", "2"])
 def test_gpu_results_do_not_depend_on_the_walk_grid(monkeypatch, blocks_per_sm):
     """BEAMDEC_WFST_BLOCKS_PER_SM shrinks the walk grids (an A/B knob for small batches): the warps' spans follow the

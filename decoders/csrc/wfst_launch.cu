@@ -120,6 +120,63 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   return cudaGetLastError();
 }
 
+// ---- The step loop as one cooperative launch (opt-in: BEAMDEC_WFST_PERSISTENT=1; compile-checked only so far) ----
+// Same memsets, InitKernel and BacktrackKernel as enqueue; PersistentKernel (wfst_kernels.cuh) runs every step with
+// grid-wide barriers where enqueue has kernel boundaries. Its grid is every block that can be resident at once
+// (this kernel's occupancy x SMs, BEAMDEC_WFST_BLOCKS_PER_SM caps it), as a cooperative launch requires. Returns
+// false (nothing enqueued after the memsets' reset is repeated by the fallback, CUDA error state cleared) when the
+// cooperative launch is refused, so the caller falls back to plain launches.
+bool persistent_enabled() {
+  const char* env = std::getenv("BEAMDEC_WFST_PERSISTENT");
+  return env && std::strcmp(env, "1") == 0;
+}
+
+template <typename scalar_t>
+bool run_persistent(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
+                    int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t steps, const int32_t* boost_keys,
+                    const float* boost_values, int32_t boost_cap, void* workspace, int32_t* result, int32_t num_sms,
+                    cudaStream_t stream) {
+  using namespace kernels;
+  int device = 0, coop = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !coop)
+    return cudaGetLastError(), false;
+  static const int blocks_per_sm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, PersistentKernel<scalar_t>, kWalkBlock, 0) != cudaSuccess)
+      cudaGetLastError(), n = 0;
+    return n;
+  }();
+  if (blocks_per_sm <= 0) return false;
+  Workspace ws;
+  carve(static_cast<char*>(workspace), B, caps, &ws);
+  int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
+  int64_t arena_cap = caps.arena;
+  int32_t passes = g.has_eps ? opt.eps_iterations : 0;
+  if (cudaMemsetAsync(ws.hash, 0, sizeof(HashSlot) * static_cast<size_t>(B) * H, stream) ||
+      cudaMemsetAsync(ws.clear_lanes, 0, sizeof(int32_t) * (B + 1), stream) ||
+      cudaMemsetAsync(ws.arena_cursor, 0, sizeof(unsigned long long), stream) ||
+      cudaMemsetAsync(ws.arrive, 0, sizeof(unsigned int), stream))
+    return cudaGetLastError(), false;
+  InitKernel<<<1, kInitBlock, 0, stream>>>(g, opt, ws, lengths, B, F, C, H);
+  const dim3 grid((num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm)), block(kWalkBlock);
+  DeviceGraph g_arg = g;
+  SearchOptions opt_arg = opt;
+  const scalar_t* lp_arg = lp;
+  int32_t T_arg = T, V_arg = V, B_arg = B, bc_arg = boost_cap, steps_arg = steps;
+  const int32_t* bk_arg = boost_keys;
+  const float* bv_arg = boost_values;
+  void* args[] = {&g_arg, &opt_arg, &ws,     &lp_arg, &T_arg,  &V_arg,   &F,         &C,     &H,
+                  &arena_cap, &B_arg, &bk_arg, &bv_arg, &bc_arg, &steps_arg, &passes};
+  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&PersistentKernel<scalar_t>), grid, block, args, 0,
+                                  stream) != cudaSuccess) {
+    cudaGetLastError();  // InitKernel already ran on the stream: the fallback's memsets and InitKernel redo it
+    return false;
+  }
+  BacktrackKernel<<<(B + 127) / 128, 128, 0, stream>>>(g, ws, B, caps.words, caps.arena, result);
+  return cudaGetLastError() == cudaSuccess;
+}
+
 // ---- CUDA-graph replay of the whole decode (opt-in: BEAMDEC_WFST_CUDA_GRAPH=1) ---------------------------
 // The decode can be captured once per shape (batch, step bucket, epsilon passes, dtype, device) into a
 // CUDA graph; later calls re-capture (host-only) and cudaGraphExecUpdate the cached executable with the new
@@ -213,6 +270,10 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
                 int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length,
                 const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
                 int32_t* result, int32_t num_sms, cudaStream_t stream) {
+  if (persistent_enabled() &&
+      run_persistent<scalar_t>(g, opt, caps, lp, B, T, V, lengths, max_length + 1, boost_keys, boost_values, boost_cap,
+                               workspace, result, num_sms, stream))
+    return cudaSuccess;
   if (graphs_enabled()) {
     const int32_t steps = (max_length + 1 + 31) / 32 * 32;
     if (run_graph<scalar_t>(g, opt, caps, lp, B, T, V, lengths, steps, boost_keys, boost_values, boost_cap, workspace,

@@ -29,6 +29,7 @@
 // ties) is the same; the pass count needed (the epsilon depth) and the non-convergence test (a token with
 // epsilon arcs written by the last pass) are the CPU's.
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -445,10 +446,10 @@ __device__ __forceinline__ float arc_loglik(const DeviceGraph& g, const SearchOp
 // Max: exact per-lane maximum of this step's candidate ends. Also clears the previous step's hash slots
 // (token i owns claims[i]), or a whole lane's table when its claims list overflowed.
 template <typename scalar_t>
-__global__ void __launch_bounds__(kWalkBlock)
-    MaxKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V, int32_t t,
-              int32_t buf, int32_t F, int32_t H, int32_t batch, const int32_t* boost_keys, const float* boost_values,
-              int32_t boost_cap) {
+__device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
+                                         const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf, int32_t F,
+                                         int32_t H, int32_t batch, const int32_t* boost_keys,
+                                         const float* boost_values, int32_t boost_cap) {
   const int32_t n_clear = ws.clear_lanes[0];
   for (int32_t k = 0; k < n_clear; ++k) {
     const int64_t base = (int64_t)ws.clear_lanes[1 + k] * H;
@@ -492,6 +493,14 @@ __global__ void __launch_bounds__(kWalkBlock)
     cur_max = m;
     flush();
   }
+}
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kWalkBlock)
+    MaxKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V, int32_t t,
+              int32_t buf, int32_t F, int32_t H, int32_t batch, const int32_t* boost_keys, const float* boost_values,
+              int32_t boost_cap) {
+  max_step<scalar_t>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
 }
 
 // Hash insert of state `state` in a lane's table: returns the slot (and whether this thread claimed it) or -1.
@@ -583,16 +592,25 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
 // Expand: the step's expansion of the frontier in `buf` into `out` (kStart: the start token's epsilon arcs,
 // `buf` = `out` = 0). The last block prepares the Resolve walk over the candidates.
 template <typename scalar_t, bool kStart>
-__global__ void __launch_bounds__(kWalkBlock)
-    ExpandKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V, int32_t t,
-                 int32_t buf, int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
-                 const int32_t* boost_keys, const float* boost_values, int32_t boost_cap) {
+__device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
+                                            const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
+                                            int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
+                                            const int32_t* boost_keys, const float* boost_values, int32_t boost_cap) {
   walk_token_arcs<kStart>(g, ws, batch, buf, F, [](int32_t, int32_t) {},
                           [&](bool valid, const ArcItem& a, int32_t phase) {
                             expand_arc<scalar_t, kStart>(g, opt, ws, lp, T, V, t, out, F, C, H, boost_keys,
                                                          boost_values, boost_cap, valid, a, phase);
                           });
   arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{kWalkCands, t, false, false, !kStart});
+}
+
+template <typename scalar_t, bool kStart>
+__global__ void __launch_bounds__(kWalkBlock)
+    ExpandKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V, int32_t t,
+                 int32_t buf, int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
+                 const int32_t* boost_keys, const float* boost_values, int32_t boost_cap) {
+  expand_step<scalar_t, kStart>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys, boost_values,
+                                boost_cap);
 }
 
 // Resolve: over this pass's candidates. The candidate its slot's packed value names is the slot's winner; it
@@ -602,10 +620,10 @@ __global__ void __launch_bounds__(kWalkBlock)
 // grows with word ends, not with every surviving token. On an emitting step of an epsilon graph, a written
 // token whose state has epsilon arcs either has them expanded right here (kEpsExpand: the next pass's
 // candidates, against the step's cutoff) or, on the closure's last pass (kEpsCheck), marks it unconverged.
-__global__ void __launch_bounds__(kWalkBlock)
-    ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t buf, int32_t eps_mode, int32_t F, int32_t C,
-                  int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys, const float* boost_values,
-                  int32_t boost_cap, Prepare next) {
+__device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
+                                             int32_t buf, int32_t eps_mode, int32_t F, int32_t C, int32_t H,
+                                             int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
+                                             const float* boost_values, int32_t boost_cap, const Prepare& next) {
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
     LaneState& L = ws.lanes[b];
     const int64_t hrow = (int64_t)b * H, frow = (int64_t)b * F, crow = (int64_t)b * C;
@@ -665,6 +683,56 @@ __global__ void __launch_bounds__(kWalkBlock)
       });
   });
   arrive_and_prepare(g, opt, ws, batch, F, C, next);
+}
+
+__global__ void __launch_bounds__(kWalkBlock)
+    ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t buf, int32_t eps_mode, int32_t F, int32_t C,
+                  int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys, const float* boost_values,
+                  int32_t boost_cap, Prepare next) {
+  resolve_step(g, opt, ws, buf, eps_mode, F, C, H, arena_cap, batch, boost_keys, boost_values, boost_cap, next);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The whole step loop in ONE cooperative launch (opt-in BEAMDEC_WFST_PERSISTENT=1, wfst_launch.cu; compile-checked
+// only so far): the same step bodies in the same order as the plain launches (decoders/csrc/wfst_launch.cu
+// enqueue), a grid-wide barrier where a kernel boundary was. The arrive counter still elects the block that runs
+// `prepare`; the barrier after it publishes its bookkeeping to every block. Aimed at small batches, where the
+// H200 spends ~10 us per launch on a few thousand items (batch 1: 5 Resolve launches per frame, ~50 of ~86 us).
+// Needs every block resident at once: the launcher sizes the grid from this kernel's occupancy.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kWalkBlock)
+    PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
+                     int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
+                     const float* boost_values, int32_t boost_cap, int32_t steps, int32_t passes) {
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  auto closure = [&](int32_t t, int32_t buf) {
+    for (int32_t k = 1; k <= passes; ++k) {
+      const Prepare next = k < passes ? Prepare{kWalkCands, t, false, true, false}
+                                      : Prepare{kWalkStep, t + 1, true, true, false};
+      resolve_step(g, opt, ws, buf, k < passes ? kEpsExpand : kEpsCheck, F, C, H, arena_cap, batch, boost_keys,
+                   boost_values, boost_cap, next);
+      grid.sync();
+    }
+  };
+  if (passes > 0) {  // the start token's closure (cutoff -search_beam), on buffer 0
+    expand_step<scalar_t, true>(g, opt, ws, lp, T, V, 0, 0, 0, F, C, H, batch, boost_keys, boost_values, boost_cap);
+    grid.sync();
+    closure(-1, 0);
+  }
+  for (int32_t t = 0; t < steps; ++t) {
+    const int32_t buf = t & 1, out = buf ^ 1;
+    max_step<scalar_t>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
+    grid.sync();
+    expand_step<scalar_t, false>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys, boost_values,
+                                 boost_cap);
+    grid.sync();
+    const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
+                                    : Prepare{kWalkStep, t + 1, false, true, false};
+    resolve_step(g, opt, ws, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H, arena_cap, batch, boost_keys,
+                 boost_values, boost_cap, next);
+    grid.sync();
+    closure(t, out);
+  }
 }
 
 // Backtrack (thread per lane): word links -> words, written oldest first; one result row per lane.

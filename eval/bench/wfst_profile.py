@@ -114,7 +114,8 @@ def main(argv=None) -> int:
     # LATTICE_WALK_ENV, LATTICE_MAP_ENV), the 1-best walk grid's blocks per SM (decoders/csrc/wfst_launch.cu)
     walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "auto",
             "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "dense"} if args.output != "best" else \
-        ({"blocks_per_sm": os.environ["BEAMDEC_WFST_BLOCKS_PER_SM"]} if os.environ.get("BEAMDEC_WFST_BLOCKS_PER_SM") else {})
+        {k: os.environ[e] for k, e in (("blocks_per_sm", "BEAMDEC_WFST_BLOCKS_PER_SM"),
+                                        ("persistent", "BEAMDEC_WFST_PERSISTENT")) if os.environ.get(e)}
     for spec in args.graph_dir:
         name, sep, d = spec.partition("=")
         if not sep or not Path(d).is_dir():

@@ -1,4 +1,5 @@
-"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs) and lattice decode
+"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs; plain launches and
+the opt-in persistent kernel, BEAMDEC_WFST_PERSISTENT=1) and lattice decode
 (forward pass + device prune, with a capacity rescue) for compute-sanitizer runs.
 
     BEAMDEC_COMPONENTS=wfst compute-sanitizer --tool memcheck python -m eval.bench.wfst_smoke
@@ -32,6 +33,11 @@ def main() -> None:
         lp_inf[2, 0] = float("-inf")
         rinf = dec.decode(lp_inf, [9, 0, 1])
         print("eps" if eps else "noeps", r.words, r.scores.tolist(), r.overflow, r16.overflow, rinf.has_path)
+        os.environ["BEAMDEC_WFST_PERSISTENT"] = "1"  # the step loop as one cooperative kernel (opt-in)
+        rp = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
+        rp16 = dec.decode(lp.half(), [9, 0, 1])
+        os.environ.pop("BEAMDEC_WFST_PERSISTENT")
+        print("persistent", "eps" if eps else "noeps", rp.words, rp.scores.tolist(), rp.overflow, rp16.overflow)
     for eps in (False, True):  # lattices: the forward pass, the device prune, an overflow rescue
         g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \
             else random_graph(rng, num_states=50, num_tokens=29)
