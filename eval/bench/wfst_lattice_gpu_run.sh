@@ -6,7 +6,7 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
+# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), SKIP_MBR=1 (no lattice bench), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
 # mbr::token mbr::warp mbr::adaptive", output:blocks-per-lane:arc-walk:state-map; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
@@ -52,7 +52,7 @@ fi
 # (SCALE=tiny: the model's vocabulary is the tiny workload's BPE; UTTS=100; .whl + the file + the tree ~64 MB, under
 # the 64 MiB carry limit)
 LP=${LP_FILE:+--lp-file $LP_FILE}
-stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe --set other --max-utts $UTTS $LP \
+[ -z "${SKIP_MBR:-}" ] && stage mbr-bench python3 -m eval.bench.wfst_mbr_bench --scale $SCALE --kind bpe --set other --max-utts $UTTS $LP \
   --batch $BATCH --graph-dir compact=$G/compact --output-dir "$OUT/runs" --run ${SCALE}_b$BATCH ${MBR_ARGS:-} 2>&1 \
   | tee "$OUT/mbr_bench.log" | grep -v "^  " | tail -25
 # per-kernel profiles, each spec output[:blocks per lane[:arc walk[:state map]]]: by default 1-best, lattice and MBR with

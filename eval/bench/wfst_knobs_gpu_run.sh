@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# GPU-host calls for the opt-in WFST knobs written in session 6 (issues 14 and 16), compile-checked until these run:
+#   BEAMDEC_WFST_PERSISTENT=1      the 1-best step loop as one cooperative kernel (decoders/csrc/wfst_launch.cu)
+#   BEAMDEC_WFST_BLOCKS_PER_SM=n   a smaller 1-best walk grid
+#   BEAMDEC_LATTICE_WALK=adaptive  the lattice kernels' warp walk with adaptive items per warp
+#   BEAMDEC_LATTICE_MAP=hash       the lattice pass's state map as per-lane hash tables (not B x num_states)
+# Two parts, each one device call (carry .whl; `bash .ci/gpu-host/prepare_carry.sh` builds it):
+#   PART=tests bash eval/bench/wfst_knobs_gpu_run.sh   their gpu tests (tests/test_wfst_gpu.py, every lattice gpu test
+#                                                      runs walk x map), memcheck + racecheck over the WFST smoke (which
+#                                                      runs each knob)                                       ~7 min
+#   PART=ab bash eval/bench/wfst_knobs_gpu_run.sh      the A/B profiles, tiny BPE compact TLG, 'other', acoustic scale 1:
+#                                                      1-best at batch 1 / 32 / 200 plain, persistent, 1 and 2 blocks per
+#                                                      SM, persistent + 1; lattice at batch 1 / 200 token / warp /
+#                                                      adaptive, dense / hash                                ~6 min
+# Then: make the winners the defaults where they win (reports/measurements/README.md, pending runs). Results as
+# eval/bench/wfst_lattice_gpu_run.sh's ($OUT/summary.txt, $OUT/results.tar.gz).
+set -uo pipefail
+case ${PART:-} in
+  tests)
+    GPU_TESTS="tests/test_wfst_gpu.py tests/test_wfst_lattice_gpu.py" PROFILES="" SKIP_MBR=1 \
+      exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
+  ab)
+    SKIP_TESTS=1 PROFILES="lattice::token lattice::warp lattice::adaptive lattice::warp:hash lattice::adaptive:hash" \
+    EXTRA_BENCH='for v in "" BEAMDEC_WFST_PERSISTENT=1 BEAMDEC_WFST_BLOCKS_PER_SM=1 BEAMDEC_WFST_BLOCKS_PER_SM=2 \
+        "BEAMDEC_WFST_PERSISTENT=1 BEAMDEC_WFST_BLOCKS_PER_SM=1"; do
+      tag=${v// /_}; tag=${tag:-plain}
+      echo "== 1-best ${v:-plain}"
+      env $v python3 -m eval.bench.wfst_profile --scale tiny --kind bpe --set other --graph-dir compact=$G/compact \
+        --batch 1 32 200 --b1-utts 20 --utts 200 --output-dir $OUT/runs --run "tiny_best_$tag" 2>&1 | grep -E " wall "
+    done' exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
+  *) echo "PART must be tests or ab, got '${PART:-}'"; exit 2 ;;
+esac
