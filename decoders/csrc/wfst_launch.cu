@@ -61,13 +61,52 @@ int walk_blocks_per_sm(int occupancy) {
   return n >= 1 && n < occupancy ? n : occupancy;
 }
 
-// Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures).
+// An opt-in switch of the launcher: the environment variable is set to exactly "1" (read on every call).
+bool env_flag(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::strcmp(env, "1") == 0;
+}
+
+// The step loop (the start closure and every step) as one cooperative launch of PersistentKernel
+// (wfst_kernels.cuh), enqueue's alternative to its per-kernel launches when BEAMDEC_WFST_PERSISTENT=1 (opt-in,
+// compile-checked only so far): grid-wide barriers where the plain loop has kernel boundaries. Its grid is every
+// block that can be resident at once (this kernel's occupancy x SMs, BEAMDEC_WFST_BLOCKS_PER_SM caps it), as a
+// cooperative launch requires. Returns false with nothing enqueued (CUDA error state cleared) when the device or the
+// launch refuses, so enqueue runs the plain loop instead.
+template <typename scalar_t>
+bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, const scalar_t* lp, int32_t T,
+                       int32_t V, int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t B,
+                       const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, int32_t steps,
+                       int32_t passes, int32_t num_sms, cudaStream_t stream) {
+  using namespace kernels;
+  int device = 0, coop = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !coop)
+    return cudaGetLastError(), false;
+  static const int blocks_per_sm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, PersistentKernel<scalar_t>, kWalkBlock, 0) != cudaSuccess)
+      cudaGetLastError(), n = 0;
+    return n;
+  }();
+  if (blocks_per_sm <= 0) return false;
+  const dim3 grid((num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm)), block(kWalkBlock);
+  void* args[] = {&g, &opt, &ws, &lp, &T, &V, &F, &C, &H, &arena_cap, &B, &boost_keys, &boost_values, &boost_cap,
+                  &steps, &passes};
+  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&PersistentKernel<scalar_t>), grid, block, args, 0,
+                                  stream) != cudaSuccess)
+    return cudaGetLastError(), false;
+  return true;
+}
+
+// Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures; `persistent`:
+// the step loop as one cooperative launch, falling back to the per-kernel loop when it is refused).
 // `steps` >= max(lengths) + 1: steps past a lane's final step are idle for it (phase kDone, no items).
 template <typename scalar_t>
 cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
                     int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t steps,
                     const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
-                    int32_t* result, int32_t num_sms, cudaStream_t stream) {
+                    int32_t* result, int32_t num_sms, bool persistent, cudaStream_t stream) {
   using namespace kernels;
   Workspace ws;
   carve(static_cast<char*>(workspace), B, caps, &ws);
@@ -99,82 +138,31 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
                                                           H, caps.arena, B, boost_keys, boost_values, boost_cap, next);
     }
   };
-  if (passes > 0) {  // the start token's closure (cutoff -search_beam), on buffer 0
-    ExpandKernel<scalar_t, true><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, 0, 0, 0, F, C, H, B,
-                                                                       boost_keys, boost_values, boost_cap);
-    closure(-1, 0);
-  }
-  for (int32_t t = 0; t < steps; ++t) {
-    const int32_t buf = t & 1, out = buf ^ 1;
-    MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, H, B, boost_keys,
-                                                              boost_values, boost_cap);
-    ExpandKernel<scalar_t, false><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, B,
-                                                                        boost_keys, boost_values, boost_cap);
-    const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
-                                    : Prepare{kWalkStep, t + 1, false, true, false};
-    ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H,
-                                                        caps.arena, B, boost_keys, boost_values, boost_cap, next);
-    closure(t, out);
+  // the cooperative kernel runs the start closure and every step; else (off, or refused) one launch per kernel
+  const bool fused = persistent && launch_persistent<scalar_t>(g, opt, ws, lp, T, V, F, C, H, caps.arena, B,
+                                                               boost_keys, boost_values, boost_cap, steps, passes,
+                                                               num_sms, stream);
+  if (!fused) {
+    if (passes > 0) {  // the start token's closure (cutoff -search_beam), on buffer 0
+      ExpandKernel<scalar_t, true><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, 0, 0, 0, F, C, H, B,
+                                                                         boost_keys, boost_values, boost_cap);
+      closure(-1, 0);
+    }
+    for (int32_t t = 0; t < steps; ++t) {
+      const int32_t buf = t & 1, out = buf ^ 1;
+      MaxKernel<scalar_t><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, F, H, B, boost_keys,
+                                                                boost_values, boost_cap);
+      ExpandKernel<scalar_t, false><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, B,
+                                                                          boost_keys, boost_values, boost_cap);
+      const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
+                                      : Prepare{kWalkStep, t + 1, false, true, false};
+      ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H,
+                                                          caps.arena, B, boost_keys, boost_values, boost_cap, next);
+      closure(t, out);
+    }
   }
   BacktrackKernel<<<(B + 127) / 128, 128, 0, stream>>>(g, ws, B, caps.words, caps.arena, result);
   return cudaGetLastError();
-}
-
-// ---- The step loop as one cooperative launch (opt-in: BEAMDEC_WFST_PERSISTENT=1; compile-checked only so far) ----
-// Same memsets, InitKernel and BacktrackKernel as enqueue; PersistentKernel (wfst_kernels.cuh) runs every step with
-// grid-wide barriers where enqueue has kernel boundaries. Its grid is every block that can be resident at once
-// (this kernel's occupancy x SMs, BEAMDEC_WFST_BLOCKS_PER_SM caps it), as a cooperative launch requires. Returns
-// false (nothing enqueued after the memsets' reset is repeated by the fallback, CUDA error state cleared) when the
-// cooperative launch is refused, so the caller falls back to plain launches.
-bool persistent_enabled() {
-  const char* env = std::getenv("BEAMDEC_WFST_PERSISTENT");
-  return env && std::strcmp(env, "1") == 0;
-}
-
-template <typename scalar_t>
-bool run_persistent(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
-                    int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t steps, const int32_t* boost_keys,
-                    const float* boost_values, int32_t boost_cap, void* workspace, int32_t* result, int32_t num_sms,
-                    cudaStream_t stream) {
-  using namespace kernels;
-  int device = 0, coop = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !coop)
-    return cudaGetLastError(), false;
-  static const int blocks_per_sm = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, PersistentKernel<scalar_t>, kWalkBlock, 0) != cudaSuccess)
-      cudaGetLastError(), n = 0;
-    return n;
-  }();
-  if (blocks_per_sm <= 0) return false;
-  Workspace ws;
-  carve(static_cast<char*>(workspace), B, caps, &ws);
-  int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
-  int64_t arena_cap = caps.arena;
-  int32_t passes = g.has_eps ? opt.eps_iterations : 0;
-  if (cudaMemsetAsync(ws.hash, 0, sizeof(HashSlot) * static_cast<size_t>(B) * H, stream) ||
-      cudaMemsetAsync(ws.clear_lanes, 0, sizeof(int32_t) * (B + 1), stream) ||
-      cudaMemsetAsync(ws.arena_cursor, 0, sizeof(unsigned long long), stream) ||
-      cudaMemsetAsync(ws.arrive, 0, sizeof(unsigned int), stream))
-    return cudaGetLastError(), false;
-  InitKernel<<<1, kInitBlock, 0, stream>>>(g, opt, ws, lengths, B, F, C, H);
-  const dim3 grid((num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm)), block(kWalkBlock);
-  DeviceGraph g_arg = g;
-  SearchOptions opt_arg = opt;
-  const scalar_t* lp_arg = lp;
-  int32_t T_arg = T, V_arg = V, B_arg = B, bc_arg = boost_cap, steps_arg = steps;
-  const int32_t* bk_arg = boost_keys;
-  const float* bv_arg = boost_values;
-  void* args[] = {&g_arg, &opt_arg, &ws,     &lp_arg, &T_arg,  &V_arg,   &F,         &C,     &H,
-                  &arena_cap, &B_arg, &bk_arg, &bv_arg, &bc_arg, &steps_arg, &passes};
-  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&PersistentKernel<scalar_t>), grid, block, args, 0,
-                                  stream) != cudaSuccess) {
-    cudaGetLastError();  // InitKernel already ran on the stream: the fallback's memsets and InitKernel redo it
-    return false;
-  }
-  BacktrackKernel<<<(B + 127) / 128, 128, 0, stream>>>(g, ws, B, caps.words, caps.arena, result);
-  return cudaGetLastError() == cudaSuccess;
 }
 
 // ---- CUDA-graph replay of the whole decode (opt-in: BEAMDEC_WFST_CUDA_GRAPH=1) ---------------------------
@@ -196,11 +184,6 @@ struct GraphCache {
 GraphCache& graph_cache() {
   static GraphCache* cache = new GraphCache();  // leaked on purpose: no teardown-order issues at exit
   return *cache;
-}
-
-bool graphs_enabled() {
-  const char* env = std::getenv("BEAMDEC_WFST_CUDA_GRAPH");
-  return env && std::strcmp(env, "1") == 0;
 }
 
 // Captures the decode and launches it as a graph; returns false (nothing enqueued on `stream`, CUDA error
@@ -226,7 +209,7 @@ bool run_graph(const DeviceGraph& g, const SearchOptions& opt, const Capacities&
   if (cudaStreamBeginCapture(cap_stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
     return cudaGetLastError(), false;
   const cudaError_t enq = enqueue<scalar_t>(g, opt, caps, lp, B, T, V, lengths, steps, boost_keys, boost_values,
-                                            boost_cap, workspace, result, num_sms, cap_stream);
+                                            boost_cap, workspace, result, num_sms, false, cap_stream);
   const cudaError_t end = cudaStreamEndCapture(cap_stream, &graph);
   if (enq != cudaSuccess || end != cudaSuccess || graph == nullptr) {
     if (graph) cudaGraphDestroy(graph);
@@ -270,18 +253,15 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
                 int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length,
                 const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
                 int32_t* result, int32_t num_sms, cudaStream_t stream) {
-  if (persistent_enabled() &&
-      run_persistent<scalar_t>(g, opt, caps, lp, B, T, V, lengths, max_length + 1, boost_keys, boost_values, boost_cap,
-                               workspace, result, num_sms, stream))
-    return cudaSuccess;
-  if (graphs_enabled()) {
+  const bool persistent = env_flag("BEAMDEC_WFST_PERSISTENT");
+  if (!persistent && env_flag("BEAMDEC_WFST_CUDA_GRAPH")) {
     const int32_t steps = (max_length + 1 + 31) / 32 * 32;
     if (run_graph<scalar_t>(g, opt, caps, lp, B, T, V, lengths, steps, boost_keys, boost_values, boost_cap, workspace,
                             result, num_sms, stream))
       return cudaSuccess;
   }
   return enqueue<scalar_t>(g, opt, caps, lp, B, T, V, lengths, max_length + 1, boost_keys, boost_values, boost_cap,
-                           workspace, result, num_sms, stream);
+                           workspace, result, num_sms, persistent, stream);
 }
 
 }  // namespace
