@@ -59,7 +59,8 @@ size_t carve(char* base, int32_t B, int32_t N, const LatticeCapacities& c, Works
     return p;
   };
   // the state map: (B, N) dense entries, or (B, map_slots) hash entries with their keys and each token's entry
-  const size_t BN = static_cast<size_t>(B) * (c.map_slots > 0 ? c.map_slots : N), BF = static_cast<size_t>(B) * c.frontier;
+  const size_t BN = static_cast<size_t>(B) * (c.map_slots > 0 ? c.map_slots : N);
+  const size_t BF = static_cast<size_t>(B) * c.frontier;
   const size_t BC = static_cast<size_t>(B) * c.candidates;
   Workspace w{};
   w.lanes = static_cast<LaneState*>(take(sizeof(LaneState) * B));

@@ -181,8 +181,16 @@ __device__ __forceinline__ int64_t map_find(const Workspace& ws, const Sizes& P,
   return -1;
 }
 
-// The map entry of staging token idx (state d) of lane b.
-__device__ __forceinline__ int64_t token_entry(const Workspace& ws, const Sizes& P, int32_t b, int32_t idx, int32_t d) {
+// Staging token idx of lane b is state d, whose map entry is k (map_insert's); token_entry reads k back.
+__device__ __forceinline__ void stage_token(const Workspace& ws, const Sizes& P, int32_t b, int32_t idx, int32_t d,
+                                            int64_t k) {
+  const int64_t bF = static_cast<int64_t>(b) * P.F;
+  ws.st_state[bF + idx] = d;
+  if (P.H > 0) ws.st_map[bF + idx] = static_cast<int32_t>(k - static_cast<int64_t>(b) * P.H);
+}
+
+__device__ __forceinline__ int64_t token_entry(const Workspace& ws, const Sizes& P, int32_t b, int32_t idx,
+                                               int32_t d) {
   const int64_t bF = static_cast<int64_t>(b) * P.F;
   return P.H == 0 ? static_cast<int64_t>(b) * P.N + d : static_cast<int64_t>(b) * P.H + ws.st_map[bF + idx];
 }
@@ -198,12 +206,10 @@ __device__ __forceinline__ void claim(const Workspace& ws, const Sizes& P, int32
   atomicMax(ws.dscore + k, float_to_ordered(end));
   if (atomicCAS(ws.slot + k, -1, -2) == -1) {
     const int32_t idx = take_index<kAggregate>(&ws.lanes[b].next_count);
-    if (idx < P.F) {
-      ws.st_state[static_cast<int64_t>(b) * P.F + idx] = d;
-      if (P.H > 0) ws.st_map[static_cast<int64_t>(b) * P.F + idx] = static_cast<int32_t>(k - static_cast<int64_t>(b) * P.H);
-    } else {
+    if (idx < P.F)
+      stage_token(ws, P, b, idx, d, k);
+    else
       atomicOr(&ws.lanes[b].overflow, kOverflowFrontier);
-    }
   }
 }
 
@@ -237,7 +243,8 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // Items per warp: `per_warp` (32: the walk above), or with per_warp = 0 as few as spread the lane's items over all of
 // its warps (ceil(count / warps), 1..32; opt-in BEAMDEC_LATTICE_WALK=adaptive, compile-checked only so far). The likely
 // reason the fixed 32 loses at small batches: it leaves most of a lane's warps idle (batch 1: expand 22.8 us per launch
-// vs 6.5 us for one item per warp, reports/evidence/h200_2026-12-02/README_session6.md). Threads past the warp's `k` items hold no arcs.
+// vs 6.5 us for one item per warp, reports/evidence/h200_2026-12-02/README_session6.md). Threads past the warp's `k`
+// items hold no arcs.
 template <typename ItemFn, typename ArcFn>
 __device__ __forceinline__ void warp_walk_arcs(int32_t count, int32_t per_warp, ItemFn item, ArcFn on_arc) {
   const int32_t lane = threadIdx.x % kWarp;
@@ -304,8 +311,7 @@ __global__ void init_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOptions 
   const int64_t k = map_insert(ws, P, b, g.start_state);  // the lane's map is empty: never -1
   ws.dscore[k] = float_to_ordered(0.0f);
   ws.slot[k] = -2;  // resolve() writes the index
-  ws.st_state[static_cast<int64_t>(b) * P.F] = g.start_state;
-  if (P.H > 0) ws.st_map[static_cast<int64_t>(b) * P.F] = static_cast<int32_t>(k - static_cast<int64_t>(b) * P.H);
+  stage_token(ws, P, b, 0, g.start_state, k);
 }
 
 // Per step t: does some frontier state of a lane on its final step have a FINAL arc?
@@ -372,7 +378,8 @@ __global__ void expand_kernel(Workspace ws, Sizes P, DeviceGraph g, SearchOption
   if (!L.active) return;
   const scalar_t* row = lp + (static_cast<int64_t>(b) * P.T + (L.final_step ? 0 : t)) * P.V;
   const float cutoff = L.cutoff;
-  walk_arcs<kWarpWalk>(P, L.front_count, frontier_item(g, L, tok_state, tok_score), [&](int32_t i, int32_t a, float sc) {
+  walk_arcs<kWarpWalk>(P, L.front_count, frontier_item(g, L, tok_state, tok_score),
+                       [&](int32_t i, int32_t a, float sc) {
     const float ll = arc_ll(g, opt, a, row, !L.final_step, bk, bv, bc, b);
     const float end = __fadd_rn(sc, ll);
     if (!(end > cutoff)) return;
