@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from decoders.wfst import WfstDecoder, WfstDecoderConfig
-from wfst_testlib import compose_with_boosts, random_graph, random_log_probs
+from wfst_testlib import compose_with_boosts, random_batch, random_graph, random_log_probs
 
 pytestmark = pytest.mark.gpu
 
@@ -24,12 +24,7 @@ def test_gpu_matches_cpu_reference(batch, epsilon, finals):
                          num_tokens=int(rng.choice([2, 29, 33])))
         cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0, 20.0])), min_active=int(rng.integers(1, 30)),
                                 max_active=int(rng.choice([40, 10000])))
-        T = int(rng.integers(1, 40))
-        lp = random_log_probs(rng, batch, T, g.num_tokens)
-        lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
-        lengths[0] = T
-        if batch > 2:
-            lengths[1], lengths[2] = 0, 1
+        lp, lengths = random_batch(rng, batch, g.num_tokens)
         for dtype in (torch.float32, torch.float16):
             x = lp.to(dtype)
             cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths)
@@ -57,15 +52,11 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
     sizes, empty and one-frame utterances, fp16, boosts and a capacity rescue."""
     rng = np.random.default_rng(500 + batch + 7 * epsilon)
     for gi in range(4):
-        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 300)), num_tokens=int(rng.choice([2, 29])))
+        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 300)),
+                         num_tokens=int(rng.choice([2, 29])))
         cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), max_active=int(rng.choice([40, 10000])),
                                 frontier_capacity=16 if gi == 3 else None)
-        T = int(rng.integers(1, 40))
-        lp = random_log_probs(rng, batch, T, g.num_tokens)
-        lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
-        lengths[0] = T
-        if batch > 2:
-            lengths[1], lengths[2] = 0, 1
+        lp, lengths = random_batch(rng, batch, g.num_tokens)
         boosts = [{1: 1.5}] + [{}] * (batch - 1)
         for dtype in (torch.float32, torch.float16):
             x = lp.to(dtype)

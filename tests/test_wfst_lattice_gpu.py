@@ -13,7 +13,7 @@ import torch
 
 from decoders.wfst import WfstDecoder, WfstDecoderConfig
 from test_wfst_lattice import acyclic_eps_graph
-from wfst_testlib import random_graph, random_log_probs
+from wfst_testlib import random_batch, random_graph, random_log_probs
 
 pytestmark = pytest.mark.gpu
 
@@ -95,12 +95,7 @@ def test_gpu_lattices_equal_cpu(batch, shape, finals):
         cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0, 20.0])), output_beam=float(rng.choice([1.0, 8.0])),
                                 min_active=int(rng.integers(1, 30)), max_active=int(rng.choice([40, 10000])),
                                 allow_partial=bool(rng.random() < 0.8))
-        T = int(rng.integers(1, 40))
-        lp = random_log_probs(rng, batch, T, g.num_tokens)
-        lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
-        lengths[0] = T
-        if batch > 2:
-            lengths[1], lengths[2] = 0, 1
+        lp, lengths = random_batch(rng, batch, g.num_tokens)
         for dtype in (torch.float32, torch.float16):
             x = lp.to(dtype)
             cpu = WfstDecoder(g, cfg, "cpu").decode_lattice(x, lengths)

@@ -64,6 +64,18 @@ def random_log_probs(rng: np.random.Generator, batch: int, frames: int, vocab: i
     return torch.log_softmax(torch.from_numpy(x).float(), dim=-1)
 
 
+def random_batch(rng: np.random.Generator, batch: int, vocab: int, max_frames: int = 40):
+    """Log-probs (batch, T, vocab) with T drawn from [1, max_frames) and lengths drawn from [0, T]: the first
+    utterance full length and, from batch 3 up, an empty and a one-frame utterance."""
+    T = int(rng.integers(1, max_frames))
+    lp = random_log_probs(rng, batch, T, vocab)
+    lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
+    lengths[0] = T
+    if batch > 2:
+        lengths[1], lengths[2] = 0, 1
+    return lp, lengths
+
+
 # ---- k2py oracle (epsilon-free graphs) -------------------------------------------------------------
 def to_k2_text(graph: WfstGraph) -> str:
     lines = []
