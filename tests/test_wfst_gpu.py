@@ -141,7 +141,7 @@ def test_gpu_bad_inputs():
     lp = random_log_probs(rng, 2, 4, 5)
     with pytest.raises(ValueError, match="is on cpu"):
         dec.decode(lp, [4, 4])
-    with pytest.raises(ValueError, match="NaN or \+inf"):
+    with pytest.raises(ValueError, match=r"NaN or \+inf"):
         bad = lp.clone()
         bad[0, 1, 2] = float("nan")
         dec.decode(bad.cuda(), [4, 4])
