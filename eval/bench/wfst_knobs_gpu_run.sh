@@ -12,21 +12,26 @@
 #                                                      1-best at batch 1 / 32 / 200 plain, persistent, 1 and 2 blocks per
 #                                                      SM, persistent + 1; lattice at batch 1 / 200 token / warp /
 #                                                      adaptive, dense / hash                                ~6 min
+#   PART=both                                          the two in one call, the sanitizers left out (DEADLINE_S 540)
 # Then: make the winners the defaults where they win (reports/measurements/README.md, pending runs). Results as
 # eval/bench/wfst_lattice_gpu_run.sh's ($OUT/summary.txt, $OUT/results.tar.gz).
 set -uo pipefail
-case ${PART:-} in
-  tests)
-    GPU_TESTS="tests/test_wfst_gpu.py tests/test_wfst_lattice_gpu.py" PROFILES="" SKIP_MBR=1 \
-      exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
-  ab)
-    SKIP_TESTS=1 PROFILES="lattice::token lattice::warp lattice::adaptive lattice::warp:hash lattice::adaptive:hash" \
-    EXTRA_BENCH='for v in "" BEAMDEC_WFST_PERSISTENT=1 BEAMDEC_WFST_BLOCKS_PER_SM=1 BEAMDEC_WFST_BLOCKS_PER_SM=2 \
+AB_PROFILES="lattice::token lattice::warp lattice::adaptive lattice::warp:hash lattice::adaptive:hash"
+AB_BEST='for v in "" BEAMDEC_WFST_PERSISTENT=1 BEAMDEC_WFST_BLOCKS_PER_SM=1 BEAMDEC_WFST_BLOCKS_PER_SM=2 \
         "BEAMDEC_WFST_PERSISTENT=1 BEAMDEC_WFST_BLOCKS_PER_SM=1"; do
       tag=${v// /_}; tag=${tag:-plain}
       echo "== 1-best ${v:-plain}"
       env $v python3 -m eval.bench.wfst_profile --scale tiny --kind bpe --set other --graph-dir compact=$G/compact \
         --batch 1 32 200 --b1-utts 20 --utts 200 --output-dir $OUT/runs --run "tiny_best_$tag" 2>&1 | grep -E " wall "
-    done' exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
-  *) echo "PART must be tests or ab, got '${PART:-}'"; exit 2 ;;
+    done'
+TESTS="tests/test_wfst_gpu.py tests/test_wfst_lattice_gpu.py"
+case ${PART:-} in
+  tests)
+    GPU_TESTS=$TESTS PROFILES="" SKIP_MBR=1 exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
+  ab)
+    SKIP_TESTS=1 PROFILES=$AB_PROFILES EXTRA_BENCH=$AB_BEST exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
+  both)  # the tests without the sanitizers (they run after the defaults change), then the A/B, in one call
+    GPU_TESTS=$TESTS SANITIZERS="" SKIP_MBR=1 PROFILES=$AB_PROFILES EXTRA_BENCH=$AB_BEST DEADLINE_S=${DEADLINE_S:-540} \
+      exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
+  *) echo "PART must be tests, ab or both, got '${PART:-}'"; exit 2 ;;
 esac

@@ -6,7 +6,7 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), SKIP_MBR=1 (no lattice bench), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
+# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), SANITIZERS (memcheck racecheck; empty = none), DEADLINE_S (seconds from the start by which every stage has ended), SKIP_MBR=1 (no lattice bench), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
 # mbr::token mbr::warp mbr::adaptive", output:blocks-per-lane:arc-walk:state-map; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
@@ -21,7 +21,17 @@ if [ -d .whl ]; then
     && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit 1
 fi
 t0=$(date +%s)
-stage() { echo "== [$(( $(date +%s) - t0 )) s] $1"; shift; "$@"; }
+# DEADLINE_S: every stage ends by then (timeout; a stage with < 20 s left is skipped), so the archive is written
+# inside the device call's limit and a long stage costs its own results only
+stage() {
+  local name=$1 left=""; shift
+  if [ -n "${DEADLINE_S:-}" ]; then
+    left=$(( DEADLINE_S - ($(date +%s) - t0) ))
+    [ $left -ge 20 ] || { echo "== [$(( $(date +%s) - t0 )) s] $name: skipped (deadline)" | tee -a "$OUT/summary.txt"; return 124; }
+  fi
+  echo "== [$(( $(date +%s) - t0 )) s] $name"
+  if [ -n "$left" ]; then timeout $left "$@"; else "$@"; fi
+}
 status=0
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/summary.txt"
 (python3 -c "from decoders._ext import load_extension; load_extension()" > "$OUT/ext_build.log" 2>&1) & EXT=$!
@@ -37,7 +47,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     | tee "$OUT/gpu_tests.txt" | tail -15
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   echo "lattice gpu tests: $(tail -1 "$OUT/gpu_tests.txt")" >> "$OUT/summary.txt"
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZERS-memcheck racecheck}; do
     log="$OUT/sanitizer_wfst_smoke_${tool}.txt"
     stage "$tool wfst_smoke" compute-sanitizer --tool $tool --error-exitcode 3 python3 -m eval.bench.wfst_smoke > "$log" 2>&1
     rc=$?
