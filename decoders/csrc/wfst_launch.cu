@@ -15,40 +15,8 @@ namespace {
 
 using kernels::Workspace;
 
-constexpr size_t kAlign = 256;
-
-size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-// Walks the workspace layout once: with base == nullptr it only measures.
-size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) {
-  size_t off = 0;
-  auto take = [&](size_t bytes) -> void* {
-    void* p = base ? base + off : nullptr;
-    off += align_up(bytes);
-    return p;
-  };
-  const size_t BF = static_cast<size_t>(B) * c.frontier;
-  const size_t BH = static_cast<size_t>(B) * c.hash;
-  const size_t BC = static_cast<size_t>(B) * c.candidates;
-  Workspace w{};
-  w.lanes = static_cast<kernels::LaneState*>(take(sizeof(kernels::LaneState) * B));
-  w.lane_offsets = static_cast<int32_t*>(take(sizeof(int32_t) * (B + 1)));
-  w.clear_lanes = static_cast<int32_t*>(take(sizeof(int32_t) * (B + 1)));
-  for (int k = 0; k < 2; ++k) {
-    w.front_state[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
-    w.front_score[k] = static_cast<float*>(take(sizeof(float) * BF));
-    w.front_winner[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
-  }
-  w.claims = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
-  w.hash = static_cast<kernels::HashSlot*>(take(sizeof(kernels::HashSlot) * BH));
-  w.cands = static_cast<int2*>(take(sizeof(int2) * BC));
-  w.cand_slot = static_cast<int32_t*>(take(sizeof(int32_t) * BC));
-  w.arena = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(c.arena)));
-  w.arena_cursor = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
-  w.arrive = static_cast<unsigned int*>(take(sizeof(unsigned int)));
-  if (ws) *ws = w;
-  return off;
-}
+// The workspace layout (shared with the streaming launcher, which carves the same over its persistent lanes).
+size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) { return kernels::carve_workspace(base, B, c, ws); }
 
 // Blocks per SM of the walk grids: BEAMDEC_WFST_BLOCKS_PER_SM=n (1..occupancy) overrides the occupancy maximum, for
 // A/B runs at small batches (batch 1 spends ~10 us per Resolve launch on the H200 with few items, and every block of

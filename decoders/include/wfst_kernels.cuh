@@ -103,6 +103,39 @@ struct Workspace {
   unsigned int* arrive;              // (1,) blocks of the current kernel done (last one runs `prepare`)
 };
 
+// The workspace layout, walked once: with base == nullptr it only measures (bytes, each array 256-B aligned). The
+// offline launcher carves it over its batch, the streaming launcher over its persistent lanes.
+inline size_t carve_workspace(char* base, int32_t B, const Capacities& c, Workspace* ws) {
+  constexpr size_t kAlign = 256;
+  size_t off = 0;
+  auto take = [&](size_t bytes) -> void* {
+    void* p = base ? base + off : nullptr;
+    off += (bytes + kAlign - 1) / kAlign * kAlign;
+    return p;
+  };
+  const size_t BF = static_cast<size_t>(B) * c.frontier;
+  const size_t BH = static_cast<size_t>(B) * c.hash;
+  const size_t BC = static_cast<size_t>(B) * c.candidates;
+  Workspace w{};
+  w.lanes = static_cast<LaneState*>(take(sizeof(LaneState) * B));
+  w.lane_offsets = static_cast<int32_t*>(take(sizeof(int32_t) * (B + 1)));
+  w.clear_lanes = static_cast<int32_t*>(take(sizeof(int32_t) * (B + 1)));
+  for (int k = 0; k < 2; ++k) {
+    w.front_state[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
+    w.front_score[k] = static_cast<float*>(take(sizeof(float) * BF));
+    w.front_winner[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
+  }
+  w.claims = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
+  w.hash = static_cast<HashSlot*>(take(sizeof(HashSlot) * BH));
+  w.cands = static_cast<int2*>(take(sizeof(int2) * BC));
+  w.cand_slot = static_cast<int32_t*>(take(sizeof(int32_t) * BC));
+  w.arena = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(c.arena)));
+  w.arena_cursor = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
+  w.arrive = static_cast<unsigned int*>(take(sizeof(unsigned int)));
+  if (ws) *ws = w;
+  return off;
+}
+
 // ---------------------------------------------------------------------------------------------------
 __device__ __forceinline__ float load_lp(const float* p) { return *p; }
 __device__ __forceinline__ float load_lp(const __half* p) { return __half2float(*p); }
