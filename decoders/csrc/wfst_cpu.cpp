@@ -44,6 +44,7 @@
 #include <limits>
 #include <vector>
 
+#include "wfst_cpu_closure.h"
 #include "wfst_defs.h"
 #include "wfst_ops.h"
 
@@ -189,64 +190,15 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
     return arc_ll;
   };
 
-  auto has_eps_arcs = [&](int32_t s) { return g.eps_begin[s] < g.final_begin[s]; };
   // Relaxes epsilon arcs of `tokens` in Jacobi passes (see the header comment); tokens live in `next`
   // and `slot_of_state` maps their states to indices.
   auto epsilon_closure = [&](std::vector<Token>& tokens, float cutoff) {
-    struct Cand {
-      int32_t dest;
-      float end;
-      int32_t prev;
-      int32_t arc;
-    };
-    std::vector<int32_t> dirty;
-    for (size_t i = 0; i < tokens.size(); ++i)
-      if (has_eps_arcs(tokens[i].state)) dirty.push_back(static_cast<int32_t>(i));
-    std::vector<Cand> cands;
-    std::vector<char> is_dirty;
-    for (int32_t pass = 0; pass < opt.eps_iterations && !dirty.empty(); ++pass) {
-      cands.clear();
-      for (int32_t i : dirty) {  // scores read before any update of this pass (Jacobi)
-        const Token tok = tokens[i];
-        for (int32_t a = g.eps_begin[tok.state]; a < g.final_begin[tok.state]; ++a) {
-          float end = tok.score + arc_score(a, 0.0f);
-          if (end > cutoff) cands.push_back({g.dest[a], end, tok.winner, a});
-        }
-      }
-      step_cands += static_cast<int64_t>(cands.size());
-      std::vector<int32_t> new_dirty;
-      std::vector<BackPointer> bp;  // winning back-pointer per token improved in this pass
-      is_dirty.assign(tokens.size(), 0);
-      std::vector<int32_t> bp_of(tokens.size(), -1);
-      for (const Cand& c : cands) {
-        int32_t j = slot_of_state[c.dest];
-        if (j < 0) {
-          j = static_cast<int32_t>(tokens.size());
-          slot_of_state[c.dest] = j;
-          tokens.push_back({c.dest, c.end, -1});
-          is_dirty.push_back(0);
-          bp_of.push_back(-1);
-        } else if (!(c.end > tokens[j].score)) {
-          continue;
-        }
-        tokens[j].score = c.end;
-        if (!is_dirty[j]) {
-          is_dirty[j] = 1;
-          new_dirty.push_back(j);
-          bp_of[j] = static_cast<int32_t>(bp.size());
-          bp.push_back({c.prev, c.arc});
-        } else {
-          bp[bp_of[j]] = {c.prev, c.arc};
-        }
-      }
-      std::sort(new_dirty.begin(), new_dirty.end());
-      dirty.clear();
-      for (int32_t j : new_dirty) {
-        tokens[j].winner = link_of(bp[bp_of[j]].prev, bp[bp_of[j]].arc);
-        if (has_eps_arcs(tokens[j].state)) dirty.push_back(j);  // only these have anything to relax
-      }
-    }
-    if (!dirty.empty()) res.overflow |= wfst::kOverflowEpsilon;
+    const wfst_cpu::ClosureStats st = wfst_cpu::jacobi_epsilon_closure(
+        tokens, cutoff, opt.eps_iterations, g.eps_begin, g.final_begin, g.dest, slot_of_state,
+        [&](int32_t a) { return arc_score(a, 0.0f); }, [](const Token& tok) { return tok.winner; },
+        [&](Token& tok, int32_t prev, int32_t arc) { tok.winner = link_of(prev, arc); });
+    step_cands += st.cands;
+    if (!st.converged) res.overflow |= wfst::kOverflowEpsilon;
   };
 
   if (g.has_eps) {

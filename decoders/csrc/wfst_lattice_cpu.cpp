@@ -47,6 +47,7 @@
 #include <numeric>
 #include <vector>
 
+#include "wfst_cpu_closure.h"
 #include "wfst_defs.h"
 #include "wfst_lattice_host.h"
 #include "wfst_lattice_ops.h"
@@ -114,52 +115,13 @@ void lattice_forward(const LGraph& g, const LOptions& opt, const scalar_t* lp, i
       for (int32_t k = g.aux_splits[a]; k < g.aux_splits[a + 1]; ++k) arc_ll = arc_ll + boost(g.aux_words[k]);
     return arc_ll;
   };
-  auto has_eps_arcs = [&](int32_t s) { return g.eps_begin[s] < g.final_begin[s]; };
 
   // The epsilon closure of wfst_cpu.cpp without back-pointers (same passes, same scores).
   auto epsilon_closure = [&](std::vector<Tok>& tokens, float cutoff) {
-    struct Cand {
-      int32_t dest;
-      float end;
-    };
-    std::vector<int32_t> dirty;
-    for (size_t i = 0; i < tokens.size(); ++i)
-      if (has_eps_arcs(tokens[i].state)) dirty.push_back(static_cast<int32_t>(i));
-    std::vector<Cand> cands;
-    std::vector<char> is_dirty;
-    for (int32_t pass = 0; pass < opt.eps_iterations && !dirty.empty(); ++pass) {
-      cands.clear();
-      for (int32_t i : dirty) {
-        const Tok tok = tokens[i];
-        for (int32_t a = g.eps_begin[tok.state]; a < g.final_begin[tok.state]; ++a) {
-          float end = tok.score + arc_score(a, 0.0f);
-          if (end > cutoff) cands.push_back({g.dest[a], end});
-        }
-      }
-      std::vector<int32_t> new_dirty;
-      is_dirty.assign(tokens.size(), 0);
-      for (const Cand& c : cands) {
-        int32_t j = slot_of_state[c.dest];
-        if (j < 0) {
-          j = static_cast<int32_t>(tokens.size());
-          slot_of_state[c.dest] = j;
-          tokens.push_back({c.dest, c.end});
-          is_dirty.push_back(0);
-        } else if (!(c.end > tokens[j].score)) {
-          continue;
-        }
-        tokens[j].score = c.end;
-        if (!is_dirty[j]) {
-          is_dirty[j] = 1;
-          new_dirty.push_back(j);
-        }
-      }
-      std::sort(new_dirty.begin(), new_dirty.end());
-      dirty.clear();
-      for (int32_t j : new_dirty)
-        if (has_eps_arcs(tokens[j].state)) dirty.push_back(j);
-    }
-    if (!dirty.empty()) out.overflow |= wfst::kOverflowEpsilon;
+    const wfst_cpu::ClosureStats st = wfst_cpu::jacobi_epsilon_closure(
+        tokens, cutoff, opt.eps_iterations, g.eps_begin, g.final_begin, g.dest, slot_of_state,
+        [&](int32_t a) { return arc_score(a, 0.0f); }, [](const Tok&) { return -1; }, [](Tok&, int32_t, int32_t) {});
+    if (!st.converged) out.overflow |= wfst::kOverflowEpsilon;
   };
   // Epsilon arcs of a closed frame (tokens at ids base + i; slot_of_state still maps the frame).
   auto record_eps_arcs = [&](const std::vector<Tok>& tokens, int32_t base, float cutoff) {

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common_check.h"
+#include "wfst_cpu_closure.h"
 #include "wfst_defs.h"
 
 namespace beamdec {
@@ -317,7 +318,6 @@ class WfstStreamCpu : public torch::CustomClassHolder {
   }
 
   bool has_words(int32_t a) const { return as_[a + 1] > as_[a]; }
-  bool has_eps_arcs(int32_t s) const { return eb_[s] < fb_[s]; }
 
   float boost(const Slot& s, int32_t word) const {
     return wfst::boost_lookup(s.boost_keys.data(), s.boost_values.data(), static_cast<int32_t>(s.boost_keys.size()),
@@ -336,63 +336,15 @@ class WfstStreamCpu : public torch::CustomClassHolder {
     return static_cast<int32_t>(s.links.size() - 1);
   }
 
-  // Epsilon closure of `tokens` (the offline reference's Jacobi passes, verbatim); `slot_of_state` maps the
+  // Epsilon closure of `tokens` (wfst_cpu::jacobi_epsilon_closure, the offline reference's); `slot_of_state` maps the
   // states of `tokens` to their indices on entry and covers every token on exit.
   void epsilon_closure(Slot& s, std::vector<Token>& tokens, float cutoff, int32_t frame,
                        std::vector<int32_t>& slot_of_state) const {
-    struct Cand {
-      int32_t dest;
-      float end;
-      int32_t prev;
-      int32_t arc;
-    };
-    std::vector<int32_t> dirty;
-    for (size_t i = 0; i < tokens.size(); ++i)
-      if (has_eps_arcs(tokens[i].state)) dirty.push_back(static_cast<int32_t>(i));
-    std::vector<Cand> cands;
-    std::vector<char> is_dirty;
-    for (int32_t pass = 0; pass < eps_iterations_ && !dirty.empty(); ++pass) {
-      cands.clear();
-      for (int32_t i : dirty) {
-        const Token tok = tokens[i];
-        for (int32_t a = eb_[tok.state]; a < fb_[tok.state]; ++a) {
-          float end = tok.score + arc_score(s, a, 0.0f);
-          if (end > cutoff) cands.push_back({dst_[a], end, tok.link, a});
-        }
-      }
-      std::vector<int32_t> new_dirty;
-      std::vector<Link> bp;
-      is_dirty.assign(tokens.size(), 0);
-      std::vector<int32_t> bp_of(tokens.size(), -1);
-      for (const Cand& c : cands) {
-        int32_t j = slot_of_state[c.dest];
-        if (j < 0) {
-          j = static_cast<int32_t>(tokens.size());
-          slot_of_state[c.dest] = j;
-          tokens.push_back({c.dest, c.end, -1});
-          is_dirty.push_back(0);
-          bp_of.push_back(-1);
-        } else if (!(c.end > tokens[j].score)) {
-          continue;
-        }
-        tokens[j].score = c.end;
-        if (!is_dirty[j]) {
-          is_dirty[j] = 1;
-          new_dirty.push_back(j);
-          bp_of[j] = static_cast<int32_t>(bp.size());
-          bp.push_back({c.prev, c.arc, frame});
-        } else {
-          bp[bp_of[j]] = {c.prev, c.arc, frame};
-        }
-      }
-      std::sort(new_dirty.begin(), new_dirty.end());
-      dirty.clear();
-      for (int32_t j : new_dirty) {
-        tokens[j].link = link_of(s, bp[bp_of[j]].prev, bp[bp_of[j]].arc, frame);
-        if (has_eps_arcs(tokens[j].state)) dirty.push_back(j);
-      }
-    }
-    if (!dirty.empty()) s.overflow |= wfst::kOverflowEpsilon;
+    const wfst_cpu::ClosureStats st = wfst_cpu::jacobi_epsilon_closure(
+        tokens, cutoff, eps_iterations_, eb_, fb_, dst_, slot_of_state,
+        [&](int32_t a) { return arc_score(s, a, 0.0f); }, [](const Token& tok) { return tok.link; },
+        [&](Token& tok, int32_t prev, int32_t arc) { tok.link = link_of(s, prev, arc, frame); });
+    if (!st.converged) s.overflow |= wfst::kOverflowEpsilon;
   }
 
   // One step of stream `s`: an emitting step reading `row` (V log-probs), or the final step. Returns whether
