@@ -521,14 +521,15 @@ def _int32_tensor(a) -> torch.Tensor:
 
 
 LATTICE_BACKEND_ENV = "BEAMDEC_WFST_LATTICE_BACKEND"  # "cpu" forces the CPU reference on a CUDA decoder
-# the CUDA lattice kernels' arc walk: "token" (one frontier item per warp), "warp" (warp-cooperative: 32 items per
-# warp, their arcs 32 at a time; decoders/include/wfst_lattice_kernels.cuh warp_walk_arcs) or "auto" / unset (the
-# default: warp from 64 lanes up, token below; decoders/csrc/wfst_lattice_launch.cu walk_selected) or "adaptive" (the
-# warp walk with as many items per warp as spread a lane's items over its warps; opt-in, not yet measured)
+# the CUDA lattice kernels' arc walk: "adaptive" / "auto" / unset (the default: the warp-cooperative walk with as many
+# items per warp as spread a lane's items over its warps), "warp" (the same with 32 items per warp, their arcs 32 at a
+# time; decoders/include/wfst_lattice_kernels.cuh warp_walk_arcs) or "token" (one frontier item per warp); measured
+# in decoders/csrc/wfst_lattice_launch.cu walk_selected
 LATTICE_WALK_ENV = "BEAMDEC_LATTICE_WALK"
-# the CUDA lattice pass's map from graph state to the frame's token: "dense" (unset: B x num_states entries, 8 B each;
-# 6.5 GB at batch 200 on a 4 M-state TLG) or "hash" (per lane a hash table of >= 2 x frontier_capacity entries,
-# 12 B each; opt-in, compile-checked: decoders/csrc/wfst_lattice_cuda.cpp lattice_map_slots)
+# the CUDA lattice pass's map from graph state to the frame's token: "dense" (B x num_states entries, 8 B each; 6.8 GB
+# at batch 200 on a 4 M-state TLG), "hash" (per lane a hash table of >= 2 x frontier_capacity entries, 12 B each) or
+# unset (dense while the batch's dense maps fit 1 GiB, else hash where smaller; decoders/csrc/wfst_lattice_cuda.cpp
+# lattice_map_slots)
 LATTICE_MAP_ENV = "BEAMDEC_LATTICE_MAP"
 
 

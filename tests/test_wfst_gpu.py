@@ -47,9 +47,9 @@ def test_gpu_matches_cpu_reference(batch, epsilon, finals):
 @pytest.mark.parametrize("batch", [1, 3, 33])
 @pytest.mark.parametrize("epsilon", [False, True])
 def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch, epsilon):
-    """BEAMDEC_WFST_PERSISTENT=1 runs the step loop as one cooperative kernel with grid barriers where the plain path
-    has kernel boundaries: the same step bodies, so the same scores as the plain launches and the CPU, on odd batch
-    sizes, empty and one-frame utterances, fp16, boosts and a capacity rescue."""
+    """The default step loop is one cooperative kernel with grid barriers where the plain path
+    (BEAMDEC_WFST_PERSISTENT=0) has kernel boundaries: the same step bodies, so the same scores as the plain
+    launches and the CPU, on odd batch sizes, empty and one-frame utterances, fp16, boosts and a capacity rescue."""
     rng = np.random.default_rng(500 + batch + 7 * epsilon)
     for gi in range(4):
         g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 300)),
@@ -60,10 +60,13 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
         boosts = [{1: 1.5}] + [{}] * (batch - 1)
         for dtype in (torch.float32, torch.float16):
             x = lp.to(dtype)
-            monkeypatch.delenv("BEAMDEC_WFST_PERSISTENT", raising=False)
+            monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", "0")
             plain = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
             monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", "1")
+            forced = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            monkeypatch.delenv("BEAMDEC_WFST_PERSISTENT")
             pers = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            assert pers.scores.tolist() == forced.scores.tolist() and pers.words == forced.words, (gi, str(dtype))
             cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
             assert pers.scores.tolist() == plain.scores.tolist(), (gi, str(dtype))
             assert pers.overflow == plain.overflow and pers.has_path == plain.has_path, (gi, str(dtype))
@@ -151,8 +154,9 @@ def test_gpu_bad_inputs():
 
 @pytest.mark.parametrize("epsilon", [False, True])
 def test_launch_modes_agree(epsilon, monkeypatch):
-    """CUDA-graph replay (cached executable, updated per call) changes no result: it equals the plain
-    launches, across repeated calls with new buffers and shapes, and both equal the CPU reference."""
+    """CUDA-graph replay (cached executable, updated per call; it replays the per-kernel loop, so
+    BEAMDEC_WFST_PERSISTENT=0) changes no result: it equals the plain launches, across repeated calls with new
+    buffers and shapes, and both equal the CPU reference."""
     rng = np.random.default_rng(500 + epsilon)
     g = random_graph(rng, epsilon=epsilon, num_states=200, num_tokens=29, max_emitting=6)
     cfg = WfstDecoderConfig(search_beam=10.0, max_active=60)
@@ -162,6 +166,7 @@ def test_launch_modes_agree(epsilon, monkeypatch):
         lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
         runs.append((lp, lengths))
     results = {}
+    monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", "0")
     for graph_mode in ["0", "1"]:
         monkeypatch.setenv("BEAMDEC_WFST_CUDA_GRAPH", graph_mode)
         dec = WfstDecoder(g, cfg, "cuda")

@@ -61,6 +61,32 @@ def test_gpu_hashed_state_map_is_sized_by_the_frontier_not_the_graph(lattice_map
         assert peak >= dense_maps, peak
 
 
+def test_gpu_default_state_map_is_dense_within_its_budget_else_hashed(monkeypatch, lattice_map, lattice_walk):
+    """BEAMDEC_LATTICE_MAP unset: the dense maps while the batch's maps fit the budget (1 GiB;
+    BEAMDEC_LATTICE_DENSE_MAP_BYTES overrides it), else the hash tables, which are smaller here -- the memory shows
+    which was chosen; the lattices are the same either way."""
+    if lattice_walk != "adaptive" or lattice_map != "dense":
+        pytest.skip("one run: the default map does not depend on the walk, and the fixture's map is unset here")
+    monkeypatch.delenv("BEAMDEC_LATTICE_MAP")
+    rng = np.random.default_rng(12)
+    g = random_graph(rng, num_states=60000, num_tokens=13)
+    lp = random_log_probs(rng, 8, 6, 13).cuda()
+    cfg = WfstDecoderConfig(search_beam=6.0, output_beam=4.0, frontier_capacity=64, max_rescues=0)
+    dec = WfstDecoder(g, cfg, "cuda")
+    ref = WfstDecoder(g, cfg, "cpu").decode_lattice(lp.cpu(), [6] * 8)
+    dense_maps = 8 * 60000 * 8
+    for budget, hashed in (("1073741824", False), (str(dense_maps - 1), True), ("0", True)):
+        monkeypatch.setenv("BEAMDEC_LATTICE_DENSE_MAP_BYTES", budget)
+        dec.decode_lattice(lp, [6] * 8)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        lat = dec.decode_lattice(lp, [6] * 8)
+        peak = torch.cuda.max_memory_allocated() - base
+        assert_same_lattices(lat, ref, budget)
+        assert (peak < dense_maps) == hashed, (budget, peak)
+
+
 def _arc_multiset(lat):
     """Each arc as (src, dst, third column, score row) in a canonical order: the device pass may emit the arcs that
     leave one state in another order than the CPU (seen on the H200 for parallel arcs of TLG-shaped graphs); the

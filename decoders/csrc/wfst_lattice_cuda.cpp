@@ -22,16 +22,28 @@
 namespace beamdec {
 namespace {
 
-// The lattice pass's state map (wfst::LatticeCapacities::map_slots): BEAMDEC_LATTICE_MAP=hash a per-lane hash table
-// of the smallest power of two >= 2 x frontier entries (64 at least), else (unset or dense) the dense (B, num_states)
-// maps; decoders/lattice.py rejects other values. Opt-in until the hashed map has passed the gpu tests on the H200;
-// then the default should pick the smaller of the two.
-int32_t lattice_map_slots(int64_t frontier, int64_t num_states) {
-  (void)num_states;
+// The lattice pass's state map (wfst::LatticeCapacities::map_slots; 0 = dense): BEAMDEC_LATTICE_MAP=hash a per-lane
+// hash table of the smallest power of two >= 2 x frontier entries (64 at least; 12 B an entry + 4 B a frontier
+// token), =dense the (B, num_states) maps (8 B a state), unset: dense while the dense maps of the batch stay within
+// kDenseMapBudget, else the hash tables where they are smaller. On the H200 (session 7, tiny BPE compact TLG, 211k
+// states) the hashed map cost ~20 % more lattice kernel time (batch 200: 123.3 vs 99.2 ms, adaptive walk), so the
+// dense maps stay where they are affordable; on the bench TLG (4.2 M states) at batch 200 they are 6.8 GB of an
+// 18.6 GiB workspace, the hash tables ~90 MB. decoders/lattice.py rejects other values. BEAMDEC_LATTICE_DENSE_MAP_BYTES
+// overrides the budget (tests check the choice with it).
+constexpr int64_t kDenseMapBudget = int64_t{1} << 30;  // bytes of dense maps per call
+int32_t lattice_map_slots(int64_t batch, int64_t frontier, int64_t num_states) {
+  const char* budget_env = std::getenv("BEAMDEC_LATTICE_DENSE_MAP_BYTES");
+  const int64_t budget = budget_env != nullptr ? std::atoll(budget_env) : kDenseMapBudget;
   const char* v = std::getenv("BEAMDEC_LATTICE_MAP");
-  if (v == nullptr || std::strcmp(v, "hash") != 0) return 0;
+  const bool force_hash = v != nullptr && std::strcmp(v, "hash") == 0;
+  const bool force_dense = v != nullptr && std::strcmp(v, "dense") == 0;
   int64_t h = 64;
   while (h < 2 * frontier && h < (1LL << 30)) h <<= 1;
+  if (force_dense) return 0;
+  if (!force_hash) {
+    const int64_t dense = 8 * num_states, hashed = 12 * h + 4 * frontier;  // bytes per lane
+    if (batch * dense <= budget || hashed >= dense) return 0;
+  }
   return static_cast<int32_t>(h);
 }
 
@@ -81,7 +93,7 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
                           static_cast<float>(max_active), allow_partial, static_cast<float>(acoustic_scale),
                           static_cast<int32_t>(eps_iterations)};
   wfst::LatticeCapacities caps{static_cast<int32_t>(frontier_capacity), static_cast<int32_t>(candidate_capacity),
-                               token_capacity, arc_capacity, lattice_map_slots(frontier_capacity, N)};
+                               token_capacity, arc_capacity, lattice_map_slots(B, frontier_capacity, N)};
   at::Tensor workspace = at::empty({static_cast<int64_t>(wfst::lattice_workspace_bytes(
                                        static_cast<int32_t>(B), static_cast<int32_t>(N), caps))},
                                    on(at::kByte));

@@ -29,23 +29,21 @@ int blocks_per_lane(int32_t batch) {
   if (forced > 0) return forced;
   return batch <= 32 ? 32 : std::max(4, std::min(32, 1024 / batch));
 }
-// Which arc walk the expand / max / epsilon kernels use (wfst_lattice_kernels.cuh): BEAMDEC_LATTICE_WALK=warp the
-// warp-cooperative one (32 items per warp, their arcs 32 at a time), =token the one-item-per-warp walk; unset or
-// auto: warp from kWarpWalkMinBatch lanes up, token below. Measured on the H200 (2026-12-02, tiny BPE compact TLG,
-// kernel time of the lattice pass, reports/evidence/h200_2026-12-02/README_session6.md): batch 1 token 168.8 ms vs
-// warp 236.9, batch 8 270.2 vs 335.7, batch 32 150.0 vs 167.4, batch 200 200.9 vs 95.6 -- the crossover lies
-// between 32 and 200; 64 is a guess inside it, not a measured point. Read on every call, so tests can compare both
-// in one process; decoders/lattice.py rejects values other than auto / token / warp.
-// BEAMDEC_LATTICE_WALK=adaptive: the warp-cooperative walk with as many items per warp as spread each lane's items
-// over its warps (Sizes::walk_items = 0; opt-in, compile-checked, not yet measured).
-constexpr int32_t kWarpWalkMinBatch = 64;
+// Which arc walk the expand / max / epsilon kernels use (wfst_lattice_kernels.cuh): BEAMDEC_LATTICE_WALK=adaptive
+// (the default: unset or auto) the warp-cooperative walk with as many items per warp as spread each lane's items
+// over its warps (Sizes::walk_items = 0), =warp the same with 32 items per warp, =token the one-item-per-warp walk.
+// Measured on the H200 (tiny BPE compact TLG, 'other', acoustic scale 1, kernel time of the lattice pass,
+// eval.bench.wfst_profile, one call each: session 6 reports/evidence/h200_2026-12-02/README_session6.md, session 7
+// README_session7.md): batch 1 token 174.2 ms / warp 241.2 / adaptive 177.6, batch 200 214.0 / 104.1 / 99.2 --
+// adaptive is within 2 % of the best walk at batch 1 and the best at 200, so no batch threshold is needed. Read on
+// every call, so tests can compare the walks in one process; decoders/lattice.py rejects other values.
 enum class Walk { kToken, kWarp, kAdaptive };
 Walk walk_selected(int32_t batch) {
+  (void)batch;
   const char* v = std::getenv("BEAMDEC_LATTICE_WALK");
   if (v != nullptr && std::strcmp(v, "warp") == 0) return Walk::kWarp;
-  if (v != nullptr && std::strcmp(v, "adaptive") == 0) return Walk::kAdaptive;
   if (v != nullptr && std::strcmp(v, "token") == 0) return Walk::kToken;
-  return batch >= kWarpWalkMinBatch ? Walk::kWarp : Walk::kToken;
+  return Walk::kAdaptive;
 }
 constexpr int kPruneThreads = 512;  // one block per lane walks its frames backwards
 

@@ -29,15 +29,26 @@ int walk_blocks_per_sm(int occupancy) {
   return n >= 1 && n < occupancy ? n : occupancy;
 }
 
-// An opt-in switch of the launcher: the environment variable is set to exactly "1" (read on every call).
+// A switch of the launcher: the environment variable is set to exactly "1" (read on every call).
 bool env_flag(const char* name) {
   const char* env = std::getenv(name);
   return env && std::strcmp(env, "1") == 0;
 }
 
+// The persistent step loop is the default (BEAMDEC_WFST_PERSISTENT unset or "1"); "0" selects the per-kernel
+// launches. Measured on the H200 (2026-12-02, session 7, tiny BPE compact TLG, 'other', acoustic scale 1, kernel
+// time of the whole decode, eval.bench.wfst_profile; reports/evidence/h200_2026-12-02/README_session7.md): batch 1
+// 133.5 vs 227.3 ms (45.6 vs 88.0 us wall per lane-step), batch 32 157.3 vs 233.1, batch 200 40.8 vs 53.1 -- the
+// one kernel wins at every batch, most where launches dominate. A smaller walk grid (BEAMDEC_WFST_BLOCKS_PER_SM 1
+// or 2) lost to it at every batch, alone or combined. Read on every call, so one process can compare both.
+bool persistent_selected() {
+  const char* env = std::getenv("BEAMDEC_WFST_PERSISTENT");
+  return !(env && std::strcmp(env, "0") == 0);
+}
+
 // The step loop (the start closure and every step) as one cooperative launch of PersistentKernel
-// (wfst_kernels.cuh), enqueue's alternative to its per-kernel launches when BEAMDEC_WFST_PERSISTENT=1 (opt-in,
-// compile-checked only so far): grid-wide barriers where the plain loop has kernel boundaries. Its grid is every
+// (wfst_kernels.cuh), enqueue's alternative to its per-kernel launches (the default; BEAMDEC_WFST_PERSISTENT=0
+// turns it off): grid-wide barriers where the plain loop has kernel boundaries. Its grid is every
 // block that can be resident at once (this kernel's occupancy x SMs, BEAMDEC_WFST_BLOCKS_PER_SM caps it), as a
 // cooperative launch requires. Returns false with nothing enqueued (CUDA error state cleared) when the device or the
 // launch refuses, so enqueue runs the plain loop instead.
@@ -133,7 +144,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   return cudaGetLastError();
 }
 
-// ---- CUDA-graph replay of the whole decode (opt-in: BEAMDEC_WFST_CUDA_GRAPH=1) ---------------------------
+// ---- CUDA-graph replay of the per-kernel decode (opt-in: BEAMDEC_WFST_CUDA_GRAPH=1 with BEAMDEC_WFST_PERSISTENT=0) --
 // The decode can be captured once per shape (batch, step bucket, epsilon passes, dtype, device) into a
 // CUDA graph; later calls re-capture (host-only) and cudaGraphExecUpdate the cached executable with the new
 // pointers / parameters instead of instantiating again, then launch it on the caller's stream. Steps are
@@ -221,8 +232,8 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
                 int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length,
                 const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
                 int32_t* result, int32_t num_sms, cudaStream_t stream) {
-  const bool persistent = env_flag("BEAMDEC_WFST_PERSISTENT");
-  if (!persistent && env_flag("BEAMDEC_WFST_CUDA_GRAPH")) {
+  const bool persistent = persistent_selected();
+  if (!persistent && env_flag("BEAMDEC_WFST_CUDA_GRAPH")) {  // the graph replays the per-kernel launches
     const int32_t steps = (max_length + 1 + 31) / 32 * 32;
     if (run_graph<scalar_t>(g, opt, caps, lp, B, T, V, lengths, steps, boost_keys, boost_values, boost_cap, workspace,
                             result, num_sms, stream))

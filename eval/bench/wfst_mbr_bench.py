@@ -15,8 +15,8 @@ eval.metrics through eval.bench.common (warm-up pass, then timed passes).
 
 On cuda our lattice comes from the GPU forward pass (decoders/include/wfst_lattice_kernels.cuh) plus the host prune,
 n-best and MBR (decoders/lattice.py); `--lattice-backend cpu` (BEAMDEC_WFST_LATTICE_BACKEND=cpu) measures the CPU
-reference lattice behind a CUDA 1-best instead. Rows carry `lattice_backend` and `lattice_walk` (BEAMDEC_LATTICE_WALK:
-the CUDA kernels' arc walk, token or warp) in their decoder config.
+reference lattice behind a CUDA 1-best instead. Rows carry `lattice_backend`, `lattice_walk` (BEAMDEC_LATTICE_WALK:
+the CUDA kernels' arc walk) and `lattice_map` (BEAMDEC_LATTICE_MAP) in their decoder config.
 
 Isolation (`--isolate`, the default with --device cuda): every row runs in a fresh spawned process, so no
 decoder's process-wide state (its worker threads, device flags, allocator pools) acts on another's row. Session 4
@@ -103,7 +103,8 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
     # the lattice backend goes in the row's decoder config, not its params: the params pair our row with Riva's
     backend = ({"lattice_backend": "cpu" if not device.startswith("cuda") or
                 os.environ.get("BEAMDEC_WFST_LATTICE_BACKEND", "").lower() == "cpu" else "cuda",
-                "lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "token"}
+                "lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "adaptive",
+                "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "default"}
                if name == "wfst" and output != "best" else {})
     if name == "wfst":
         cfg = {"graph": "TLG", "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,

@@ -112,10 +112,13 @@ def main(argv=None) -> int:
 
     # the knobs in effect go in the rows' config: the lattice kernels' arc walk and state map (decoders/lattice.py
     # LATTICE_WALK_ENV, LATTICE_MAP_ENV), the 1-best walk grid's blocks per SM (decoders/csrc/wfst_launch.cu)
-    walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "auto",
-            "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "dense"} if args.output != "best" else \
-        {k: os.environ[e] for k, e in (("blocks_per_sm", "BEAMDEC_WFST_BLOCKS_PER_SM"),
-                                        ("persistent", "BEAMDEC_WFST_PERSISTENT")) if os.environ.get(e)}
+    # (unset: "adaptive" and "default", the size rule of decoders/csrc/wfst_lattice_cuda.cpp lattice_map_slots; the
+    # 1-best's persistent step loop "1" unless BEAMDEC_WFST_PERSISTENT=0)
+    walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "adaptive",
+            "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "default"} if args.output != "best" else \
+        {"persistent": "0" if os.environ.get("BEAMDEC_WFST_PERSISTENT") == "0" else "1",
+         **({"blocks_per_sm": os.environ["BEAMDEC_WFST_BLOCKS_PER_SM"]}
+            if os.environ.get("BEAMDEC_WFST_BLOCKS_PER_SM") else {})}
     for spec in args.graph_dir:
         name, sep, d = spec.partition("=")
         if not sep or not Path(d).is_dir():

@@ -1,5 +1,5 @@
-"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs; plain launches and
-the opt-in persistent kernel, BEAMDEC_WFST_PERSISTENT=1) and lattice decode
+"""Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs; the default
+persistent kernel and the per-kernel launches, BEAMDEC_WFST_PERSISTENT=0) and lattice decode
 (forward pass + device prune, with a capacity rescue) for compute-sanitizer runs.
 
     BEAMDEC_COMPONENTS=wfst compute-sanitizer --tool memcheck python -m eval.bench.wfst_smoke
@@ -26,6 +26,7 @@ def main() -> None:
         g = random_graph(rng, epsilon=eps, num_states=50, num_tokens=29)
         lp = random_log_probs(rng, 3, 9, 29).cuda()
         dec = WfstDecoder(g, WfstDecoderConfig(frontier_capacity=16, candidate_factor=1, max_rescues=1), "cuda")
+        os.environ["BEAMDEC_WFST_PERSISTENT"] = "0"  # the per-kernel launches
         r = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         r16 = dec.decode(lp.half(), [9, 0, 1])
         # -inf (log 0) entries and a frame that is -inf everywhere: valid input, no path through the dead frame
@@ -33,18 +34,17 @@ def main() -> None:
         lp_inf[2, 0] = float("-inf")
         rinf = dec.decode(lp_inf, [9, 0, 1])
         print("eps" if eps else "noeps", r.words, r.scores.tolist(), r.overflow, r16.overflow, rinf.has_path)
-        os.environ["BEAMDEC_WFST_PERSISTENT"] = "1"  # the step loop as one cooperative kernel (opt-in)
+        os.environ.pop("BEAMDEC_WFST_PERSISTENT")  # the default: the step loop as one cooperative kernel
         rp = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         rp16 = dec.decode(lp.half(), [9, 0, 1])
-        os.environ.pop("BEAMDEC_WFST_PERSISTENT")
         print("persistent", "eps" if eps else "noeps", rp.words, rp.scores.tolist(), rp.overflow, rp16.overflow)
     for eps in (False, True):  # lattices: the forward pass, the device prune, an overflow rescue
         g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \
             else random_graph(rng, num_states=50, num_tokens=29)
         lp = random_log_probs(rng, 4, 12, 29).cuda()
         # every arc walk of the lattice kernels (BEAMDEC_LATTICE_WALK) with the dense state map, and the hashed
-        # state map (BEAMDEC_LATTICE_MAP) with both walks it serves
-        for state_map, walks in (("dense", ("token", "warp", "adaptive")), ("hash", ("token", "warp"))):
+        # state map (BEAMDEC_LATTICE_MAP) with each of them
+        for state_map, walks in (("dense", ("token", "warp", "adaptive")), ("hash", ("token", "warp", "adaptive"))):
             os.environ["BEAMDEC_LATTICE_MAP"] = state_map
             for walk in walks:
                 os.environ["BEAMDEC_LATTICE_WALK"] = walk
