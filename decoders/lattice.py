@@ -531,6 +531,9 @@ LATTICE_WALK_ENV = "BEAMDEC_LATTICE_WALK"
 # unset (dense while the batch's dense maps fit 1 GiB, else hash where smaller; decoders/csrc/wfst_lattice_cuda.cpp
 # lattice_map_slots)
 LATTICE_MAP_ENV = "BEAMDEC_LATTICE_MAP"
+# "1": the CUDA forward pass as one cooperative kernel instead of ~16 launches a frame (opt-in, compile-checked until
+# its gpu tests run: decoders/csrc/wfst_lattice_launch.cu launch_persistent); unset or "0": the launches
+LATTICE_PERSISTENT_ENV = "BEAMDEC_LATTICE_PERSISTENT"
 
 
 def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1) -> dict:
@@ -593,6 +596,8 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
     walk = os.environ.get(LATTICE_WALK_ENV, "")
     if walk not in ("", "auto", "token", "warp", "adaptive"):
         raise ValueError(f"{LATTICE_WALK_ENV} must be 'auto', 'token', 'warp' or 'adaptive', got {walk!r}")
+    if os.environ.get(LATTICE_PERSISTENT_ENV, "") not in ("", "0", "1"):
+        raise ValueError(f"{LATTICE_PERSISTENT_ENV} must be '0' or '1', got {os.environ[LATTICE_PERSISTENT_ENV]!r}")
     device = log_probs.device if on_gpu else torch.device("cpu")
     g = graph_on_device(graph, device)
     lp = log_probs if on_gpu else log_probs.cpu().contiguous()

@@ -308,8 +308,8 @@ def test_phase_timer_lines_only_when_asked(monkeypatch, capfd):
 
 
 def test_lattice_walk_knob_is_checked(monkeypatch):
-    """BEAMDEC_LATTICE_WALK (the CUDA kernels' arc walk) accepts auto / token / warp / adaptive and BEAMDEC_LATTICE_MAP
-    (their state map) dense / hash; anything else is a one-line error."""
+    """BEAMDEC_LATTICE_WALK (the CUDA kernels' arc walk) accepts auto / token / warp / adaptive, BEAMDEC_LATTICE_MAP
+    (their state map) dense / hash and BEAMDEC_LATTICE_PERSISTENT 0 / 1; anything else is a one-line error."""
     g = _three_path_graph()
     dec = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0))
     for ok in ("auto", "token", "warp", "adaptive"):
@@ -324,6 +324,13 @@ def test_lattice_walk_knob_is_checked(monkeypatch):
     monkeypatch.delenv("BEAMDEC_LATTICE_MAP")
     monkeypatch.setenv("BEAMDEC_LATTICE_WALK", "Warp")
     with pytest.raises(ValueError, match="BEAMDEC_LATTICE_WALK must be 'auto', 'token', 'warp' or 'adaptive'"):
+        dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
+    monkeypatch.delenv("BEAMDEC_LATTICE_WALK")
+    for ok in ("0", "1"):
+        monkeypatch.setenv("BEAMDEC_LATTICE_PERSISTENT", ok)
+        assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
+    monkeypatch.setenv("BEAMDEC_LATTICE_PERSISTENT", "yes")
+    with pytest.raises(ValueError, match="BEAMDEC_LATTICE_PERSISTENT must be '0' or '1'"):
         dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
 
 

@@ -139,6 +139,32 @@ def test_gpu_lattices_equal_cpu(batch, shape, finals):
             assert gpu.scores.double().tolist() == one.scores.tolist()
 
 
+@pytest.mark.parametrize("batch", [1, 3, 33])
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+def test_gpu_persistent_forward_pass_equals_the_launches_and_cpu(monkeypatch, batch, shape):
+    """BEAMDEC_LATTICE_PERSISTENT=1 runs the forward pass as one cooperative kernel over the plain launches' grids
+    (virtual blocks, a grid barrier per launch boundary): the same lattices as the launches and the CPU, with boosts,
+    fp16, empty and one-frame utterances, and a capacity rescue."""
+    rng = np.random.default_rng(900 + batch + len(shape))
+    for gi in range(4):
+        g = graph_of(rng, shape, "some")
+        cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), output_beam=float(rng.choice([1.0, 8.0])),
+                                max_active=int(rng.choice([40, 10000])), frontier_capacity=8 if gi == 3 else None)
+        lp, lengths = random_batch(rng, batch, g.num_tokens)
+        boosts = [{"w1": 2.0}] + [{}] * (batch - 1)
+        for dtype in (torch.float32, torch.float16):
+            x = lp.to(dtype)
+            monkeypatch.setenv("BEAMDEC_LATTICE_PERSISTENT", "0")
+            plain = WfstDecoder(g, cfg, "cuda").decode_lattice(x.cuda(), lengths, boosts=boosts)
+            monkeypatch.setenv("BEAMDEC_LATTICE_PERSISTENT", "1")
+            pers = WfstDecoder(g, cfg, "cuda").decode_lattice(x.cuda(), lengths, boosts=boosts)
+            cpu = WfstDecoder(g, cfg, "cpu").decode_lattice(x, lengths, boosts=boosts)
+            assert pers.overflow == plain.overflow, (gi, str(dtype))
+            assert_same_lattices(pers, plain, (gi, str(dtype), "plain"))
+            assert all(o == 0 for o in pers.overflow), pers.overflow  # rescued when the frontier was 8
+            assert_same_lattices(pers, cpu, (gi, str(dtype), "cpu"))
+
+
 def test_gpu_lattices_with_boosts_and_mbr_equal_cpu():
     rng = np.random.default_rng(7)
     g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="all")

@@ -79,11 +79,48 @@ size_t carve(char* base, int32_t B, int32_t N, const LatticeCapacities& c, Works
   return off;
 }
 
+// BEAMDEC_LATTICE_PERSISTENT=1 (opt-in, compile-checked only so far; read on every call): the forward pass as one
+// cooperative launch of persistent_kernel (wfst_lattice_kernels.cuh) instead of ~16 launches a frame. Its grid is
+// every block that can be resident at once (occupancy x SMs), at most the larger of the plain grids. Returns false
+// with nothing enqueued (CUDA error state cleared) when the device or the launch refuses; enqueue then launches.
+bool persistent_selected() {
+  const char* v = std::getenv("BEAMDEC_LATTICE_PERSISTENT");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+template <bool kWarpWalk, typename scalar_t>
+bool launch_persistent(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, const scalar_t* lp,
+                       const int32_t* lengths, const int32_t* bk, const float* bv, int32_t bc, LatticeOutputs out,
+                       int32_t max_length, int32_t passes, int32_t lane_blocks, int32_t lane_x, cudaStream_t stream) {
+  using namespace lattice_kernels;
+  int device = 0, coop = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !coop ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return cudaGetLastError(), false;
+  static const int blocks_per_sm = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, persistent_kernel<kWarpWalk, scalar_t>, kThreads, 0) !=
+        cudaSuccess)
+      cudaGetLastError(), n = 0;
+    return n;
+  }();
+  if (blocks_per_sm <= 0) return false;
+  const int64_t most = std::max<int64_t>(lane_blocks, static_cast<int64_t>(lane_x) * P.B);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(static_cast<int64_t>(blocks_per_sm) * sms, most))),
+      block(kThreads);
+  void* args[] = {&ws, &P, &g, &opt, &lp, &lengths, &bk, &bv, &bc, &out, &max_length, &passes, &lane_blocks, &lane_x};
+  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&persistent_kernel<kWarpWalk, scalar_t>), grid, block,
+                                  args, 0, stream) != cudaSuccess)
+    return cudaGetLastError(), false;
+  return true;
+}
+
 template <bool kWarpWalk, typename scalar_t>
 cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const LatticeCapacities& caps, const scalar_t* lp,
                     int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length, const int32_t* bk,
                     const float* bv, int32_t bc, void* workspace, const LatticeOutputs& out, int32_t walk_items,
-                    cudaStream_t stream) {
+                    bool persistent, cudaStream_t stream) {
   using namespace lattice_kernels;
   Workspace ws;
   carve(static_cast<char*>(workspace), B, g.num_states, caps, &ws);
@@ -100,6 +137,9 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Lattic
     return err;
   const dim3 lanes_grid((B + kThreads - 1) / kThreads), per_lane(blocks_per_lane(B), B);
   const int32_t passes = g.has_eps ? opt.eps_iterations : 0;
+  if (persistent && launch_persistent<kWarpWalk, scalar_t>(ws, P, g, opt, lp, lengths, bk, bv, bc, out, max_length,
+                                                           passes, lanes_grid.x, per_lane.x, stream))
+    return cudaGetLastError();
 
   auto closure_and_commit = [&](int32_t frame) {
     if (g.has_eps) {
@@ -162,10 +202,11 @@ cudaError_t lattice_forward(const DeviceGraph& graph, const SearchOptions& opt, 
   if (batch == 0) return cudaSuccess;
   const Walk walk = walk_selected(batch);
   const int32_t walk_items = walk == Walk::kAdaptive ? 0 : 32;  // Sizes::walk_items
+  const bool persistent = persistent_selected();
   auto run = [&](auto warp_walk, const auto* lp) {
     return enqueue<decltype(warp_walk)::value>(graph, opt, caps, lp, batch, frames, vocab, lengths, max_length,
                                                boost_keys, boost_values, boost_capacity, workspace, out, walk_items,
-                                               stream);
+                                               persistent, stream);
   };
   const bool warp = walk != Walk::kToken;
   if (is_half)

@@ -13,6 +13,9 @@
 #                                                      SM, persistent + 1; lattice at batch 1 / 200 token / warp /
 #                                                      adaptive, dense / hash                                ~6 min
 #   PART=both                                          the two in one call, the sanitizers left out (DEADLINE_S 540)
+#   PART=lattice                                       session 7's opt-in BEAMDEC_LATTICE_PERSISTENT=1 (the lattice
+#                                                      forward pass as one cooperative kernel): lattice gpu tests,
+#                                                      sanitizers, lattice / MBR A/B and the MBR bench with it ~8 min
 # Then: make the winners the defaults where they win (reports/measurements/README.md, pending runs). Results as
 # eval/bench/wfst_lattice_gpu_run.sh's ($OUT/summary.txt, $OUT/results.tar.gz).
 set -uo pipefail
@@ -25,6 +28,17 @@ AB_BEST='for v in "" BEAMDEC_WFST_PERSISTENT=1 BEAMDEC_WFST_BLOCKS_PER_SM=1 BEAM
         --batch 1 32 200 --b1-utts 20 --utts 200 --output-dir $OUT/runs --run "tiny_best_$tag" 2>&1 | grep -E " wall "
     done'
 TESTS="tests/test_wfst_gpu.py tests/test_wfst_lattice_gpu.py"
+AB_LATTICE='for v in "" BEAMDEC_LATTICE_PERSISTENT=1; do
+      for output in lattice mbr; do
+        tag=${v:+persistent}; tag=${tag:-launches}
+        echo "== $output ${v:-launches}"
+        env $v python3 -m eval.bench.wfst_profile --scale tiny --kind bpe --set other --output $output \
+          --graph-dir compact=$G/compact --batch 1 200 --b1-utts 20 --utts 200 --output-dir $OUT/runs \
+          --run "tiny_${output}_$tag" 2>&1 | grep -E " wall "
+      done
+    done
+    SKIP_TESTS=1 SANITIZERS="" PROFILES="" BEAMDEC_LATTICE_PERSISTENT=1 OUT=$OUT/persistent_mbr \
+      bash eval/bench/wfst_lattice_gpu_run.sh | grep -E "x riva|^\| compact"' 
 case ${PART:-} in
   tests)
     GPU_TESTS=$TESTS PROFILES="" SKIP_MBR=1 exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
@@ -33,5 +47,10 @@ case ${PART:-} in
   both)  # the tests without the sanitizers (they run after the defaults change), then the A/B, in one call
     GPU_TESTS=$TESTS SANITIZERS="" SKIP_MBR=1 PROFILES=$AB_PROFILES EXTRA_BENCH=$AB_BEST DEADLINE_S=${DEADLINE_S:-540} \
       exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
-  *) echo "PART must be tests, ab or both, got '${PART:-}'"; exit 2 ;;
+  lattice)  # session 7's opt-in persistent lattice forward pass (BEAMDEC_LATTICE_PERSISTENT=1): every lattice gpu
+            # test (its own test, and the memory tests on their new inputs), memcheck + racecheck over the smoke (which
+            # runs it), then the A/B of lattice / MBR profiles and the MBR bench vs Riva with it
+    GPU_TESTS=tests/test_wfst_lattice_gpu.py PROFILES="" SKIP_MBR=1 EXTRA_BENCH=$AB_LATTICE DEADLINE_S=${DEADLINE_S:-540} \
+      exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
+  *) echo "PART must be tests, ab, both or lattice, got '${PART:-}'"; exit 2 ;;
 esac

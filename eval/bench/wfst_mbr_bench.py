@@ -104,7 +104,8 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
     backend = ({"lattice_backend": "cpu" if not device.startswith("cuda") or
                 os.environ.get("BEAMDEC_WFST_LATTICE_BACKEND", "").lower() == "cpu" else "cuda",
                 "lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "adaptive",
-                "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "default"}
+                "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "default",
+                "lattice_persistent": os.environ.get("BEAMDEC_LATTICE_PERSISTENT") or "0"}
                if name == "wfst" and output != "best" else {})
     if name == "wfst":
         cfg = {"graph": "TLG", "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,

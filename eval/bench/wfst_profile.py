@@ -115,7 +115,8 @@ def main(argv=None) -> int:
     # (unset: "adaptive" and "default", the size rule of decoders/csrc/wfst_lattice_cuda.cpp lattice_map_slots; the
     # 1-best's persistent step loop "1" unless BEAMDEC_WFST_PERSISTENT=0)
     walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "adaptive",
-            "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "default"} if args.output != "best" else \
+            "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "default",
+            "lattice_persistent": os.environ.get("BEAMDEC_LATTICE_PERSISTENT") or "0"} if args.output != "best" else \
         {"persistent": "0" if os.environ.get("BEAMDEC_WFST_PERSISTENT") == "0" else "1",
          **({"blocks_per_sm": os.environ["BEAMDEC_WFST_BLOCKS_PER_SM"]}
             if os.environ.get("BEAMDEC_WFST_BLOCKS_PER_SM") else {})}

@@ -1,5 +1,6 @@
 """Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs; the default
-persistent kernel and the per-kernel launches, BEAMDEC_WFST_PERSISTENT=0) and lattice decode
+persistent kernel and the per-kernel launches, BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map, and
+the opt-in persistent forward pass, BEAMDEC_LATTICE_PERSISTENT=1)
 (forward pass + device prune, with a capacity rescue) for compute-sanitizer runs.
 
     BEAMDEC_COMPONENTS=wfst compute-sanitizer --tool memcheck python -m eval.bench.wfst_smoke
@@ -56,6 +57,16 @@ def main() -> None:
                           int(lats.arcs.shape[0]))
         os.environ.pop("BEAMDEC_LATTICE_MAP", None)
         os.environ.pop("BEAMDEC_LATTICE_WALK", None)
+        os.environ["BEAMDEC_LATTICE_PERSISTENT"] = "1"  # the forward pass as one cooperative kernel (opt-in)
+        for walk in ("token", "adaptive"):
+            os.environ["BEAMDEC_LATTICE_WALK"] = walk
+            lats = WfstDecoder(g, WfstDecoderConfig(output_beam=6.0, frontier_capacity=4, candidate_factor=1,
+                                                    max_rescues=2), "cuda").decode_lattice(lp, [12, 0, 1, 7],
+                                                                                            boosts=[{3: 1.0}, {}, None, {}])
+            print("lattice persistent", walk, "eps" if eps else "noeps", lats.has_path, lats.overflow,
+                  int(lats.arcs.shape[0]))
+        os.environ.pop("BEAMDEC_LATTICE_PERSISTENT")
+        os.environ.pop("BEAMDEC_LATTICE_WALK")
     torch.cuda.synchronize()
     print("smoke ok")
 
