@@ -37,8 +37,12 @@ AB_LATTICE='for v in "" BEAMDEC_LATTICE_PERSISTENT=1; do
           --run "tiny_${output}_$tag" 2>&1 | grep -E " wall "
       done
     done
-    SKIP_TESTS=1 SANITIZERS="" PROFILES="" BEAMDEC_LATTICE_PERSISTENT=1 OUT=$OUT/persistent_mbr \
-      bash eval/bench/wfst_lattice_gpu_run.sh | grep -E "x riva|^\| compact"' 
+    for v in BEAMDEC_LATTICE_PERSISTENT=0 BEAMDEC_LATTICE_PERSISTENT=1; do
+      echo "== MBR bench $v"
+      env $v python3 -m eval.bench.wfst_mbr_bench --scale tiny --kind bpe --set other --max-utts 200 --batch 200 \
+        --graph-dir compact=$G/compact --output-dir $OUT/runs --run "tiny_b200_${v##*=}" \
+        $( [ "${v##*=}" = 0 ] && echo --decoders wfst ) 2>&1 | tee "$OUT/mbr_bench_${v##*=}.log" | grep -E "^\| compact"
+    done' 
 case ${PART:-} in
   tests)
     GPU_TESTS=$TESTS PROFILES="" SKIP_MBR=1 exec bash eval/bench/wfst_lattice_gpu_run.sh ;;
