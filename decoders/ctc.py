@@ -51,13 +51,12 @@ shared memory) is an opt-in of the one-warp kernel. Reproduce the numbers with
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
 
-from decoders.types import Hypothesis
+from decoders.types import Hypothesis, check_prefix_search_options
 
 MAX_BEAM_SIZE = 128
 STREAMING_MAX_SEQ_LEN = 1000  # tokens per stream; flat state = 4*(16 + 9*beam) + 2*beam*max_seq_len bytes
@@ -96,13 +95,7 @@ class CtcBeamSearchConfig:
     def __post_init__(self):
         if not isinstance(self.beam_size, int) or not 1 <= self.beam_size <= MAX_BEAM_SIZE:
             raise ValueError(f"beam_size must be an int in [1, {MAX_BEAM_SIZE}], got {self.beam_size!r}")
-        if not isinstance(self.blank_id, int) or self.blank_id < 0:
-            raise ValueError(f"blank_id must be a non-negative int, got {self.blank_id!r}")
-        if not isinstance(self.nbest, int) or not 1 <= self.nbest <= self.beam_size:
-            raise ValueError(f"nbest must be an int in [1, beam_size={self.beam_size}], got {self.nbest!r}")
-        thr = float(self.blank_skip_threshold)
-        if math.isnan(thr) or thr < 0.0:
-            raise ValueError(f"blank_skip_threshold must be a probability >= 0 (>= 1 disables), got {thr}")
+        check_prefix_search_options(self.blank_id, self.nbest, self.beam_size, self.blank_skip_threshold)
         if self.max_seq_len is not None and (not isinstance(self.max_seq_len, int) or self.max_seq_len < 1):
             raise ValueError(f"max_seq_len must be None or a positive int, got {self.max_seq_len!r}")
         if not isinstance(self.page_size, int) or not 1 <= self.page_size <= 4096:

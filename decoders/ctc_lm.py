@@ -59,7 +59,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from decoders.types import Hypothesis
+from decoders.types import Hypothesis, check_prefix_search_options
 
 NEG_INF = float("-inf")
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
@@ -807,13 +807,7 @@ class CtcLmConfig:
                 raise ValueError(f"{k} must be a finite number, got {v!r}")
         if self.lm_weight < 0:
             raise ValueError(f"lm_weight must be >= 0, got {self.lm_weight}")
-        if not isinstance(self.blank_id, int) or self.blank_id < 0:
-            raise ValueError(f"blank_id must be a non-negative int, got {self.blank_id!r}")
-        if not isinstance(self.nbest, int) or not 1 <= self.nbest <= self.beam_size:
-            raise ValueError(f"nbest must be an int in [1, beam_size={self.beam_size}], got {self.nbest!r}")
-        thr = float(self.blank_skip_threshold)
-        if math.isnan(thr) or thr < 0.0:
-            raise ValueError(f"blank_skip_threshold must be a probability >= 0 (>= 1 disables), got {thr}")
+        check_prefix_search_options(self.blank_id, self.nbest, self.beam_size, self.blank_skip_threshold)
         if self.kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {list(KERNELS)}, got {self.kernel!r}")
 

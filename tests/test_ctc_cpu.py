@@ -427,3 +427,21 @@ def test_decode_chunk_batch_refuses_the_same_state_twice(ops):
         dec.decode_chunk_batch([lp, lp], [st, alias])
     with pytest.raises(ValueError, match="same state"):  # the op checks it too
         ops.ctc_decode_chunk_batched([st.tensor, alias.tensor], torch.cat([lp, lp]), None, 3, 0, 16, 0, 0)
+
+
+@pytest.mark.parametrize("make", ["ctc", "ctc_lm"])
+def test_prefix_search_configs_share_their_option_checks(make):
+    """CtcBeamSearchConfig and CtcLmConfig reject the same bad shared options with the same one-line errors (one
+    check, decoders.types.check_prefix_search_options)."""
+    from decoders.ctc_lm import CtcLmConfig
+
+    cls = CtcBeamSearchConfig if make == "ctc" else CtcLmConfig
+    for kwargs, msg in (({"blank_id": -1}, "blank_id must be a non-negative int"),
+                        ({"blank_id": 1.0}, "blank_id must be a non-negative int"),
+                        ({"beam_size": 4, "nbest": 5}, r"nbest must be an int in \[1, beam_size=4\]"),
+                        ({"nbest": 0}, "nbest must be an int"),
+                        ({"blank_skip_threshold": float("nan")}, "blank_skip_threshold must be a probability"),
+                        ({"blank_skip_threshold": -0.1}, "blank_skip_threshold must be a probability")):
+        with pytest.raises(ValueError, match=msg):
+            cls(**kwargs)
+    assert cls(beam_size=4, nbest=4, blank_skip_threshold=1.0).nbest == 4

@@ -385,6 +385,20 @@ def run_isolated(run: BenchRun, fn, *args, crash_row: dict):
     return out
 
 
+def graph_dirs_arg(ap, specs) -> list[tuple[str, Path]]:
+    """--graph-dir NAME=DIR values (repeatable) as (name, directory) pairs; a one-line argparse error for none, a
+    missing name or '=', or a directory that does not exist."""
+    if not specs:
+        ap.error("give at least one --graph-dir NAME=DIR")
+    out = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not Path(path).is_dir():
+            ap.error(f"--graph-dir expects NAME=DIR with an existing directory, got {spec!r}")
+        out.append((name, Path(path)))
+    return out
+
+
 def add_isolation_options(ap, what: str = "row") -> None:
     """--isolate / --in-process for a benchmark that measures decoders vs competitors (see run_isolated); the
     default (args.isolate None) is resolved by `isolation_default`."""

@@ -44,8 +44,8 @@ from typing import Optional
 import torch
 
 from eval.bench.common import (
-    BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, isolation_default, print_rows,
-    run_isolated, workload_set,
+    BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, graph_dirs_arg, isolation_default,
+    print_rows, run_isolated, workload_set,
 )
 
 # The paper's settings, shared by ours and Riva so both search the same beam (Riva: default_beam/lattice_beam)
@@ -162,14 +162,7 @@ def main(argv=None) -> int:
         data.save(args.dump_lp)
         print(f"wrote {args.dump_lp} ({len(data)} utterances, V={data.vocab_size})")
         return 0
-    if not args.graph_dir:
-        ap.error("give at least one --graph-dir NAME=DIR")
-    graph_dirs = []
-    for spec in args.graph_dir:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not Path(path).is_dir():
-            ap.error(f"--graph-dir expects NAME=DIR with an existing directory, got {spec!r}")
-        graph_dirs.append((name, Path(path)))
+    graph_dirs = graph_dirs_arg(ap, args.graph_dir)
     data = data.head(min(args.max_utts, len(data)))
     run = BenchRun(args.experiment, args.run or args.scale, config={
         "benchmark": "eval.bench.wfst_bench", "scale": args.scale, "set": data.dataset, "utterances": len(data),

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.bench.common import BenchRun, LogProbSet, Pass
+from eval.bench.common import BenchRun, LogProbSet, Pass, graph_dirs_arg
 from eval.metrics import MemoryProbe, Stopwatch
 
 
@@ -94,10 +94,7 @@ def main(argv=None) -> int:
         "utterances": len(data), "chunk": args.chunk}, output_dir=args.output_dir)
     per_utt: dict = {}
     run.extra["search_stats.json"] = per_utt
-    for spec in args.graph_dir:
-        name, sep, path = spec.partition("=")
-        if not sep or not Path(path).is_dir():
-            ap.error(f"--graph-dir expects NAME=DIR with an existing directory, got {spec!r}")
+    for name, path in graph_dirs_arg(ap, args.graph_dir):
         for kind in args.graphs:
             if not (Path(path) / f"{kind}.bin").is_file():
                 continue

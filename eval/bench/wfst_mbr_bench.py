@@ -39,8 +39,8 @@ import torch
 
 from decoders.types import Hypothesis
 from eval.bench.common import (
-    BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, isolation_default, print_rows,
-    run_isolated, workload_set,
+    BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, graph_dirs_arg, isolation_default,
+    print_rows, run_isolated, workload_set,
 )
 from eval.bench.wfst_bench import MAX_ACTIVE, OUTPUT_BEAM, SEARCH_BEAM
 
@@ -163,14 +163,7 @@ def main(argv=None) -> int:
     if args.batch <= 0:
         ap.error(f"--batch must be positive, got {args.batch}")
     isolation_default(args)
-    if not args.graph_dir:
-        ap.error("give at least one --graph-dir NAME=DIR")
-    graph_dirs = []
-    for spec in args.graph_dir:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not Path(path).is_dir():
-            ap.error(f"--graph-dir expects NAME=DIR with an existing directory, got {spec!r}")
-        graph_dirs.append((name, Path(path)))
+    graph_dirs = graph_dirs_arg(ap, args.graph_dir)
     data = LogProbSet.load(args.lp_file) if args.lp_file else workload_set(args.scale, args.kind, args.set,
                                                                            args.max_utts)
     data = data.head(min(args.max_utts, len(data)))

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from eval.adapters.base import pop_stats
-from eval.bench.common import BenchRun, LogProbSet, Pass, release_device_memory
+from eval.bench.common import BenchRun, LogProbSet, Pass, graph_dirs_arg, release_device_memory
 from eval.metrics import MemoryProbe, Stopwatch
 
 
@@ -120,10 +120,7 @@ def main(argv=None) -> int:
         {"persistent": "0" if os.environ.get("BEAMDEC_WFST_PERSISTENT") == "0" else "1",
          **({"blocks_per_sm": os.environ["BEAMDEC_WFST_BLOCKS_PER_SM"]}
             if os.environ.get("BEAMDEC_WFST_BLOCKS_PER_SM") else {})}
-    for spec in args.graph_dir:
-        name, sep, d = spec.partition("=")
-        if not sep or not Path(d).is_dir():
-            ap.error(f"--graph-dir expects NAME=DIR with an existing directory, got {spec!r}")
+    for name, d in graph_dirs_arg(ap, args.graph_dir):
         dec = build_decoder("wfst", cfg, DecodingContext(tokens=data.token_set(), device="cuda", graph_dir=Path(d)))
         if args.output == "lattice":
             from eval.bench.wfst_mbr_bench import WfstLatticeBestAdapter
