@@ -230,7 +230,9 @@ def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str
     ax_r.set_xscale("log")
     log_rtfx_axis(ax_r, "x")
     ax_r.set_xlabel("RTFx (decoder only, log)")
-    ax_r.legend(fontsize=8, loc="lower right")
+    # room for the printed magnitudes right of the longest bar, the legend in that margin's corner above the bars
+    ax_r.set_xlim(right=max(max(p.ours.rtfx_decoder, p.theirs.rtfx_decoder) for p in pairs) * 3.0)
+    ax_r.legend(fontsize=8, loc="upper right", framealpha=0.9)
     ratios = [p.ratio for p in pairs]
     bars = ax_q.barh(y, ratios, 0.6, color=["tab:green" if q >= 1 else "tab:red" for q in ratios])
     ax_q.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
