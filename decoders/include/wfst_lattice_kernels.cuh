@@ -141,8 +141,8 @@ __device__ __forceinline__ int32_t take_index(int32_t* ctr) {
   }
 }
 
-// The state map. Dense (P.H == 0): state d of lane b is entry b * N + d. Hashed (P.H > 0, opt-in
-// BEAMDEC_LATTICE_MAP=hash, compile-checked only so far): lane b's H entries, open addressing with linear probing on
+// The state map. Dense (P.H == 0): state d of lane b is entry b * N + d. Hashed (P.H > 0: BEAMDEC_LATTICE_MAP=hash, or
+// the default once the batch's dense maps pass 1 GiB; gpu-tested on the H200 in session 7): lane b's H entries, open addressing with linear probing on
 // key d + 1 (0 = free), at most kMapProbes probes; the frame's entries are freed one by one by clear_kernel (every
 // entry of a frame belongs to one of its tokens, so the table is empty again after it: no tombstones). Both give the
 // same claims, so the same tokens, scores and arcs.
@@ -251,10 +251,10 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 //
 // Items per warp: `per_warp` (32: the walk above), or with per_warp = 0 as few as spread the lane's items over all of
-// its warps (ceil(count / warps), 1..32; opt-in BEAMDEC_LATTICE_WALK=adaptive, compile-checked only so far). The likely
-// reason the fixed 32 loses at small batches: it leaves most of a lane's warps idle (batch 1: expand 22.8 us per launch
-// vs 6.5 us for one item per warp, reports/evidence/h200_2026-12-02/README_session6.md). Threads past the warp's `k`
-// items hold no arcs.
+// its warps (ceil(count / warps), 1..32; the default walk since session 7, BEAMDEC_LATTICE_WALK=adaptive). The fixed 32
+// lost at small batches because it leaves most of a lane's warps idle (batch 1: expand 22.8 us per launch vs 6.5 us
+// for one item per warp, reports/evidence/h200_2026-12-02/README_session6.md); adaptive is within 2 % of one item per
+// warp at batch 1 and the fastest at 200 (README_session7.md). Threads past the warp's `k` items hold no arcs.
 template <typename ItemFn, typename ArcFn>
 __device__ __forceinline__ void warp_walk_arcs(const Blk& blk, int32_t count, int32_t per_warp, ItemFn item,
                                                ArcFn on_arc) {

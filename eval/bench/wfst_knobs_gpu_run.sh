@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU-host calls for the opt-in WFST knobs written in session 6 (issues 14 and 16), compile-checked until these run:
+# GPU-host calls for the WFST knobs written in session 6 (issues 14 and 16), first run in session 7 (PART=both; the
+# winners became the defaults: reports/evidence/h200_2026-12-02/README_session7.md) -- the knobs as they were then:
 #   BEAMDEC_WFST_PERSISTENT=1      the 1-best step loop as one cooperative kernel (decoders/csrc/wfst_launch.cu)
 #   BEAMDEC_WFST_BLOCKS_PER_SM=n   a smaller 1-best walk grid
 #   BEAMDEC_LATTICE_WALK=adaptive  the lattice kernels' warp walk with adaptive items per warp
