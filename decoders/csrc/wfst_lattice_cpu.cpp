@@ -251,6 +251,19 @@ class Mbr {
     for (size_t i = 0; i < arcs_.size(); ++i)
       arc_word_[i] =
           static_cast<int32_t>(std::lower_bound(words_.begin(), words_.end(), arcs_[i].word) - words_.begin());
+    // alpha (log forward) and each arc's share of its end node's forward mass, exp(alpha(s) + ll - alpha(n)): they
+    // do not depend on the hypothesis, so they are computed once here, where Kaldi's EditDistance recomputes them in
+    // every iteration (and AccStats the shares again) -- the same expressions, so the same doubles
+    alpha_.assign(static_cast<size_t>(N_) + 1, kNegInfD);
+    if (N_ >= 1) alpha_[1] = 0.0;
+    for (int32_t n = 2; n <= N_; ++n) {
+      double alpha_n = kNegInfD;
+      for (int32_t i : pre_[n]) alpha_n = LogAdd(alpha_n, alpha_[arcs_[i].start_node] + arcs_[i].loglike);
+      alpha_[n] = alpha_n;
+    }
+    share_.resize(arcs_.size());
+    for (int32_t n = 2; n <= N_; ++n)
+      for (int32_t i : pre_[n]) share_[i] = std::exp(alpha_[arcs_[i].start_node] + arcs_[i].loglike - alpha_[n]);
   }
 
   static double LogAdd(double a, double b) {
@@ -342,22 +355,17 @@ class Mbr {
   // comparisons of Kaldi's AccStats, which recomputes them), so AccStats' backward pass reads them instead.
   double EditDistance(int32_t Q, std::vector<double>& alpha_dash, std::vector<double>& alpha_dash_arc) {
     const int32_t W = Q + 1;
-    alpha_.assign(static_cast<size_t>(N_) + 1, kNegInfD);
     alpha_dash.assign(static_cast<size_t>(N_ + 1) * W, 0.0);
-    alpha_[1] = 0.0;
     alpha_dash[1 * W + 0] = 0.0;
     for (int32_t q = 1; q <= Q; ++q) alpha_dash[1 * W + q] = alpha_dash[1 * W + q - 1] + l(0, r(q));
     const std::vector<double> ins = insertion_costs(Q);
     b_arc_.resize(arcs_.size() * static_cast<size_t>(W));
     for (int32_t n = 2; n <= N_; ++n) {
-      double alpha_n = kNegInfD;
-      for (int32_t i : pre_[n]) alpha_n = LogAdd(alpha_n, alpha_[arcs_[i].start_node] + arcs_[i].loglike);
-      alpha_[n] = alpha_n;
       double* dst = alpha_dash.data() + static_cast<size_t>(n) * W;
       for (int32_t i : pre_[n]) {
         const Arc& arc = arcs_[i];
         const int32_t s_a = arc.start_node, w_a = arc.word;
-        const double post = std::exp(alpha_[s_a] + arc.loglike - alpha_[n]);
+        const double post = share_[i];
         const double* src = alpha_dash.data() + static_cast<size_t>(s_a) * W;
         char* b = b_arc_.data() + static_cast<size_t>(i) * W;
         const double del = l(w_a, 0, true);  // the arc's word against no reference word
@@ -404,10 +412,9 @@ class Mbr {
       for (int32_t i : pre_[n]) {
         const Arc& arc = arcs_[i];
         const int32_t s_a = arc.start_node, wi_a = arc_word_[i];
-        const double p_a = arc.loglike;
         const char* b_arc = b_arc_.data() + static_cast<size_t>(i) * W;  // recorded by EditDistance
         std::fill(beta_dash_arc.begin(), beta_dash_arc.end(), 0.0);
-        const double post = std::exp(alpha_[s_a] + p_a - alpha_[n]);
+        const double post = share_[i];
         for (int32_t q = Q; q >= 1; --q) {
           beta_dash_arc[q] += post * beta_dash[n * W + q];
           switch (b_arc[q]) {
@@ -468,6 +475,7 @@ class Mbr {
   std::vector<std::vector<int32_t>> pre_;
   std::vector<int32_t> words_;     // distinct word labels of the arcs, sorted, 0 first
   std::vector<int32_t> arc_word_;  // per arc: its word's index in words_
+  std::vector<double> share_;      // per arc: exp(alpha(start) + loglike - alpha(end)), fixed for the lattice
   std::vector<int32_t> R_;
   std::vector<double> alpha_;
   std::vector<char> b_arc_;  // per arc x position: the edit operation EditDistance chose (AccStats reads it)
