@@ -353,36 +353,36 @@ class Mbr {
   // node's prefixes to R's first q symbols). Returns the expected loss. Also records, per arc and position q, which
   // of the three edit operations attains the minimum (b_arc_: 1 substitution/match, 2 deletion, 3 insertion; the
   // comparisons of Kaldi's AccStats, which recomputes them), so AccStats' backward pass reads them instead.
-  double EditDistance(int32_t Q, std::vector<double>& alpha_dash, std::vector<double>& alpha_dash_arc) {
+  double EditDistance(int32_t Q, std::vector<double>& alpha_dash) {
     const int32_t W = Q + 1;
     alpha_dash.assign(static_cast<size_t>(N_ + 1) * W, 0.0);
     alpha_dash[1 * W + 0] = 0.0;
     for (int32_t q = 1; q <= Q; ++q) alpha_dash[1 * W + q] = alpha_dash[1 * W + q - 1] + l(0, r(q));
-    const std::vector<double> ins = insertion_costs(Q);
+    const std::vector<double> ins_v = insertion_costs(Q);
     b_arc_.resize(arcs_.size() * static_cast<size_t>(W));
+    // restrict: the rows of a start node and an end node never overlap (start < end), and the op codes are a
+    // separate array -- without it every char store of an op forces the doubles and R to be read again
+    const double* __restrict__ ins = ins_v.data();
+    const int32_t* __restrict__ R = R_.data();  // r(q) = R[q - 1]
     for (int32_t n = 2; n <= N_; ++n) {
-      double* dst = alpha_dash.data() + static_cast<size_t>(n) * W;
+      double* __restrict__ dst = alpha_dash.data() + static_cast<size_t>(n) * W;
       for (int32_t i : pre_[n]) {
         const Arc& arc = arcs_[i];
         const int32_t s_a = arc.start_node, w_a = arc.word;
         const double post = share_[i];
-        const double* src = alpha_dash.data() + static_cast<size_t>(s_a) * W;
-        char* b = b_arc_.data() + static_cast<size_t>(i) * W;
+        const double* __restrict__ src = alpha_dash.data() + static_cast<size_t>(s_a) * W;
+        char* __restrict__ b = b_arc_.data() + static_cast<size_t>(i) * W;
         const double del = l(w_a, 0, true);  // the arc's word against no reference word
-        double prev = alpha_dash_arc[0] = src[0] + del;
+        double prev = src[0] + del;
         dst[0] += post * prev;
         for (int32_t q = 1; q <= Q; ++q) {
-          const double a1 = src[q - 1] + l(w_a, r(q)), a2 = src[q] + del, a3 = prev + ins[q];
-          char op;
-          if (a1 <= a2) {
-            op = a1 <= a3 ? 1 : 3;
-            prev = a1 <= a3 ? a1 : a3;
-          } else {
-            op = a2 <= a3 ? 2 : 3;
-            prev = a2 <= a3 ? a2 : a3;
-          }
-          b[q] = op;
-          alpha_dash_arc[q] = prev;
+          const double a1 = src[q - 1] + l(w_a, R[q - 1]), a2 = src[q] + del, a3 = prev + ins[q];
+          // the minimum of the three, ties to the earlier (a1, then a2), as selects rather than branches
+          const bool c12 = a1 <= a2;
+          const double m12 = c12 ? a1 : a2;
+          const bool c3 = m12 <= a3;
+          prev = c3 ? m12 : a3;
+          b[q] = c3 ? (c12 ? 1 : 2) : 3;
           dst[q] += post * prev;
         }
       }
@@ -393,8 +393,7 @@ class Mbr {
   // Kaldi MinimumBayesRisk::AccStats: gamma_ (sausage posteriors per position of R) and times_.
   void AccStats() {
     const int32_t Q = static_cast<int32_t>(R_.size()), W = Q + 1;
-    std::vector<double> alpha_dash, alpha_dash_arc(W), beta_dash(static_cast<size_t>(N_ + 1) * W, 0.0),
-        beta_dash_arc(W);
+    std::vector<double> alpha_dash, beta_dash(static_cast<size_t>(N_ + 1) * W, 0.0), beta_dash_arc(W);
     // gamma(q, w) over the lattice's words (Kaldi: a map per position; the same sums in the same order, and the
     // entries a map would hold are the touched ones, read back in increasing word id)
     const size_t K = words_.size();
@@ -406,37 +405,52 @@ class Mbr {
       touched[j] = 1;
     };
     std::vector<double> tau_b(W, 0.0), tau_e(W, 0.0);
-    EditDistance(Q, alpha_dash, alpha_dash_arc);
+    EditDistance(Q, alpha_dash);
     beta_dash[N_ * W + Q] = 1.0;
+    // the backward sweep over restrict pointers: rows n (read) and s_a < n (written) never overlap, nor do the
+    // statistics arrays; the same additions in the same order as through the vectors
+    double* __restrict__ bda = beta_dash_arc.data();
+    double* __restrict__ gam = gamma.data();
+    char* __restrict__ tch = touched.data();
+    double* __restrict__ tb = tau_b.data();
+    double* __restrict__ te = tau_e.data();
     for (int32_t n = N_; n >= 2; --n) {
+      const double* __restrict__ bn = beta_dash.data() + static_cast<size_t>(n) * W;
+      const double t_n = state_times_[n];
       for (int32_t i : pre_[n]) {
         const Arc& arc = arcs_[i];
-        const int32_t s_a = arc.start_node, wi_a = arc_word_[i];
-        const char* b_arc = b_arc_.data() + static_cast<size_t>(i) * W;  // recorded by EditDistance
-        std::fill(beta_dash_arc.begin(), beta_dash_arc.end(), 0.0);
+        const int32_t s_a = arc.start_node;
+        const size_t wi_a = static_cast<size_t>(arc_word_[i]);
+        const char* __restrict__ b_arc = b_arc_.data() + static_cast<size_t>(i) * W;  // recorded by EditDistance
+        double* __restrict__ bs = beta_dash.data() + static_cast<size_t>(s_a) * W;
+        const double t_s = state_times_[s_a];
+        std::fill(bda, bda + W, 0.0);
         const double post = share_[i];
         for (int32_t q = Q; q >= 1; --q) {
-          beta_dash_arc[q] += post * beta_dash[n * W + q];
+          const double x = (bda[q] += post * bn[q]);
+          const size_t j = static_cast<size_t>(q) * K;
           switch (b_arc[q]) {
             case 1:
-              beta_dash[s_a * W + q - 1] += beta_dash_arc[q];
-              acc(q, wi_a, beta_dash_arc[q]);
-              tau_b[q] += state_times_[s_a] * beta_dash_arc[q];
-              tau_e[q] += state_times_[n] * beta_dash_arc[q];
+              bs[q - 1] += x;
+              gam[j + wi_a] += x;
+              tch[j + wi_a] = 1;
+              tb[q] += t_s * x;
+              te[q] += t_n * x;
               break;
             case 2:
-              beta_dash[s_a * W + q] += beta_dash_arc[q];
+              bs[q] += x;
               break;
             default:  // 3
-              beta_dash_arc[q - 1] += beta_dash_arc[q];
-              acc(q, 0, beta_dash_arc[q]);
-              tau_b[q] += state_times_[n] * beta_dash_arc[q];
-              tau_e[q] += state_times_[n] * beta_dash_arc[q];
+              bda[q - 1] += x;
+              gam[j] += x;
+              tch[j] = 1;
+              tb[q] += t_n * x;
+              te[q] += t_n * x;
               break;
           }
         }
-        beta_dash_arc[0] += post * beta_dash[n * W + 0];
-        beta_dash[s_a * W + 0] += beta_dash_arc[0];
+        bda[0] += post * bn[0];
+        bs[0] += bda[0];
       }
     }
     std::fill(beta_dash_arc.begin(), beta_dash_arc.end(), 0.0);
