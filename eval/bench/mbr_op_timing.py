@@ -1,0 +1,107 @@
+"""Diagnostic (not a benchmark row): where the MBR op's time goes on one machine's CPU, and whether a change to it
+kept its outputs bit for bit.
+
+The op (`wfst_lattice_mbr`, Kaldi's MinimumBayesRisk per lattice, decoders/csrc/wfst_lattice_cpu.cpp) runs on the
+host for both the CPU and the CUDA lattice paths, one lattice per thread, so on a many-core host a batch's MBR time
+is bounded by its largest lattice. This decodes the workload's lattices with the CPU reference (cached in
+--cache), then times the op on the whole batch (at the torch thread count) and on each lattice alone (one thread;
+best of 3 each, after the batch runs warmed the allocator and the thread pool),
+and with --save / --compare writes or checks every output tensor exactly:
+
+    python -m eval.bench.mbr_op_timing --save /tmp/mbr_before.pt          # before a change
+    python -m eval.bench.mbr_op_timing --compare /tmp/mbr_before.pt       # after it: "identical" or the first diff
+
+Session 7 (this 2-core machine, tiny BPE compact TLG, 200 'other', beam 17, output beam 8, acoustic scale 1: 882k
+arcs), the code before and after its two MBR commits, three alternating runs each (both builds cached, so no
+rebuild between them): batch op at 2 threads 323-359 ms before, 232-307 ms after; the per-lattice sums (526-662 vs
+440-608 ms) and the largest lattice alone (22,943 arcs: 58-83 vs 60-90 ms) vary too much here to separate. Outputs
+identical. (The figures in those commits' messages, "0.85-0.91 -> 0.66-0.77 s" and "234-258 -> 187-218 ms", came
+from a script that timed each lattice's first call, allocator and thread-pool warm-up included: not comparable.)
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eval.bench.common import workload_set
+
+
+def packed_lattices(scale: str, max_utts: int, cache: Path) -> dict:
+    if cache.is_file():
+        return torch.load(cache, weights_only=True)  # tensors only: this tool's own cache file
+    from decoders.graph import WfstGraph
+    from decoders.wfst import WfstDecoder, WfstDecoderConfig
+
+    data = workload_set(scale, "bpe", "other", max_utts)
+    g = WfstGraph.load(f"data/graphs/{scale}/bpe_blanklast/compact/TLG.bin")
+    cfg = WfstDecoderConfig(search_beam=17.0, output_beam=8.0, max_active=10000, acoustic_scale=1.0)
+    print(f"decoding {len(data)} lattices on the CPU (once; cached in {cache}) ...", flush=True)
+    lats = WfstDecoder(g, cfg, "cpu").decode_lattice(data.log_probs, data.lengths)
+    splits, words = g.aux_csr()
+    splits = np.asarray(splits, dtype=np.int64)
+    ga = lats.arcs[:, 2].numpy().astype(np.int64)
+    first = np.asarray(words, dtype=np.int64)[np.minimum(splits[ga], max(len(words) - 1, 0))]
+    label = np.where(np.diff(splits)[ga] == 0, 0, first).astype(np.int32)  # single-word arcs (the tiny TLG's)
+    d = {"ss": lats.state_splits, "st": lats.states, "asp": lats.arc_splits, "ar": lats.arcs,
+         "asc": lats.arc_scores, "lab": torch.from_numpy(label)}
+    torch.save(d, cache)
+    return d
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", default="tiny")
+    ap.add_argument("--max-utts", type=int, default=200)
+    ap.add_argument("--cache", type=Path, default=Path("data/lp/mbr_op_lattices.pt"))
+    ap.add_argument("--save", type=Path, help="write the op's outputs here")
+    ap.add_argument("--compare", type=Path, help="check the op's outputs against a --save file, exactly")
+    args = ap.parse_args(argv)
+    from decoders.wfst import _ops
+
+    args.cache.parent.mkdir(parents=True, exist_ok=True)
+    d = packed_lattices(args.scale, args.max_utts, args.cache)
+    op = _ops().wfst_lattice_mbr
+    full = (d["ss"], d["st"], d["asp"], d["ar"], d["asc"], d["lab"])
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        out = op(*full)
+        best = min(best, time.perf_counter() - t)
+    sizes = (d["asp"][1:] - d["asp"][:-1]).numpy()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    alone = []
+    for i in range(len(sizes)):
+        s0, s1, a0, a1 = (int(d["ss"][i]), int(d["ss"][i + 1]), int(d["asp"][i]), int(d["asp"][i + 1]))
+        one = (torch.tensor([0, s1 - s0]), d["st"][s0:s1].contiguous(), torch.tensor([0, a1 - a0]),
+               d["ar"][a0:a1].contiguous(), d["asc"][a0:a1].contiguous(), d["lab"][a0:a1].contiguous())
+        runs = []
+        for _ in range(3):
+            t = time.perf_counter()
+            op(*one)
+            runs.append(time.perf_counter() - t)
+        alone.append(min(runs))
+    torch.set_num_threads(threads)
+    alone = np.asarray(alone)
+    top = np.argsort(-alone)[:3]
+    print(f"{len(sizes)} lattices, {int(sizes.sum()):,} arcs: batch op {best * 1000:.1f} ms at {threads} threads "
+          f"(best of 3); one thread each (best of 3): sum {alone.sum() * 1000:.1f} ms, largest "
+          + ", ".join(f"{alone[i] * 1000:.1f} ms ({int(sizes[i]):,} arcs)" for i in top))
+    if args.save:
+        torch.save(list(out), args.save)
+        print(f"outputs written to {args.save}")
+    if args.compare:
+        ref = torch.load(args.compare, weights_only=True)
+        names = ("word_splits", "words", "times", "confidences", "arc_posteriors", "totals")
+        diff = [n for n, a, b in zip(names, ref, out) if not torch.equal(a, b)]
+        print("outputs identical to", args.compare if not diff else f"outputs DIFFER from {args.compare}: {diff}")
+        return 1 if diff else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
