@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 import threading
 import weakref
 from dataclasses import dataclass, field, replace
@@ -385,25 +386,31 @@ class WfstLattices:
         return results
 
     # ---- posteriors and MBR -----------------------------------------------------------------------------
+    def mbr_arc_labels(self) -> tuple[torch.Tensor, dict[int, tuple], int]:
+        """The MBR op's word label per lattice arc: (A,) int32 (0: no word, a word id, or for an arc with several
+        words one compound label >= graph.num_words), the compound labels' word tuples, and that base."""
+        splits, words = self.graph.aux_csr()
+        ga = self.arcs[:, 2].numpy().astype(np.int64)
+        n = np.diff(np.asarray(splits, dtype=np.int64))[ga] if ga.size else np.zeros(0, np.int64)
+        first = np.asarray(words, dtype=np.int64)[np.minimum(np.asarray(splits, dtype=np.int64)[ga],
+                                                             max(len(words) - 1, 0))] if ga.size and len(words) \
+            else np.zeros(ga.shape, np.int64)
+        label = np.where(n == 0, 0, first).astype(np.int64)
+        compounds: dict[tuple, int] = {}
+        base = self.graph.num_words
+        for j in np.nonzero(n > 1)[0].tolist():  # several words on one arc: one compound label
+            key = tuple(int(w) for w in words[splits[ga[j]]:splits[ga[j] + 1]])
+            label[j] = base + compounds.setdefault(key, len(compounds))
+        return torch.from_numpy(label.astype(np.int32)), {v: k for k, v in compounds.items()}, base
+
     def _mbr_all(self) -> tuple:
         if self._mbr_cache is None:
             from decoders.wfst import _ops
 
-            splits, words = self.graph.aux_csr()
-            ga = self.arcs[:, 2].numpy().astype(np.int64)
-            n = np.diff(np.asarray(splits, dtype=np.int64))[ga] if ga.size else np.zeros(0, np.int64)
-            first = np.asarray(words, dtype=np.int64)[np.minimum(np.asarray(splits, dtype=np.int64)[ga],
-                                                                 max(len(words) - 1, 0))] if ga.size and len(words) \
-                else np.zeros(ga.shape, np.int64)
-            label = np.where(n == 0, 0, first).astype(np.int64)
-            compounds: dict[tuple, int] = {}
-            base = self.graph.num_words
-            for j in np.nonzero(n > 1)[0].tolist():  # several words on one arc: one compound label
-                key = tuple(int(w) for w in words[splits[ga[j]]:splits[ga[j] + 1]])
-                label[j] = base + compounds.setdefault(key, len(compounds))
+            label, compounds, base = self.mbr_arc_labels()
             out = _ops().wfst_lattice_mbr(self.state_splits, self.states, self.arc_splits, self.arcs,
-                                          self.arc_scores, torch.from_numpy(label.astype(np.int32)))
-            self._mbr_cache = (out, {v: k for k, v in compounds.items()}, base)
+                                          self.arc_scores, label)
+            self._mbr_cache = (out, compounds, base)
         return self._mbr_cache
 
     def arc_posteriors(self, i: int) -> np.ndarray:
@@ -536,6 +543,13 @@ LATTICE_MAP_ENV = "BEAMDEC_LATTICE_MAP"
 LATTICE_PERSISTENT_ENV = "BEAMDEC_LATTICE_PERSISTENT"
 
 
+def lattice_knobs() -> dict:
+    """The CUDA lattice switches in effect, for a benchmark row's decoder config (unset: the defaults' names)."""
+    return {"lattice_walk": os.environ.get(LATTICE_WALK_ENV) or "adaptive",
+            "lattice_map": os.environ.get(LATTICE_MAP_ENV) or "default",
+            "lattice_persistent": os.environ.get(LATTICE_PERSISTENT_ENV) or "0"}
+
+
 def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1) -> dict:
     """GPU lattice capacities: the 1-best search's per-lane frontier / per-step candidates, and arenas sized by the
     decoded steps (tokens: up to 1024 per step, arcs: up to 2048; the embedded TLGs keep ~50 arcs per step before
@@ -572,8 +586,6 @@ def _take(lats: WfstLattices, pieces: list[tuple["WfstLattices", int]]) -> WfstL
 
 def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> WfstLattices:
     """WfstDecoder.decode_lattice (see the module docstring)."""
-    import os
-
     from decoders.wfst import _ops, arc_weights, graph_on_device
 
     cfg = decoder.config

@@ -35,12 +35,10 @@ int32_t lattice_map_slots(int64_t batch, int64_t frontier, int64_t num_states) {
   const char* budget_env = std::getenv("BEAMDEC_LATTICE_DENSE_MAP_BYTES");
   const int64_t budget = budget_env != nullptr ? std::atoll(budget_env) : kDenseMapBudget;
   const char* v = std::getenv("BEAMDEC_LATTICE_MAP");
-  const bool force_hash = v != nullptr && std::strcmp(v, "hash") == 0;
-  const bool force_dense = v != nullptr && std::strcmp(v, "dense") == 0;
+  if (v != nullptr && std::strcmp(v, "dense") == 0) return 0;
   int64_t h = 64;
   while (h < 2 * frontier && h < (1LL << 30)) h <<= 1;
-  if (force_dense) return 0;
-  if (!force_hash) {
+  if (!(v != nullptr && std::strcmp(v, "hash") == 0)) {  // unset: the size rule
     const int64_t dense = 8 * num_states, hashed = 12 * h + 4 * frontier;  // bytes per lane
     if (batch * dense <= budget || hashed >= dense) return 0;
   }

@@ -38,8 +38,7 @@ int blocks_per_lane(int32_t batch) {
 // adaptive is within 2 % of the best walk at batch 1 and the best at 200, so no batch threshold is needed. Read on
 // every call, so tests can compare the walks in one process; decoders/lattice.py rejects other values.
 enum class Walk { kToken, kWarp, kAdaptive };
-Walk walk_selected(int32_t batch) {
-  (void)batch;
+Walk walk_selected() {
   const char* v = std::getenv("BEAMDEC_LATTICE_WALK");
   if (v != nullptr && std::strcmp(v, "warp") == 0) return Walk::kWarp;
   if (v != nullptr && std::strcmp(v, "token") == 0) return Walk::kToken;
@@ -200,7 +199,7 @@ cudaError_t lattice_forward(const DeviceGraph& graph, const SearchOptions& opt, 
                             const float* boost_values, int32_t boost_capacity, void* workspace,
                             const LatticeOutputs& out, cudaStream_t stream) {
   if (batch == 0) return cudaSuccess;
-  const Walk walk = walk_selected(batch);
+  const Walk walk = walk_selected();
   const int32_t walk_items = walk == Walk::kAdaptive ? 0 : 32;  // Sizes::walk_items
   const bool persistent = persistent_selected();
   auto run = [&](auto warp_walk, const auto* lp) {

@@ -37,6 +37,7 @@ from typing import Optional
 
 import torch
 
+from decoders.lattice import lattice_knobs
 from decoders.types import Hypothesis
 from eval.bench.common import (
     BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, graph_dirs_arg, isolation_default,
@@ -102,10 +103,7 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
     params = {"graph": graph, "output": output, "scale": scale}
     # the lattice backend goes in the row's decoder config, not its params: the params pair our row with Riva's
     backend = ({"lattice_backend": "cpu" if not device.startswith("cuda") or
-                os.environ.get("BEAMDEC_WFST_LATTICE_BACKEND", "").lower() == "cpu" else "cuda",
-                "lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "adaptive",
-                "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "default",
-                "lattice_persistent": os.environ.get("BEAMDEC_LATTICE_PERSISTENT") or "0"}
+                os.environ.get("BEAMDEC_WFST_LATTICE_BACKEND", "").lower() == "cpu" else "cuda", **lattice_knobs()}
                if name == "wfst" and output != "best" else {})
     if name == "wfst":
         cfg = {"graph": "TLG", "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from decoders.lattice import lattice_knobs
 from eval.adapters.base import pop_stats
 from eval.bench.common import BenchRun, LogProbSet, Pass, graph_dirs_arg, release_device_memory
 from eval.metrics import MemoryProbe, Stopwatch
@@ -114,14 +115,12 @@ def main(argv=None) -> int:
     # LATTICE_WALK_ENV, LATTICE_MAP_ENV), the 1-best walk grid's blocks per SM (decoders/csrc/wfst_launch.cu)
     # (unset: "adaptive" and "default", the size rule of decoders/csrc/wfst_lattice_cuda.cpp lattice_map_slots; the
     # 1-best's persistent step loop "1" unless BEAMDEC_WFST_PERSISTENT=0)
-    walk = {"lattice_walk": os.environ.get("BEAMDEC_LATTICE_WALK") or "adaptive",
-            "lattice_map": os.environ.get("BEAMDEC_LATTICE_MAP") or "default",
-            "lattice_persistent": os.environ.get("BEAMDEC_LATTICE_PERSISTENT") or "0"} if args.output != "best" else \
+    walk = lattice_knobs() if args.output != "best" else \
         {"persistent": "0" if os.environ.get("BEAMDEC_WFST_PERSISTENT") == "0" else "1",
          **({"blocks_per_sm": os.environ["BEAMDEC_WFST_BLOCKS_PER_SM"]}
             if os.environ.get("BEAMDEC_WFST_BLOCKS_PER_SM") else {})}
     for name, d in graph_dirs_arg(ap, args.graph_dir):
-        dec = build_decoder("wfst", cfg, DecodingContext(tokens=data.token_set(), device="cuda", graph_dir=Path(d)))
+        dec = build_decoder("wfst", cfg, DecodingContext(tokens=data.token_set(), device="cuda", graph_dir=d))
         if args.output == "lattice":
             from eval.bench.wfst_mbr_bench import WfstLatticeBestAdapter
 
