@@ -538,8 +538,8 @@ LATTICE_WALK_ENV = "BEAMDEC_LATTICE_WALK"
 # unset (dense while the batch's dense maps fit 1 GiB, else hash where smaller; decoders/csrc/wfst_lattice_cuda.cpp
 # lattice_map_slots)
 LATTICE_MAP_ENV = "BEAMDEC_LATTICE_MAP"
-# "1": the CUDA forward pass as one cooperative kernel instead of ~16 launches a frame (opt-in, compile-checked until
-# its gpu tests run: decoders/csrc/wfst_lattice_launch.cu launch_persistent); unset or "0": the launches
+# "1": the CUDA forward pass as one cooperative kernel instead of ~16 launches a frame, "0": the launches; unset: the
+# kernel below 32 lanes, the launches above (decoders/csrc/wfst_lattice_launch.cu persistent_selected: measured)
 LATTICE_PERSISTENT_ENV = "BEAMDEC_LATTICE_PERSISTENT"
 
 
@@ -547,7 +547,7 @@ def lattice_knobs() -> dict:
     """The CUDA lattice switches in effect, for a benchmark row's decoder config (unset: the defaults' names)."""
     return {"lattice_walk": os.environ.get(LATTICE_WALK_ENV) or "adaptive",
             "lattice_map": os.environ.get(LATTICE_MAP_ENV) or "default",
-            "lattice_persistent": os.environ.get(LATTICE_PERSISTENT_ENV) or "0"}
+            "lattice_persistent": os.environ.get(LATTICE_PERSISTENT_ENV) or "below 32 lanes"}
 
 
 def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1) -> dict:

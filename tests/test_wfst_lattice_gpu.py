@@ -22,8 +22,15 @@ pytestmark = pytest.mark.gpu
 def lattice_walk(request, monkeypatch):
     """Every test below runs with every arc walk of the lattice kernels (BEAMDEC_LATTICE_WALK: one frontier item
     per warp, the warp-cooperative walk with 32 items per warp, or with adaptive items per warp): each must give the
-    CPU reference's lattices."""
+    CPU reference's lattices. The forward pass's two drivers ride along (BEAMDEC_LATTICE_PERSISTENT): the per-kernel
+    launches with the token walk, the persistent kernel with the warp walk, the default (persistent below 32 lanes,
+    launches above) with the adaptive walk -- so both drivers meet every test without doubling the matrix."""
     monkeypatch.setenv("BEAMDEC_LATTICE_WALK", request.param)
+    driver = {"token": "0", "warp": "1"}.get(request.param)
+    if driver is None:
+        monkeypatch.delenv("BEAMDEC_LATTICE_PERSISTENT", raising=False)
+    else:
+        monkeypatch.setenv("BEAMDEC_LATTICE_PERSISTENT", driver)
     return request.param
 
 
@@ -36,17 +43,18 @@ def lattice_map(request, monkeypatch):
 
 
 def test_gpu_hashed_state_map_is_sized_by_the_frontier_not_the_graph(lattice_map, lattice_walk):
-    """A 60,000-state graph at batch 8 with a 64-token frontier: the dense maps take 8 B per state per lane
-    (3.84 MB), the hash tables 12 B x 128 entries per lane; the lattices are the same."""
+    """A 60,000-state graph at batch 8 with a 512-token frontier: the dense maps take 8 B per state per lane
+    (3.84 MB), the hash tables 12 B x 1,024 entries per lane; the lattices are the same."""
     if lattice_walk != "token":
         pytest.skip("one walk is enough for the memory check")
-    # seed 24: every utterance has a path, at most 32 tokens within the search beam in any frame (CPU reference),
-    # so the 64-token frontier never overflows and the lattices compared are not empty (seed 11, used before, had
-    # no path in any utterance)
+    # seed 24: every utterance has a path (seed 11, used before, had none: a vacuous comparison). The CPU reference
+    # has no frontier capacity; the device pass claims every state that passes the running cutoff, which is looser
+    # than the frame's final beam, so a 64-token frontier overflowed on the H200 (session 8) although at most 32
+    # tokens a frame end within the beam: 512 leaves room, and the whole workspace stays far below the dense maps
     rng = np.random.default_rng(24)
     g = random_graph(rng, num_states=60000, num_tokens=13)
     lp = random_log_probs(rng, 8, 6, 13).cuda()
-    cfg = WfstDecoderConfig(search_beam=6.0, output_beam=4.0, frontier_capacity=64, max_rescues=0)
+    cfg = WfstDecoderConfig(search_beam=6.0, output_beam=4.0, frontier_capacity=512, max_rescues=0)
     dec = WfstDecoder(g, cfg, "cuda")
     dec.decode_lattice(lp, [6] * 8)  # graph upload and caches outside the measurement
     torch.cuda.synchronize()
@@ -72,10 +80,10 @@ def test_gpu_default_state_map_is_dense_within_its_budget_else_hashed(monkeypatc
     if lattice_walk != "adaptive" or lattice_map != "dense":
         pytest.skip("one run: the default map does not depend on the walk, and the fixture's map is unset here")
     monkeypatch.delenv("BEAMDEC_LATTICE_MAP")
-    rng = np.random.default_rng(24)  # the memory test's inputs: paths everywhere, the frontier never overflows
+    rng = np.random.default_rng(24)  # the memory test's inputs: paths everywhere, a 512-token frontier
     g = random_graph(rng, num_states=60000, num_tokens=13)
     lp = random_log_probs(rng, 8, 6, 13).cuda()
-    cfg = WfstDecoderConfig(search_beam=6.0, output_beam=4.0, frontier_capacity=64, max_rescues=0)
+    cfg = WfstDecoderConfig(search_beam=6.0, output_beam=4.0, frontier_capacity=512, max_rescues=0)
     dec = WfstDecoder(g, cfg, "cuda")
     ref = WfstDecoder(g, cfg, "cpu").decode_lattice(lp.cpu(), [6] * 8)
     assert all(ref.has_path), ref.has_path

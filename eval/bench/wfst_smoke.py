@@ -1,6 +1,6 @@
 """Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs; the default
-persistent kernel and the per-kernel launches, BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map, and
-the opt-in persistent forward pass, BEAMDEC_LATTICE_PERSISTENT=1)
+persistent kernel and the per-kernel launches, BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map with the per-kernel
+launches, BEAMDEC_LATTICE_PERSISTENT=0, and the persistent forward pass, the default below 32 lanes)
 (forward pass + device prune, with a capacity rescue) for compute-sanitizer runs.
 
     BEAMDEC_COMPONENTS=wfst compute-sanitizer --tool memcheck python -m eval.bench.wfst_smoke
@@ -44,7 +44,9 @@ def main() -> None:
             else random_graph(rng, num_states=50, num_tokens=29)
         lp = random_log_probs(rng, 4, 12, 29).cuda()
         # every arc walk of the lattice kernels (BEAMDEC_LATTICE_WALK) with the dense state map, and the hashed
-        # state map (BEAMDEC_LATTICE_MAP) with each of them
+        # state map (BEAMDEC_LATTICE_MAP) with each of them, through the per-kernel launches (the default at this
+        # batch is the persistent pass, run below)
+        os.environ["BEAMDEC_LATTICE_PERSISTENT"] = "0"
         for state_map, walks in (("dense", ("token", "warp", "adaptive")), ("hash", ("token", "warp", "adaptive"))):
             os.environ["BEAMDEC_LATTICE_MAP"] = state_map
             for walk in walks:
@@ -57,7 +59,7 @@ def main() -> None:
                           int(lats.arcs.shape[0]))
         os.environ.pop("BEAMDEC_LATTICE_MAP", None)
         os.environ.pop("BEAMDEC_LATTICE_WALK", None)
-        os.environ["BEAMDEC_LATTICE_PERSISTENT"] = "1"  # the forward pass as one cooperative kernel (opt-in)
+        os.environ["BEAMDEC_LATTICE_PERSISTENT"] = "1"  # the forward pass as one cooperative kernel
         for walk in ("token", "adaptive"):
             os.environ["BEAMDEC_LATTICE_WALK"] = walk
             lats = WfstDecoder(g, WfstDecoderConfig(output_beam=6.0, frontier_capacity=4, candidate_factor=1,
