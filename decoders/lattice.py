@@ -81,8 +81,14 @@ class _PhaseTimer:
         import sys
 
         t, f = self._now()
-        print(f"lattice-phase {self.op} {phase} {1e3 * (t - self._last):.3f} ms {f - self._faults}", file=sys.stderr,
-              flush=True)
+        import torch
+
+        # with CUDA in use, the caching allocator's bytes now and the peak since the last reset (the benchmarks'
+        # MemoryProbe resets it per batch): which phase sets a row's cuda_peak_bytes
+        mem = f" cuda {torch.cuda.memory_allocated()} peak {torch.cuda.max_memory_allocated()}" \
+            if torch.cuda.is_available() and torch.cuda.is_initialized() else ""
+        print(f"lattice-phase {self.op} {phase} {1e3 * (t - self._last):.3f} ms {f - self._faults}{mem}",
+              file=sys.stderr, flush=True)
         self._last, self._faults = t, f
 
 _levels_cache: dict[int, np.ndarray] = {}
@@ -145,6 +151,9 @@ class WfstLattices:
     arc_scores: torch.Tensor  # (A,) float32
     blank_id: Optional[int] = None
     oov_boost_words: list = field(default_factory=list)
+    # the CUDA op's state map per call that made these lattices (the batch's, then each rescue's): "dense" or
+    # "hash" (decoders/csrc/wfst_lattice_ops.h lattice_map_slots); empty on the CPU
+    state_maps: list = field(default_factory=list)
     _mbr_cache: Optional[tuple] = field(default=None, repr=False)
 
     # ---- per-utterance facts ---------------------------------------------------------------------------
@@ -550,6 +559,14 @@ def lattice_knobs() -> dict:
             "lattice_persistent": os.environ.get(LATTICE_PERSISTENT_ENV) or "below 32 lanes"}
 
 
+def count_state_maps(stats: dict, lats: "WfstLattices") -> None:
+    """Adds the CUDA op calls behind `lats` to a benchmark's counters, by the state map each used (the size rule's
+    choice is per call: a row records how many of its batches ran on the dense maps and how many on the hashed)."""
+    for m in lats.state_maps:
+        key = "lattice_dense_map_calls" if m == "dense" else "lattice_hashed_map_calls"
+        stats[key] = stats.get(key, 0) + 1
+
+
 def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1) -> dict:
     """GPU lattice capacities: the 1-best search's per-lane frontier / per-step candidates, and arenas sized by the
     decoded steps (tokens: up to 1024 per step, arcs: up to 2048; the embedded TLGs keep ~50 arcs per step before
@@ -629,7 +646,13 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
             bool(cfg_.allow_partial), float(cfg_.acoustic_scale), decoder._eps_passes(cfg_), levels,
             float(cfg_.output_beam), caps["frontier_capacity"], caps["candidate_capacity"], caps["token_capacity"],
             caps["arc_capacity"])
-        return WfstLattices(graph, *out, decoder._blank_id, oov)
+        lats_ = WfstLattices(graph, *out, decoder._blank_id, oov)
+        if on_gpu:
+            maps.append("hash" if _ops().wfst_lattice_map_slots(lp_.shape[0], caps["frontier_capacity"],
+                                                                graph.num_states) else "dense")
+        return lats_
+
+    maps: list[str] = []
 
     lats = run(lp, lengths, keys, values, cfg, 1)
     timer.mark("op + WfstLattices")
@@ -648,4 +671,6 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
             where = {b: k for k, b in enumerate(flagged)}
             lats = _take(lats, [(sub, where[b]) if b in where else (lats, b) for b in range(B)])
             lats.oov_boost_words = oov  # the sub-batch carried the whole batch's list
+            timer.mark(f"rescue of {len(flagged)} (factor {factor})")
+    lats.state_maps = maps
     return lats

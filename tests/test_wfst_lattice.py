@@ -304,7 +304,7 @@ def test_phase_timer_lines_only_when_asked(monkeypatch, capfd):
     lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("lattice-phase")]
     phases = [l.split(" ", 2)[1] for l in lines]
     assert phases.count("decode_lattice") == 2 and phases.count("best") == 2 and phases.count("mbr") == 2
-    assert all(re.fullmatch(r"lattice-phase \S+ .+ \d+\.\d{3} ms -?\d+", l) for l in lines), lines
+    assert all(re.fullmatch(r"lattice-phase \S+ .+ \d+\.\d{3} ms -?\d+( cuda \d+ peak \d+)?", l) for l in lines), lines
 
 
 def test_lattice_walk_knob_is_checked(monkeypatch):

@@ -7,6 +7,8 @@ utterances, fp16, boosts, tight beams, allow_partial redirects, and after capaci
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -99,6 +101,28 @@ def test_gpu_default_state_map_is_dense_within_its_budget_else_hashed(monkeypatc
         assert all(o == 0 for o in lat.overflow), (budget, lat.overflow)
         assert_same_lattices(lat, ref, budget)
         assert (peak < dense_maps) == hashed, (budget, peak)
+        assert lat.state_maps == ["hash" if hashed else "dense"], (budget, lat.state_maps)  # what the rows record
+
+
+def test_gpu_timing_lines_name_the_buffers_and_the_allocator_peak(monkeypatch, capfd, lattice_map, lattice_walk):
+    """BEAMDEC_LATTICE_TIMING=1 on the GPU: the op's buffers as 'lattice-bytes' lines (the workspace naming the
+    state map it used, as lats.state_maps records it) and each phase line with the allocator's bytes and peak."""
+    if lattice_walk != "adaptive":
+        pytest.skip("one walk is enough: the lines do not depend on it")
+    rng = np.random.default_rng(24)
+    g = random_graph(rng, num_states=300, num_tokens=13)
+    lp = random_log_probs(rng, 3, 6, 13).cuda()
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=6.0, output_beam=4.0), "cuda")
+    monkeypatch.setenv("BEAMDEC_LATTICE_TIMING", "1")
+    capfd.readouterr()
+    lat = dec.decode_lattice(lp, [6] * 3)
+    err = capfd.readouterr().err.splitlines()
+    sizes = {l.split(" ", 2)[2].rsplit(" ", 1)[0]: int(l.rsplit(" ", 1)[1]) for l in err if l.startswith("lattice-bytes")}
+    assert lat.state_maps == [lattice_map], lat.state_maps
+    assert sizes[f"workspace ({'hashed' if lattice_map == 'hash' else 'dense'} state map)"] > 0, sizes
+    assert sizes["token arena"] > 0 and sizes["arc arena"] > 0, sizes
+    phases = [l for l in err if l.startswith("lattice-phase decode_lattice")]
+    assert phases and all(re.search(r" cuda \d+ peak \d+$", l) for l in phases), phases
 
 
 def _arc_multiset(lat):

@@ -68,6 +68,9 @@ TORCH_LIBRARY(beamdec, m) {
       "bool allow_partial, float acoustic_scale, int eps_iterations, Tensor eps_level, float output_beam, "
       "int frontier_capacity, int candidate_capacity, int token_capacity, int arc_capacity) "
       "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // the CUDA lattice op's state-map choice (0: dense maps, else hash slots per lane); no tensors: one kernel for all
+  m.def("wfst_lattice_map_slots(int batch, int frontier_capacity, int num_states) -> int",
+        &beamdec::wfst_lattice_map_slots_op);
   m.def(
       "wfst_lattice_best(Tensor state_splits, Tensor states, Tensor state_scores, Tensor arc_splits, Tensor arcs, "
       "Tensor arc_scores, Tensor ilabel, Tensor aux_splits, Tensor aux_words, int blank_id) "

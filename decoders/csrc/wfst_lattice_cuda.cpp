@@ -20,33 +20,6 @@
 #include "wfst_ops.h"
 
 namespace beamdec {
-namespace {
-
-// The lattice pass's state map (wfst::LatticeCapacities::map_slots; 0 = dense): BEAMDEC_LATTICE_MAP=hash a per-lane
-// hash table of the smallest power of two >= 2 x frontier entries (64 at least; 12 B an entry + 4 B a frontier
-// token), =dense the (B, num_states) maps (8 B a state), unset: dense while the dense maps of the batch stay within
-// kDenseMapBudget, else the hash tables where they are smaller. On the H200 (session 7, tiny BPE compact TLG, 211k
-// states) the hashed map cost ~20 % more lattice kernel time (batch 200: 123.3 vs 99.2 ms, adaptive walk), so the
-// dense maps stay where they are affordable; on the bench TLG (4.2 M states) at batch 200 they are 6.8 GB of an
-// 18.6 GiB workspace, the hash tables ~90 MB. decoders/lattice.py rejects other values. BEAMDEC_LATTICE_DENSE_MAP_BYTES
-// overrides the budget (tests check the choice with it).
-constexpr int64_t kDenseMapBudget = int64_t{1} << 30;  // bytes of dense maps per call
-int32_t lattice_map_slots(int64_t batch, int64_t frontier, int64_t num_states) {
-  const char* budget_env = std::getenv("BEAMDEC_LATTICE_DENSE_MAP_BYTES");
-  const int64_t budget = budget_env != nullptr ? std::atoll(budget_env) : kDenseMapBudget;
-  const char* v = std::getenv("BEAMDEC_LATTICE_MAP");
-  if (v != nullptr && std::strcmp(v, "dense") == 0) return 0;
-  int64_t h = 64;
-  while (h < 2 * frontier && h < (1LL << 30)) h <<= 1;
-  if (!(v != nullptr && std::strcmp(v, "hash") == 0)) {  // unset: the size rule
-    const int64_t dense = 8 * num_states, hashed = 12 * h + 4 * frontier;  // bytes per lane
-    if (batch * dense <= budget || hashed >= dense) return 0;
-  }
-  return static_cast<int32_t>(h);
-}
-
-}  // namespace
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                   const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
@@ -102,6 +75,10 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   at::Tensor block_begin = at::zeros({B, S}, on(at::kLong)), block_count = at::zeros({B, S}, on(at::kInt));
   at::Tensor lane_result = at::zeros({B, 2}, on(at::kInt));
   at::Tensor cursors = at::zeros({2}, on(at::kLong));
+  timer.bytes(caps.map_slots > 0 ? "workspace (hashed state map)" : "workspace (dense state map)",
+              workspace.numel());
+  timer.bytes("token arena", token_capacity * 8);
+  timer.bytes("arc arena", arc_capacity * 16);
   wfst::LatticeOutputs out{tok_state.data_ptr<int32_t>(),
                            tok_score.data_ptr<float>(),
                            reinterpret_cast<wfst::LatticeArc*>(arcs.data_ptr<int32_t>()),

@@ -39,6 +39,10 @@ class PhaseTimer {
     last_ = now;
     faults_ = faults;
   }
+  // the size of one of the op's buffers (the CUDA op's workspace and arenas), for the memory side of the record
+  void bytes(const char* what, long long n) const {
+    if (on_) std::fprintf(stderr, "lattice-bytes %s %s %lld\n", op_, what, n);
+  }
 
  private:
   static long minor_faults() {

@@ -29,11 +29,38 @@
 #pragma once
 #include <torch/types.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <tuple>
 
 #include "common_check.h"
 
 namespace beamdec {
+
+// The lattice pass's state map (wfst::LatticeCapacities::map_slots; 0 = dense): BEAMDEC_LATTICE_MAP=hash a per-lane
+// hash table of the smallest power of two >= 2 x frontier entries (64 at least; 12 B an entry + 4 B a frontier
+// token), =dense the (B, num_states) maps (8 B a state), unset: dense while the dense maps of the batch stay within
+// kDenseMapBudget, else the hash tables where they are smaller. On the H200 (session 7, tiny BPE compact TLG, 211k
+// states) the hashed map cost ~20 % more lattice kernel time (batch 200: 123.3 vs 99.2 ms, adaptive walk), so the
+// dense maps stay where they are affordable; on the bench TLG (4.2 M states) at batch 200 they are 6.8 GB of an
+// 18.6 GiB workspace, the hash tables ~90 MB. decoders/lattice.py rejects other values. BEAMDEC_LATTICE_DENSE_MAP_BYTES
+// overrides the budget (tests check the choice with it). The op wfst_lattice_map_slots returns the choice:
+// decoders/lattice.py records it with each batch's lattices, the benchmarks count it per batch.
+inline constexpr int64_t kDenseMapBudget = int64_t{1} << 30;  // bytes of dense maps per call
+inline int32_t lattice_map_slots(int64_t batch, int64_t frontier, int64_t num_states) {
+  const char* budget_env = std::getenv("BEAMDEC_LATTICE_DENSE_MAP_BYTES");
+  const int64_t budget = budget_env != nullptr ? std::atoll(budget_env) : kDenseMapBudget;
+  const char* v = std::getenv("BEAMDEC_LATTICE_MAP");
+  if (v != nullptr && std::strcmp(v, "dense") == 0) return 0;
+  int64_t h = 64;
+  while (h < 2 * frontier && h < (1LL << 30)) h <<= 1;
+  if (!(v != nullptr && std::strcmp(v, "hash") == 0)) {  // unset: the size rule
+    const int64_t dense = 8 * num_states, hashed = 12 * h + 4 * frontier;  // bytes per lane
+    if (batch * dense <= budget || hashed >= dense) return 0;
+  }
+  return static_cast<int32_t>(h);
+}
+
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
@@ -63,5 +90,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_mbr_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
     const at::Tensor& arc_scores, const at::Tensor& arc_words);
+
+// wfst_lattice_map_slots(batch, frontier_capacity, num_states) -> int: the rule above, for the record (no tensors).
+inline int64_t wfst_lattice_map_slots_op(int64_t batch, int64_t frontier_capacity, int64_t num_states) {
+  return lattice_map_slots(batch, frontier_capacity, num_states);
+}
 
 }  // namespace beamdec

@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 import torch
 
 from decoders.graph import WfstGraph
+from decoders.lattice import count_state_maps
 from decoders.types import Hypothesis
 from decoders.wfst import WfstDecoder, WfstDecoderConfig
 from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder, typed_config
@@ -93,7 +94,7 @@ class WfstAdapter:
         self.last_result = None
         self._stats = {"overflow_count": 0, "rescued_count": 0, "partial_count": 0, "oov_boost_words": 0}
         if self.output is not WfstOutput.best:
-            self._stats.update(lattice_arcs=0, lattice_bytes=0)
+            self._stats.update(lattice_arcs=0, lattice_bytes=0, lattice_dense_map_calls=0, lattice_hashed_map_calls=0)
 
     def pop_stats(self) -> dict:
         """Counters since the last call (the runner reports them): utterances whose overflow the rescue could
@@ -127,6 +128,7 @@ class WfstAdapter:
         self._stats["oov_boost_words"] += sum(len(o) for o in lats.oov_boost_words)
         self._stats["lattice_arcs"] += int(lats.arcs.shape[0])
         self._stats["lattice_bytes"] += lats.memory_bytes()
+        count_state_maps(self._stats, lats)
         if self.output is WfstOutput.mbr:
             return lats.mbr()
         if self.output is WfstOutput.lattice_rescore:

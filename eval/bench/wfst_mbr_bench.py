@@ -37,7 +37,7 @@ from typing import Optional
 
 import torch
 
-from decoders.lattice import lattice_knobs
+from decoders.lattice import count_state_maps, lattice_knobs
 from decoders.types import Hypothesis
 from eval.bench.common import (
     BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, graph_dirs_arg, isolation_default,
@@ -85,15 +85,16 @@ class WfstLatticeBestAdapter:
 
     def __init__(self, inner):
         self.inner = inner
-        self._bytes = 0
+        self._stats: dict = {}
 
     def pop_stats(self) -> dict:
-        out, self._bytes = {"lattice_bytes": self._bytes}, 0
+        out, self._stats = {"lattice_bytes": 0, **self._stats}, {}
         return out
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts=None) -> list[Hypothesis]:
         lats = self.inner.decoder.decode_lattice(log_probs.to(self.inner.device), lengths.cpu(), boosts=boosts)
-        self._bytes += lats.memory_bytes()
+        self._stats["lattice_bytes"] = self._stats.get("lattice_bytes", 0) + lats.memory_bytes()
+        count_state_maps(self._stats, lats)
         return lats.best()
 
 
