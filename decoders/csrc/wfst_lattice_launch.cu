@@ -5,6 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "wfst_coop_launch.cuh"
 #include "wfst_lattice_kernels.cuh"
 #include "wfst_lattice_launch.h"
 
@@ -99,27 +100,11 @@ bool launch_persistent(Workspace ws, Sizes P, DeviceGraph g, SearchOptions opt, 
                        const int32_t* lengths, const int32_t* bk, const float* bv, int32_t bc, LatticeOutputs out,
                        int32_t max_length, int32_t passes, int32_t lane_blocks, int32_t lane_x, cudaStream_t stream) {
   using namespace lattice_kernels;
-  int device = 0, coop = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !coop ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return cudaGetLastError(), false;
-  static const int blocks_per_sm = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, persistent_kernel<kWarpWalk, scalar_t>, kThreads, 0) !=
-        cudaSuccess)
-      cudaGetLastError(), n = 0;
-    return n;
-  }();
-  if (blocks_per_sm <= 0) return false;
-  const int64_t most = std::max<int64_t>(lane_blocks, static_cast<int64_t>(lane_x) * P.B);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(static_cast<int64_t>(blocks_per_sm) * sms, most))),
-      block(kThreads);
   void* args[] = {&ws, &P, &g, &opt, &lp, &lengths, &bk, &bv, &bc, &out, &max_length, &passes, &lane_blocks, &lane_x};
-  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&persistent_kernel<kWarpWalk, scalar_t>), grid, block,
-                                  args, 0, stream) != cudaSuccess)
-    return cudaGetLastError(), false;
-  return true;
+  const int64_t most = std::max<int64_t>(lane_blocks, static_cast<int64_t>(lane_x) * P.B);
+  return cooperative_launch<persistent_kernel<kWarpWalk, scalar_t>>(
+      kThreads, [&](int blocks_per_sm, int sms) { return std::min<int64_t>(int64_t{blocks_per_sm} * sms, most); },
+      args, stream);
 }
 
 template <bool kWarpWalk, typename scalar_t>

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "wfst_coop_launch.cuh"
 #include "wfst_kernels.cuh"
 #include "wfst_launch.h"
 
@@ -58,24 +59,13 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
                        const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, int32_t steps,
                        int32_t passes, int32_t num_sms, cudaStream_t stream) {
   using namespace kernels;
-  int device = 0, coop = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !coop)
-    return cudaGetLastError(), false;
-  static const int blocks_per_sm = [] {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, PersistentKernel<scalar_t>, kWalkBlock, 0) != cudaSuccess)
-      cudaGetLastError(), n = 0;
-    return n;
-  }();
-  if (blocks_per_sm <= 0) return false;
-  const dim3 grid((num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm)), block(kWalkBlock);
   void* args[] = {&g, &opt, &ws, &lp, &T, &V, &F, &C, &H, &arena_cap, &B, &boost_keys, &boost_values, &boost_cap,
                   &steps, &passes};
-  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&PersistentKernel<scalar_t>), grid, block, args, 0,
-                                  stream) != cudaSuccess)
-    return cudaGetLastError(), false;
-  return true;
+  return cooperative_launch<PersistentKernel<scalar_t>>(
+      kWalkBlock, [&](int blocks_per_sm, int) {
+        return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm);
+      },
+      args, stream);
 }
 
 // Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures; `persistent`:

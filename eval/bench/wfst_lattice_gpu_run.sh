@@ -6,7 +6,7 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), SANITIZERS (memcheck racecheck; empty = none), DEADLINE_S (seconds from the start by which every stage has ended), SKIP_MBR=1 (no lattice bench), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
+# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), SANITIZERS (memcheck racecheck; empty = none), DEADLINE_S (seconds from the start by which every stage has ended), SKIP_MBR=1 (no lattice bench), TOPOLOGIES (the BPE TLGs built: "compact normal"; the benchmarks read compact), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
 # mbr::token mbr::warp mbr::adaptive", output:blocks-per-lane:arc-walk:state-map; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
@@ -37,7 +37,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/sum
 (python3 -c "from decoders._ext import load_extension; load_extension()" > "$OUT/ext_build.log" 2>&1) & EXT=$!
 stage workload python3 -m recipes.workload scale=$SCALE > "$OUT/workload.log" 2>&1 || { cat "$OUT/workload.log"; exit 1; }
 stage graphs python3 -c "from recipes.build_graphs import build_graphs
-build_graphs(scale='$SCALE', token_kinds=['bpe'], blanks=['last'], topologies=['compact', 'normal'], max_hlg_arcs=0)" \
+build_graphs(scale='$SCALE', token_kinds=['bpe'], blanks=['last'], topologies='${TOPOLOGIES:-compact normal}'.split(), max_hlg_arcs=0)" \
   > "$OUT/graphs.log" 2>&1 || { tail -20 "$OUT/graphs.log"; exit 1; }
 wait $EXT || { cat "$OUT/ext_build.log"; exit 1; }
 tail -2 "$OUT/ext_build.log"

@@ -1,0 +1,38 @@
+// One cooperative launch of a persistent kernel, shared by the 1-best step loop (decoders/csrc/wfst_launch.cu) and
+// the lattice forward pass (decoders/csrc/wfst_lattice_launch.cu): checks that the device supports cooperative
+// launches, asks the occupancy of `kernel` at `threads` per block (once per kernel, cached), lets the caller size
+// the grid from it (`grid_of(blocks_per_sm, sms)`: every block must be resident at once for the grid barriers),
+// launches. Returns false with nothing enqueued and the CUDA error state cleared when the device, the occupancy
+// query or the launch refuses: the caller then falls back to its per-kernel launches.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace wfst {
+
+template <typename Kernel>
+int cooperative_blocks_per_sm(Kernel kernel, int threads) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess) cudaGetLastError(), n = 0;
+  return n;
+}
+
+template <auto kKernel, typename GridFn>
+bool cooperative_launch(int threads, GridFn grid_of, void** args, cudaStream_t stream) {
+  int device = 0, coop = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device) != cudaSuccess || !coop ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return cudaGetLastError(), false;
+  static const int blocks_per_sm = cooperative_blocks_per_sm(kKernel, threads);  // per kernel (template argument)
+  if (blocks_per_sm <= 0) return false;
+  const int64_t blocks = grid_of(blocks_per_sm, sms);
+  if (blocks < 1 || blocks > INT32_MAX) return false;
+  if (cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kKernel), dim3(static_cast<unsigned>(blocks)),
+                                  dim3(threads), args, 0, stream) != cudaSuccess)
+    return cudaGetLastError(), false;
+  return true;
+}
+
+}  // namespace wfst
