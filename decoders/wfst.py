@@ -161,9 +161,10 @@ class WfstDecoderConfig:
         if self.candidate_factor < 1 or self.rescue_factor < 2 or self.max_rescues < 0:
             raise ValueError("candidate_factor must be >= 1, rescue_factor >= 2, max_rescues >= 0")
 
-    def scaled(self, factor: int, batch: int, frames: int, total_steps: Optional[int] = None) -> "WfstDecoderConfig":
+    def scaled(self, factor: int, batch: int, frames: int, total_steps: Optional[int] = None,
+               longest: Optional[int] = None) -> "WfstDecoderConfig":
         """The same search with every capacity multiplied by `factor` (the rescue instance)."""
-        caps = gpu_capacities(self, batch, frames, total_steps)
+        caps = gpu_capacities(self, batch, frames, total_steps, longest)
         return replace(
             self,
             frontier_capacity=caps["frontier_capacity"] * factor,
@@ -177,15 +178,18 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, int(x - 1).bit_length())
 
 
-def gpu_capacities(cfg: WfstDecoderConfig, batch: int, frames: int, total_steps: Optional[int] = None) -> dict:
+def gpu_capacities(cfg: WfstDecoderConfig, batch: int, frames: int, total_steps: Optional[int] = None,
+                   longest: Optional[int] = None) -> dict:
     """GPU capacities. total_steps = sum(lengths + 1) (the arena is shared by the batch, so it is sized by
-    the decoded steps, not by batch * padded T)."""
+    the decoded steps, not by batch * padded T); longest = max(lengths) (the room for one dense utterance is
+    sized by the longest one, not by the padded T: a batch sliced from a padded set has T past every length)."""
     frontier = cfg.frontier_capacity or max(4 * cfg.max_active, 4096)
     frontier = min(frontier, 2**27)
     steps = total_steps if total_steps is not None else batch * (frames + 1)
+    tail = frames if longest is None else min(max(int(longest), 0), frames)
     # word links per step: batch means 63-126 measured, one utterance <= 368: 512 per step for the batch plus
     # room for one long, dense utterance (what decides at small batches, where nothing averages out).
-    arena = cfg.arena_capacity or int(min(max(steps * 512 + 2048 * (frames + 1), 2**18), 2**28))
+    arena = cfg.arena_capacity or int(min(max(steps * 512 + 2048 * (tail + 1), 2**18), 2**28))
     return {
         "frontier_capacity": frontier,
         "candidate_capacity": min(cfg.candidate_factor * frontier, 2**30),
@@ -489,6 +493,7 @@ class WfstDecoder:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("WfstDecoder: device='cuda' requested but torch sees no CUDA device")
         self._graph = graph_on_device(graph, self.device)
+        self._arena_high: dict[int, int] = {}  # batch size -> the largest arena a call of it used (_run)
         blank = self.config.blank_id if self.config.blank_id is not None else graph.info.get("blank_id")
         if self.config.blank_skip_threshold is not None and blank is None:
             raise ValueError("blank_skip_threshold needs config.blank_id (or graph.info['blank_id'])")
@@ -581,7 +586,18 @@ class WfstDecoder:
         ]
 
     def _run(self, log_probs, lengths, keys, values, cfg: WfstDecoderConfig) -> torch.Tensor:
-        caps = gpu_capacities(cfg, log_probs.shape[0], log_probs.shape[1], int(lengths.sum()) + int(lengths.numel()))
+        B = log_probs.shape[0]
+        caps = gpu_capacities(cfg, B, log_probs.shape[1], int(lengths.sum()) + int(lengths.numel()),
+                              int(lengths.max()) if lengths.numel() else 0)
+        if cfg.arena_capacity is None:
+            # Grow-only per batch size, with 25 % headroom when it grows: the workspace (the arena is the part that
+            # varies with the lengths) then keeps one size across a run's batches, so torch's caching allocator
+            # reuses one segment instead of keeping a slightly smaller stale one beside each larger request. A
+            # larger arena changes no result (capacities only bound the search's storage).
+            high = self._arena_high.get(B, 0)
+            if caps["arena_capacity"] > high:
+                high = self._arena_high[B] = max(caps["arena_capacity"], min(caps["arena_capacity"] * 5 // 4, 2**28))
+            caps["arena_capacity"] = high
         out = _ops().wfst_decode(
             *self._graph_args(log_probs, lengths, keys, values, cfg),
             int(caps["frontier_capacity"]),
@@ -654,7 +670,7 @@ class WfstDecoder:
             rescued.extend(int(i) for i in flagged if int(i) not in rescued)
             sub_lengths = lengths.index_select(0, torch.from_numpy(flagged))
             cfg = cfg.scaled(cfg.rescue_factor, len(flagged), log_probs.shape[1],
-                             int(sub_lengths.sum()) + len(flagged))
+                             int(sub_lengths.sum()) + len(flagged), int(sub_lengths.max()))
             idx = torch.from_numpy(flagged).to(log_probs.device)
             sub = self._run(
                 log_probs.index_select(0, idx).contiguous(),

@@ -571,3 +571,38 @@ def test_word_bonus_equals_a_graph_with_the_bonus_in_its_weights():
     for bad in (math.nan, math.inf, "1", True):
         with pytest.raises(ValueError, match="word_bonus"):
             WfstDecoderConfig(word_bonus=bad)
+
+
+def test_arena_is_sized_by_the_longest_utterance_and_grows_only_per_batch_size():
+    """The GPU arena: 512 links per decoded step plus room for one dense utterance sized by the longest length,
+    not the padded T; a decoder keeps, per batch size, the largest arena a call used (25 % headroom when it
+    grows), so a run's batches share one workspace size. The CPU reference ignores capacities; its results stay
+    those of a fresh decoder."""
+    from decoders.wfst import gpu_capacities
+
+    cfg = WfstDecoderConfig()
+    assert gpu_capacities(cfg, 2, 600, 1000, longest=99)["arena_capacity"] == max(1000 * 512 + 2048 * 100, 2**18)
+    assert gpu_capacities(cfg, 2, 600, 1000)["arena_capacity"] == 1000 * 512 + 2048 * 601
+    assert gpu_capacities(cfg, 2, 600, 1000, longest=900)["arena_capacity"] == 1000 * 512 + 2048 * 601
+    assert gpu_capacities(WfstDecoderConfig(arena_capacity=77), 2, 600, 1000, longest=9)["arena_capacity"] == 77
+
+    rng = np.random.default_rng(5)
+    g = random_graph(rng, num_states=30, num_tokens=7)
+    dec = WfstDecoder(g, WfstDecoderConfig(search_beam=8.0), "cpu")
+    lp = torch.from_numpy(rng.standard_normal((2, 1200, 7))).float().log_softmax(-1)
+
+    def need(lengths):
+        return gpu_capacities(dec.config, 2, 1200, sum(lengths) + 2, max(lengths))["arena_capacity"]
+
+    first = dec.decode(lp, [600, 300])
+    high = dec._arena_high[2]
+    assert high == need([600, 300]) * 5 // 4
+    dec.decode(lp, [400, 300])  # needs less: the arena stays
+    assert dec._arena_high[2] == high
+    dec.decode(lp, [1200, 1200])  # needs more than the headroom: grows, again with 25 %
+    assert dec._arena_high[2] == need([1200, 1200]) * 5 // 4 > high
+    dec.decode(lp[:1], [5])
+    assert dec._arena_high[1] == 2**18 * 5 // 4  # batch sizes are kept apart (the floor of 2^18 links, + 25 %)
+    again = dec.decode(lp, [600, 300])
+    fresh = WfstDecoder(g, dec.config, "cpu").decode(lp, [600, 300])
+    assert again.words == first.words == fresh.words and torch.equal(again.scores, fresh.scores)

@@ -249,3 +249,23 @@ def test_gpu_neg_inf_log_probs_match_cpu(epsilon):
                     continue
                 assert abs(sg - sc) <= 1e-4 * max(1.0, abs(sc)), (gi, b, sg, sc)
                 assert gpu.words[b] == cpu.words[b] or sg == sc, (gi, b)
+
+
+def test_gpu_workspace_keeps_one_size_across_batches_of_varying_lengths():
+    """The arena grows only per batch size, with 25 % headroom (decoders/wfst.py _run): batches whose lengths
+    vary within it reuse the first call's cached workspace segment (reserved memory does not grow; before, each
+    larger request left the previous segment stale beside it), and the results are the CPU reference's."""
+    rng = np.random.default_rng(5)
+    g = random_graph(rng, num_states=40, num_tokens=9)
+    lp = random_log_probs(rng, 2, 700, 9)
+    cfg = WfstDecoderConfig(search_beam=8.0)
+    dec, ref = WfstDecoder(g, cfg, "cuda"), WfstDecoder(g, cfg, "cpu")
+    dec.decode(lp.cuda(), [600, 300])
+    torch.cuda.synchronize()
+    reserved = torch.cuda.memory_reserved()
+    for lengths in ([620, 300], [650, 10], [500, 640]):
+        got = dec.decode(lp.cuda(), lengths)
+        want = ref.decode(lp, lengths)
+        assert got.words == want.words and torch.allclose(got.scores, want.scores, atol=1e-4), lengths
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_reserved() == reserved, (lengths, torch.cuda.memory_reserved(), reserved)
