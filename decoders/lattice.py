@@ -554,9 +554,12 @@ LATTICE_PERSISTENT_ENV = "BEAMDEC_LATTICE_PERSISTENT"
 
 def lattice_knobs() -> dict:
     """The CUDA lattice switches in effect, for a benchmark row's decoder config (unset: the defaults' names)."""
+    from decoders.wfst import _ops
+
     return {"lattice_walk": os.environ.get(LATTICE_WALK_ENV) or "adaptive",
             "lattice_map": os.environ.get(LATTICE_MAP_ENV) or "default",
-            "lattice_persistent": os.environ.get(LATTICE_PERSISTENT_ENV) or "below 32 lanes"}
+            "lattice_persistent": os.environ.get(LATTICE_PERSISTENT_ENV)
+            or f"below {_ops().wfst_lattice_persistent_batch()} lanes"}
 
 
 def count_state_maps(stats: dict, lats: "WfstLattices") -> None:

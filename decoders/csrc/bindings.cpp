@@ -71,6 +71,7 @@ TORCH_LIBRARY(beamdec, m) {
   // the CUDA lattice op's state-map choice (0: dense maps, else hash slots per lane); no tensors: one kernel for all
   m.def("wfst_lattice_map_slots(int batch, int frontier_capacity, int num_states) -> int",
         &beamdec::wfst_lattice_map_slots_op);
+  m.def("wfst_lattice_persistent_batch() -> int", &beamdec::wfst_lattice_persistent_batch_op);
   m.def(
       "wfst_lattice_best(Tensor state_splits, Tensor states, Tensor state_scores, Tensor arc_splits, Tensor arcs, "
       "Tensor arc_scores, Tensor ilabel, Tensor aux_splits, Tensor aux_words, int blank_id) "

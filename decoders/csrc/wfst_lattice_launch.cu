@@ -80,19 +80,19 @@ size_t carve(char* base, int32_t B, int32_t N, const LatticeCapacities& c, Works
 }
 
 // The forward pass as one cooperative launch of persistent_kernel (wfst_lattice_kernels.cuh) instead of ~16 launches
-// a frame: the default below kPersistentBatch lanes, BEAMDEC_LATTICE_PERSISTENT=1 / 0 forces it on / off (read on
+// a frame: the default below kLatticePersistentBatch lanes, BEAMDEC_LATTICE_PERSISTENT=1 / 0 forces it on / off (read on
 // every call). H200, tiny BPE compact TLG, same call (session 8, wfst_profile/tiny_*_s8): batch 1 wall 225.8 vs
 // 462.9 ms (kernels 185.9 vs 177.6: the launch gaps were the cost); batch 200 kernels 103.3-111.9 vs 91.3-97.3 ms, wall
-// within noise, MBR bench slower -- so the launches stay above. 32 is a guess between the two measured batches.
+// within noise, MBR bench slower -- so the launches stay above. kLatticePersistentBatch (32, wfst_defs.h) is a guess
+// between the two measured batches.
 // Its grid is every block that can be resident at once (occupancy x SMs), at most the larger of the plain grids.
 // launch_persistent returns false with nothing enqueued (CUDA error state cleared) when the device or the launch
 // refuses; enqueue then launches.
-constexpr int32_t kPersistentBatch = 32;
 bool persistent_selected(int32_t batch) {
   const char* v = std::getenv("BEAMDEC_LATTICE_PERSISTENT");
   if (v != nullptr && std::strcmp(v, "1") == 0) return true;
   if (v != nullptr && std::strcmp(v, "0") == 0) return false;
-  return batch < kPersistentBatch;
+  return batch < kLatticePersistentBatch;
 }
 
 template <bool kWarpWalk, typename scalar_t>

@@ -34,6 +34,7 @@
 #include <tuple>
 
 #include "common_check.h"
+#include "wfst_defs.h"
 
 namespace beamdec {
 
@@ -95,5 +96,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 inline int64_t wfst_lattice_map_slots_op(int64_t batch, int64_t frontier_capacity, int64_t num_states) {
   return lattice_map_slots(batch, frontier_capacity, num_states);
 }
+
+// wfst_lattice_persistent_batch() -> int: below this many lanes the forward pass is one cooperative kernel.
+inline int64_t wfst_lattice_persistent_batch_op() { return wfst::kLatticePersistentBatch; }
 
 }  // namespace beamdec

@@ -41,6 +41,10 @@ constexpr int32_t kFlagHasPath = 2;       // some path was found (final or allow
 // every clause of k2_dynamic_beam that looks at the end of the utterance stays inert.
 constexpr int32_t kUnknownFrames = 0x7fffffff - 8;
 
+// The lattice forward pass runs as one cooperative kernel below this many lanes, as launches from it on
+// (decoders/csrc/wfst_lattice_launch.cu persistent_selected; decoders/lattice.py lattice_knobs records it).
+constexpr int32_t kLatticePersistentBatch = 32;
+
 // One step of k2's dynamic beam (GetPruningCutoffs). `active` is the number of frontier states on
 // this step (k2: RowSplits(1) of its [fsa][state][arc] arc tensor), `t` the step index and `final_t` =
 // length + 1 (k2's frame count including the final frame). The arithmetic mixes float and double exactly
