@@ -18,6 +18,22 @@ from reports.sweeps import is_sweep, load_sweep, sweep_table
 from reports.tables import load_results, markdown_report, run_mate_pairs
 
 
+def serving_timeline(paths) -> dict:
+    """The serving_timeline.json of the given run directories (searched recursively), merged; {} if none."""
+    import json
+
+    merged: dict = {}
+    for p in paths:
+        p = Path(p)
+        for f in ([p / "serving_timeline.json"] if (p / "serving_timeline.json").is_file() else []) + \
+                (sorted(p.rglob("*/serving_timeline.json")) if p.is_dir() else []):
+            try:
+                merged.update(json.loads(f.read_text(encoding="utf-8")))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"{f}: not a serving timeline ({one_line(e)})") from None
+    return merged
+
+
 def write_report(text: str, paths, out: Optional[str], name: str) -> Path:
     """Write `text` as `name` into `out`, or beside the first input (the run/sweep directory, or a results file's
     folder); returns the file written."""
@@ -67,6 +83,11 @@ def main(argv=None) -> int:
 
         if is_serving(rows):
             plots.append(("serving_latency.png", lambda path: plot_serving_latency(rows, path)))
+        timeline = serving_timeline(args.paths)
+        if timeline:
+            from reports.streaming import plot_serving_timeline
+
+            plots.append(("serving_timeline.png", lambda path: plot_serving_timeline(timeline, path)))
         for ours, theirs in pairs:
             plots.append((f"{ours}_vs_{theirs}.png",
                           lambda path, o=ours, t=theirs: plot_side_by_side(rows, o, t, path)))

@@ -130,3 +130,24 @@ def plot_serving_latency(rows: Sequence[Any], out_path: str | Path) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, out_path)
+
+
+def plot_serving_timeline(timelines: dict, out_path: str | Path) -> Path:
+    """Total latency over a serving run (serving_timeline.json of eval.bench.wfst_stream_bench: per configuration
+    the chunks bucketed by arrival time, mean solid, p99 dashed): a queue that grows is a curve that rises."""
+    lines = {k: v for k, v in (timelines or {}).items() if v.get("t_s")}
+    if not lines:
+        raise ValueError("no serving timeline (serving_timeline.json with t_s per configuration)")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, (label, tl) in enumerate(sorted(lines.items())):
+        c = f"C{i % 10}"
+        ax.plot(tl["t_s"], tl["mean_ms"], "-", color=c, label=f"{label}: mean")
+        ax.plot(tl["t_s"], tl["p99_ms"], "--", color=c, alpha=0.7, label=f"{label}: p99")
+    ax.set_yscale("log")
+    ax.set_xlabel("time in the run (s, by chunk arrival)")
+    ax.set_ylabel("total latency per chunk (ms)")
+    ax.set_title("Serving latency over the run (a growing queue rises)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, out_path)

@@ -134,6 +134,11 @@ def test_sweep_end_to_end_on_cpu_with_give_up(tmp_path):
     assert largest["wfst"]["largest_sustained"] == 2 and largest["flashlight"]["first_not_sustained"] == 400
     assert largest["ratio"]["at_least"] == pytest.approx(2 / 400)
     assert "no (ended at" in (run / "serving.md").read_text()
+    timeline = json.loads((run / "serving_timeline.json").read_text())  # one per configuration and N
+    assert len(timeline) == 3 and all(sum(t["chunks"]) > 0 for t in timeline.values()), timeline
+    from reports.cli import main as report
+
+    assert report([str(run)]) == 0 and (run / "serving_timeline.png").stat().st_size > 0
 
 
 def test_flashlight_pool_loads_once_and_serves_runs_alike():
@@ -206,3 +211,24 @@ def test_stream_gpu_run_refuses_speech_log_probs_on_graphs_the_model_cannot_read
         assert proc.returncode == 2, (env, proc.stdout, proc.stderr)
         assert needle in proc.stdout + proc.stderr
         assert not (tmp_path / "out").exists()  # refused before the output folder was made
+
+
+def test_latency_timeline_is_flat_when_the_server_keeps_up_and_rises_when_it_falls_behind(tmp_path):
+    """latency_timeline buckets chunks by arrival: a server that keeps up gives the same latency in every window,
+    one whose queue grows gives a rising mean; a run with no chunks has no windows; the plot draws both."""
+    from eval.bench.wfst_stream_bench import latency_timeline
+    from reports.streaming import plot_serving_timeline
+
+    arr = [0.4 * i for i in range(300)]
+    steady = latency_timeline(_result(arr, [a + 0.002 for a in arr], [a + 0.006 for a in arr]), windows=10)
+    assert len(steady["t_s"]) == 10 and sum(steady["chunks"]) == 300
+    assert steady["mean_ms"] == pytest.approx([6.0] * 10) and steady["window_s"] == pytest.approx(299 * 0.4 / 10)
+    done = [a + 0.01 + 0.001 * i for i, a in enumerate(arr)]  # each chunk waits 1 ms longer than the one before
+    growing = latency_timeline(_result(arr, done, done), windows=10)
+    assert all(b > a for a, b in zip(growing["mean_ms"], growing["mean_ms"][1:])), growing["mean_ms"]
+    empty = latency_timeline(ServeResult([], [], [], [], [], [], 0.0, 0.0, 0, 0.0))
+    assert empty["t_s"] == [] and empty["chunks"] == []
+    out = plot_serving_timeline({"steady": steady, "growing": growing}, tmp_path / "t.png")
+    assert out.stat().st_size > 0
+    with pytest.raises(ValueError, match="no serving timeline"):
+        plot_serving_timeline({"empty": empty}, tmp_path / "x.png")

@@ -558,6 +558,26 @@ def serve_flashlight(streams: StreamSet, sched, ctx, processes: int, fl_cfg: dic
         return own.serve(streams, sched, give_up_s)
 
 
+def latency_timeline(r: ServeResult, windows: int = 30) -> dict:
+    """Total latency over the run: the chunks bucketed by arrival time into `windows` equal windows of the arrival
+    span (at least 1 s each), per window the start (s), the chunks, and their mean and p99 total latency (ms) --
+    a growing queue is a rising curve (serving_timeline.json, plotted by reports.streaming.plot_serving_timeline).
+    Only answered chunks count (a run ended early answered fewer than arrived: zip stops at the shorter list)."""
+    total = [(a, d - a) for a, d in zip(r.arrival, r.done)]
+    if not total:
+        return {"window_s": 0.0, "t_s": [], "chunks": [], "mean_ms": [], "p99_ms": []}
+    t0 = min(a for a, _ in total)
+    span = max(max(a for a, _ in total) - t0, 1e-9)
+    width = max(span / windows, 1.0)
+    buckets: dict[int, list] = {}
+    for a, lat in total:
+        buckets.setdefault(min(int((a - t0) / width), windows - 1), []).append(1000.0 * lat)
+    keys = sorted(buckets)
+    return {"window_s": width, "t_s": [k * width for k in keys], "chunks": [len(buckets[k]) for k in keys],
+            "mean_ms": [float(np.mean(buckets[k])) for k in keys],
+            "p99_ms": [float(np.percentile(buckets[k], 99)) for k in keys]}
+
+
 def serving_stats(r: ServeResult, n_streams: int, audio_s: float, servers: Optional[list] = None) -> dict:
     """Latency summaries, utilisation, the M/D/1 prediction, sustained RTFx and whether the server kept up.
     servers: Flashlight's per-worker (chunks, busy s, arrival window s); None = one batching server."""
@@ -647,6 +667,7 @@ def run_serve(run: BenchRun, args, data: LogProbSet, graph, n_streams: int, dura
         finally:
             release_device_memory()
         st = serving_stats(r, n_streams, streams.audio_seconds(), servers)
+        run.extra.setdefault("serving_timeline.json", {})[lab] = latency_timeline(r)  # every N of a sweep
         wer = word_error_stats(streams.refs, r.hyps)  # an aborted run's is over the utterances it finished
         frames = sum(streams.frames(s) for s in range(n_streams))
         if r.aborted_at_s is not None:  # served audio only (the RTFx of the row is what it did decode)
