@@ -20,6 +20,7 @@
 #include "wfst_ops.h"
 
 namespace beamdec {
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                   const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,

@@ -62,7 +62,6 @@ inline int32_t lattice_map_slots(int64_t batch, int64_t frontier, int64_t num_st
   return static_cast<int32_t>(h);
 }
 
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                  const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
