@@ -638,6 +638,8 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
             g["eps_level"] = levels.to(device)
         levels = g["eps_level"]
 
+    maps: list[str] = []  # run() appends the state map of each op call
+
     def run(lp_, lengths_, keys_, values_, cfg_, factor) -> WfstLattices:
         caps = lattice_capacities(cfg_, lp_.shape[0], lp_.shape[1], int(lengths_.sum()) + int(lengths_.numel()), factor) \
             if on_gpu else {"frontier_capacity": 1, "candidate_capacity": 1, "token_capacity": 1, "arc_capacity": 1}
@@ -649,13 +651,10 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
             bool(cfg_.allow_partial), float(cfg_.acoustic_scale), decoder._eps_passes(cfg_), levels,
             float(cfg_.output_beam), caps["frontier_capacity"], caps["candidate_capacity"], caps["token_capacity"],
             caps["arc_capacity"])
-        lats_ = WfstLattices(graph, *out, decoder._blank_id, oov)
-        if on_gpu:
+        if on_gpu:  # the op's state-map choice, by the op's own rule (for the lattices' record)
             maps.append("hash" if _ops().wfst_lattice_map_slots(lp_.shape[0], caps["frontier_capacity"],
                                                                 graph.num_states) else "dense")
-        return lats_
-
-    maps: list[str] = []
+        return WfstLattices(graph, *out, decoder._blank_id, oov)
 
     lats = run(lp, lengths, keys, values, cfg, 1)
     timer.mark("op + WfstLattices")

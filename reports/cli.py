@@ -25,8 +25,7 @@ def serving_timeline(paths) -> dict:
     merged: dict = {}
     for p in paths:
         p = Path(p)
-        for f in ([p / "serving_timeline.json"] if (p / "serving_timeline.json").is_file() else []) + \
-                (sorted(p.rglob("*/serving_timeline.json")) if p.is_dir() else []):
+        for f in sorted(p.rglob("serving_timeline.json")) if p.is_dir() else []:
             try:
                 merged.update(json.loads(f.read_text(encoding="utf-8")))
             except (OSError, ValueError) as e:

@@ -571,11 +571,11 @@ def latency_timeline(r: ServeResult, windows: int = 30) -> dict:
     width = max(span / windows, 1.0)
     buckets: dict[int, list] = {}
     for a, lat in total:
-        buckets.setdefault(min(int((a - t0) / width), windows - 1), []).append(1000.0 * lat)
+        buckets.setdefault(min(int((a - t0) / width), windows - 1), []).append(lat)
     keys = sorted(buckets)
+    summ = [latency_summary(buckets[k], "total") for k in keys]  # the rows' definitions (nearest-rank p99)
     return {"window_s": width, "t_s": [k * width for k in keys], "chunks": [len(buckets[k]) for k in keys],
-            "mean_ms": [float(np.mean(buckets[k])) for k in keys],
-            "p99_ms": [float(np.percentile(buckets[k], 99)) for k in keys]}
+            "mean_ms": [x["total_mean_ms"] for x in summ], "p99_ms": [x["total_p99_ms"] for x in summ]}
 
 
 def serving_stats(r: ServeResult, n_streams: int, audio_s: float, servers: Optional[list] = None) -> dict:
