@@ -357,7 +357,8 @@ CTCLM_HD void decode_row(const Params& p, int row, Blk& blk, Shared& S) {
       pending = true;
       continue;
     }
-    const Beams B0 = S.buf[cur], B1 = S.buf[cur ^ 1];  // by value: the pointers stay in registers
+    // by value, picked by a select (a runtime index into S.buf puts the whole Shared in local memory)
+    const Beams B0 = cur ? S.buf[1] : S.buf[0], B1 = cur ? S.buf[0] : S.buf[1];
     const bool collapse = pending;
     pending = false;
 
@@ -546,7 +547,7 @@ CTCLM_HD void decode_row(const Params& p, int row, Blk& blk, Shared& S) {
   }
 
   // final scores: CTC + fusion + lm_weight * log p(</s>) (lm_eos) - the automaton's partial credit
-  const Beams Bf = S.buf[cur];
+  const Beams Bf = cur ? S.buf[1] : S.buf[0];
   const int steps = step;
   blk.for_each(K, [&](int k) {
     const float tot = lae(Bf.pb[k], Bf.pnb[k]);

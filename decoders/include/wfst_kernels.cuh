@@ -103,6 +103,19 @@ struct Workspace {
   unsigned int* arrive;              // (1,) blocks of the current kernel done (last one runs `prepare`)
 };
 
+// The double-buffered frontier arrays picked by a select, not by indexing `ws.front_*[buf]` with a runtime `buf`:
+// the indexed form makes nvcc copy the whole kernel-parameter `Workspace` to local memory (ptxas: 128-152 B stack
+// frames in every 1-best kernel); the select keeps it in the constant bank (0 B).
+struct Frontier {
+  int32_t* state;
+  float* score;
+  int32_t* winner;
+};
+__host__ __device__ __forceinline__ Frontier frontier(const Workspace& ws, int32_t buf) {
+  return buf ? Frontier{ws.front_state[1], ws.front_score[1], ws.front_winner[1]}
+             : Frontier{ws.front_state[0], ws.front_score[0], ws.front_winner[0]};
+}
+
 // The workspace layout, walked once: with base == nullptr it only measures (bytes, each array 256-B aligned). The
 // offline launcher carves it over its batch, the streaming launcher over its persistent lanes.
 inline size_t carve_workspace(char* base, int32_t B, const Capacities& c, Workspace* ws) {
@@ -432,9 +445,9 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
       const int64_t at = (int64_t)b * F + tok;
       phase = ws.lanes[b].phase;
       on_token(b, tok);
-      const int32_t s = ws.front_state[buf][at];
-      score = ws.front_score[buf][at];
-      link = ws.front_winner[buf][at];
+      const int32_t s = frontier(ws, buf).state[at];
+      score = frontier(ws, buf).score[at];
+      link = frontier(ws, buf).winner[at];
       if (score != -INFINITY) {
         if (kStart) {
           begin = g.eps_begin[s];
@@ -597,9 +610,9 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
     if (tok < F) {
       ws.claims[frow + tok] = h;
       ws.hash[hrow + h].tok = tok;
-      ws.front_state[out][frow + tok] = dest;
-      ws.front_score[out][frow + tok] = -INFINITY;
-      ws.front_winner[out][frow + tok] = -2;
+      frontier(ws, out).state[frow + tok] = dest;
+      frontier(ws, out).score[frow + tok] = -INFINITY;
+      frontier(ws, out).winner[frow + tok] = -2;
     } else {
       ws.hash[hrow + h].tok = -1;
       atomicOr(&L->overflow, kOverflowFrontier);
@@ -672,7 +685,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
       if (static_cast<uint32_t>(v) == static_cast<uint32_t>(c)) {  // the slot's winner
         tok = slot.tok;                                              // < 0: frontier overflow (flagged)
         end = ordered_to_float(static_cast<uint32_t>(v >> 32));
-        win = tok >= 0 && end > ws.front_score[buf][frow + tok];
+        win = tok >= 0 && end > frontier(ws, buf).score[frow + tok];
         if (win) cand = ws.cands[crow + c];
       }
     }
@@ -690,9 +703,9 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
           link = -2;  // broken chain (flagged)
         }
       }
-      ws.front_score[buf][frow + tok] = end;
-      ws.front_winner[buf][frow + tok] = link;
-      const int32_t s = ws.front_state[buf][frow + tok];
+      frontier(ws, buf).score[frow + tok] = end;
+      frontier(ws, buf).winner[frow + tok] = link;
+      const int32_t s = frontier(ws, buf).state[frow + tok];
       phase = L.phase;
       if (eps_mode != kEpsNone && phase == kEmit) {
         eps_begin = g.eps_begin[s];

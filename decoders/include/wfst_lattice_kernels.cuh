@@ -74,6 +74,16 @@ struct Workspace {
   LatticeArc* cands;      // (B, C) this step's arcs; dst is a graph state until commit_copy
 };
 
+// Work list q picked by a select, not by indexing `ws.dirty_*[q]` with a runtime q: the indexed form makes nvcc copy
+// the kernel-parameter Workspace to local memory (ptxas: 96 B stack frames), as wfst_kernels.cuh's `frontier` notes.
+struct DirtyList {
+  int32_t* idx;
+  float* score;
+};
+__device__ __forceinline__ DirtyList dirty_list(const Workspace& ws, int32_t q) {
+  return q ? DirtyList{ws.dirty_idx[1], ws.dirty_score[1]} : DirtyList{ws.dirty_idx[0], ws.dirty_score[0]};
+}
+
 struct Sizes {
   int32_t B, T, V, N, F, C, S;
   int64_t tok_cap, arc_cap;
@@ -452,8 +462,8 @@ __device__ __forceinline__ void resolve_body(const Blk& blk, Workspace ws, Sizes
     }
     if (dirty && L.closure && has_eps_arcs(g, d)) {
       const int32_t w = atomicAdd(&L.dirty_count[q], 1);
-      ws.dirty_idx[q][bF + w] = idx;
-      ws.dirty_score[q][bF + w] = ns;
+      dirty_list(ws, q).idx[bF + w] = idx;
+      dirty_list(ws, q).score[bF + w] = ns;
     }
   }
 }
@@ -485,10 +495,10 @@ __device__ __forceinline__ void eps_expand_body(const Blk& blk, Workspace ws, Si
   walk_arcs<kWarpWalk>(
       blk, P, L.dirty_count[r],
       [&](int32_t i, int32_t& begin, int32_t& deg, float& score) {
-        const int32_t s = ws.st_state[bF + ws.dirty_idx[r][bF + i]];
+        const int32_t s = ws.st_state[bF + dirty_list(ws, r).idx[bF + i]];
         begin = g.eps_begin[s];
         deg = g.final_begin[s] - begin;
-        score = ws.dirty_score[r][bF + i];
+        score = dirty_list(ws, r).score[bF + i];
       },
       [&](int32_t, int32_t a, float sc) {
         const float end = __fadd_rn(sc, arc_ll<float>(g, opt, a, nullptr, false, bk, bv, bc, b));
