@@ -269,3 +269,55 @@ def test_gpu_workspace_keeps_one_size_across_batches_of_varying_lengths():
         assert got.words == want.words and torch.allclose(got.scores, want.scores, atol=1e-4), lengths
         torch.cuda.synchronize()
         assert torch.cuda.memory_reserved() == reserved, (lengths, torch.cuda.memory_reserved(), reserved)
+
+
+@pytest.mark.parametrize("epsilon", [False, True])
+def test_gpu_multiword_arcs_with_boosts_match_cpu(epsilon):
+    """Arcs with several words (the word-arc index's splits, not the one-word fast case), graphs of a few hundred arcs
+    (many 32-arc index blocks), boosts on words that sit second on an arc: the kernels' word lookups (boost sums,
+    the word links, the backtrack) against the CPU reference's aux CSR."""
+    from wfst_testlib import with_multiword_arcs
+    rng = np.random.default_rng(600 + epsilon)
+    for gi in range(6):
+        g = with_multiword_arcs(rng, random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(20, 300)),
+                                                  num_tokens=29))
+        assert g.aux_splits is not None and g.num_arcs > 64
+        cfg = WfstDecoderConfig(search_beam=12.0, max_active=int(rng.choice([40, 10000])))
+        lp, lengths = random_batch(rng, 5, g.num_tokens)
+        boosts = [{f"w{int(w)}": float(rng.uniform(-3, 3)) for w in rng.integers(1, 12, size=3)} if b % 2 else None
+                  for b in range(5)]
+        cpu = WfstDecoder(g, cfg, "cpu").decode(lp, lengths, boosts=boosts)
+        gpu = WfstDecoder(g, cfg, "cuda").decode(lp.cuda(), lengths, boosts=boosts)
+        assert all(o == 0 for o in gpu.overflow), gpu.overflow
+        for b in range(5):
+            sg, sc = float(gpu.scores[b]), float(cpu.scores[b])
+            assert sg == sc or abs(sg - sc) <= 1e-4 * max(1.0, abs(sc)), (gi, b, sg, sc)
+            assert gpu.words[b] == cpu.words[b] or sg == sc, (gi, b, gpu.words[b], cpu.words[b])
+
+
+def test_gpu_graph_is_one_packed_allocation_in_the_device_layout():
+    """graph_on_device uploads the kernels' layout (int16 ilabel, the word-arc index) as one allocation: the
+    allocator's bytes grow by the packed size alone, below the int32 + aux-CSR layout's, and the CUDA op refuses
+    the CPU layout with a one-line error."""
+    from decoders.wfst import _graph_arrays, _ops, clear_graph_cache, device_graph_arrays, graph_on_device
+    rng = np.random.default_rng(650)
+    g = random_graph(rng, num_states=3000, num_tokens=29, max_emitting=6)
+    clear_graph_cache()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    t = graph_on_device(g, "cuda")
+    torch.cuda.synchronize()
+    grew = torch.cuda.memory_allocated() - before
+    dev = device_graph_arrays(_graph_arrays(g), g.num_tokens)
+    packed = sum(-(-max(v.nbytes, 1) // 256) * 256 for v in dev.values())
+    assert packed <= grew <= packed + 512, (grew, packed)  # the allocator rounds to 512 B
+    assert packed < sum(v.nbytes for v in _graph_arrays(g).values())
+    assert t["ilabel"].dtype == torch.int16 and len({x.untyped_storage().data_ptr() for x in t.values()
+                                                      if isinstance(x, torch.Tensor)}) == 1
+    cpu = graph_on_device(g, "cpu")
+    lp = random_log_probs(rng, 1, 4, g.num_tokens).cuda()
+    args = [lp, torch.tensor([4])] + [cpu[k].cuda() for k in ("row_splits", "eps_begin", "final_begin", "dest",
+                                                              "ilabel", "aux_splits", "aux_words", "weight")]
+    with pytest.raises(RuntimeError, match="ilabel must be contiguous int16"):
+        _ops().wfst_decode(*args, g.start_state, g.final_state, torch.zeros(1, 0, dtype=torch.int32, device="cuda"),
+                           torch.zeros(1, 0, device="cuda"), 10.0, 1, 100, True, 1.0, 0, 64, 64, 128, 1024, 16)

@@ -273,3 +273,21 @@ def test_gpu_lattices_equal_cpu_on_the_demo_tlg():
     cpu = WfstDecoder(g, cfg, "cpu").decode_lattice(data.log_probs, data.lengths)
     gpu = WfstDecoder(g, cfg, "cuda").decode_lattice(data.log_probs.cuda(), data.lengths)
     assert_same_lattices(gpu, cpu)
+
+
+def test_gpu_lattices_with_multiword_arcs_and_boosts_equal_cpu():
+    """Arcs with several words through the device word-arc index (boosted arc scores): the same lattices, MBR and
+    n-best as the CPU reference."""
+    from wfst_testlib import with_multiword_arcs
+    rng = np.random.default_rng(17)
+    g = with_multiword_arcs(rng, acyclic_eps_graph(rng, num_states=120, num_tokens=29, num_words=20, finals="all"))
+    assert g.aux_splits is not None
+    lp = random_log_probs(rng, 4, 30, g.num_tokens)
+    lengths = torch.tensor([30, 17, 1, 29])
+    boosts = [{"w1": 3.0, "w5": -1.0}, {}, {"w2": -2.0}, {"w3": 5.0, "w4": 1.0}]
+    cfg = WfstDecoderConfig(output_beam=6.0)
+    cpu = WfstDecoder(g, cfg, "cpu").decode_lattice(lp, lengths, boosts=boosts)
+    gpu = WfstDecoder(g, cfg, "cuda").decode_lattice(lp.cuda(), lengths, boosts=boosts)
+    assert_same_lattices(gpu, cpu)
+    assert [h.words for h in gpu.mbr()] == [h.words for h in cpu.mbr()]
+    assert [[h.words for h in n] for n in gpu.nbest(4)] == [[h.words for h in n] for n in cpu.nbest(4)]

@@ -151,6 +151,32 @@ def test_gpu_memory_is_flat_on_a_long_stream():
 
 
 @pytest.mark.gpu
+def test_gpu_multiword_arcs_survive_the_drain():
+    """A long stream on a graph with multi-word arcs and a small arena: the garbage collector drains converged word
+    links to the host, which reads their words through the host copy of the device word-arc index; the transcript
+    equals the CPU reference's (which reads the aux CSR), with and without boosts."""
+    from wfst_testlib import with_multiword_arcs
+    rng = np.random.default_rng(104)
+    g = with_multiword_arcs(rng, random_graph(rng, num_states=60, num_tokens=6, max_emitting=5, finals="all"))
+    frames = 6000
+    lp = random_log_probs(rng, 2, frames, 6, peaky=1.0)
+    cfg = WfstDecoderConfig(search_beam=12.0, arena_capacity=1 << 14)
+    boosts = [None, {"w3": 2.0}]
+    dec = WfstStreamingDecoder(g, cfg, "cuda", max_streams=2, max_chunk_frames=50)
+    streams = [dec.create_stream(b) for b in boosts]
+    x = lp.cuda()
+    for a in range(0, frames, 50):
+        dec.decode_chunk(streams, x[:, a: a + 50].contiguous(), [50, 50])
+    stats = [dec.memory_stats(s) for s in streams]
+    gpu = dec.finalize(streams)
+    assert all(st["gc_runs"] >= 1 and st["drained_words"] > 0 for st in stats), stats
+    cpu = _stream(WfstStreamingDecoder(g, cfg, "cpu", max_streams=2), lp, torch.tensor([frames, frames]), 50,
+                  boosts=boosts)
+    _same(gpu, cpu, "multiword drain")
+    assert gpu.overflow == [0, 0] and all(len(w) > 0 for w in gpu.words)
+
+
+@pytest.mark.gpu
 def test_gpu_bad_input():
     rng = np.random.default_rng(340)
     g = random_graph(rng, num_states=10, num_tokens=4)

@@ -59,6 +59,23 @@ def random_graph(
     )
 
 
+def with_multiword_arcs(rng: np.random.Generator, graph: WfstGraph, prob: float = 0.4) -> WfstGraph:
+    """`graph` with extra words on some arcs (ragged aux labels, as an epsilon-removed HLG has): each arc gets 1-2
+    more words with probability `prob` (a word arc keeps its first word, a wordless arc may get words)."""
+    splits, vals = graph.aux_csr()
+    aux = []
+    nw = len(graph.words) if graph.words else 12
+    for a in range(graph.num_arcs):
+        w = [int(x) for x in vals[splits[a]: splits[a + 1]]]
+        if rng.random() < prob:
+            w += [int(x) for x in rng.integers(1, nw, size=int(rng.integers(1, 3)))]
+        aux.append(w)
+    return WfstGraph.from_arcs(graph.src(), graph.dest, graph.ilabel, graph.olabel, graph.weight,
+                               num_states=graph.num_states, start_state=graph.start_state,
+                               final_state=graph.final_state, num_tokens=graph.num_tokens, words=graph.words,
+                               aux=aux)
+
+
 def random_log_probs(rng: np.random.Generator, batch: int, frames: int, vocab: int, peaky: float = 3.0):
     x = rng.normal(size=(batch, frames, vocab)) * peaky
     return torch.log_softmax(torch.from_numpy(x).float(), dim=-1)

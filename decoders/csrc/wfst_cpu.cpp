@@ -318,19 +318,28 @@ void wfst_check_inputs(const at::Tensor& log_probs, const at::Tensor& lengths, c
   const auto dev = log_probs.device();
   const int64_t N = row_splits.numel() - 1, A = dest.numel();
   BEAMDEC_CHECK(N >= 1, "wfst_decode: graph must have at least one state");
-  for (const at::Tensor* t : {&row_splits, &eps_begin, &final_begin, &dest, &ilabel, &aux_splits, &aux_words,
-                              &boost_keys}) {
+  for (const at::Tensor* t : {&row_splits, &eps_begin, &final_begin, &dest, &aux_splits, &aux_words, &boost_keys}) {
     BEAMDEC_CHECK(t->scalar_type() == at::kInt && t->is_contiguous() && t->device() == dev,
                 "wfst_decode: graph/boost index tensors must be contiguous int32 on ", dev);
   }
+  // The layouts (decoders/wfst.py graph_on_device): on the CPU ilabel int32 and the aux CSR (aux_splits A + 1); on
+  // CUDA ilabel int16 and aux_splits the word-arc index (2 int32 per block of 32 arcs, then the word arcs' splits)
+  const bool device_layout = dev.is_cuda();
+  BEAMDEC_CHECK(ilabel.scalar_type() == (device_layout ? at::kShort : at::kInt) && ilabel.is_contiguous() &&
+                    ilabel.device() == dev,
+                "wfst_decode: ilabel must be contiguous ", device_layout ? "int16" : "int32", " on ", dev,
+                " (the graph's arrays for a device come from decoders.wfst.graph_on_device)");
   BEAMDEC_CHECK(weight.scalar_type() == at::kFloat && weight.is_contiguous() && weight.device() == dev,
               "wfst_decode: weight must be contiguous float32 on ", dev);
   BEAMDEC_CHECK(boost_values.scalar_type() == at::kFloat && boost_values.is_contiguous() && boost_values.device() == dev,
               "wfst_decode: boost_values must be contiguous float32 on ", dev);
   BEAMDEC_CHECK(eps_begin.numel() == N && final_begin.numel() == N, "wfst_decode: eps_begin/final_begin need ", N,
               " entries");
-  BEAMDEC_CHECK(ilabel.numel() == A && weight.numel() == A && aux_splits.numel() == A + 1,
-              "wfst_decode: dest/ilabel/weight must have A entries and aux_splits A + 1");
+  const int64_t word_blocks = (A + 31) / 32;
+  BEAMDEC_CHECK(ilabel.numel() == A && weight.numel() == A &&
+                    (device_layout ? aux_splits.numel() >= 2 * word_blocks + 1 : aux_splits.numel() == A + 1),
+                "wfst_decode: dest/ilabel/weight must have A entries and aux_splits ",
+                device_layout ? "2 per 32 arcs + the word arcs + 1" : "A + 1");
   BEAMDEC_CHECK(start_state >= 0 && start_state < N, "wfst_decode: start_state ", start_state, " outside [0, ", N, ")");
   BEAMDEC_CHECK(final_state >= 0 && final_state < N, "wfst_decode: final_state ", final_state, " outside [0, ", N, ")");
   BEAMDEC_CHECK(boost_keys.dim() == 2 && boost_values.sizes() == boost_keys.sizes() &&

@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include "wfst_defs.h"
+#include "wfst_device_graph.h"
 #include "wfst_launch.h"
 #include "wfst_ops.h"
 
@@ -35,7 +36,6 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
   BEAMDEC_CHECK(words_capacity < (1LL << 30), "wfst_decode: words_capacity out of range");
   c10::cuda::CUDAGuard guard(log_probs.device());
   const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
-  const int64_t N = row_splits.numel() - 1;
 
   const auto* len_host = lengths.data_ptr<int64_t>();
   int64_t max_length = 0;
@@ -47,11 +47,8 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
   // for epsilon-free graphs (it knows from the upload), so no device->host read is needed here.
   const bool has_eps = eps_iterations > 0;
 
-  wfst::DeviceGraph g{row_splits.data_ptr<int32_t>(), eps_begin.data_ptr<int32_t>(), final_begin.data_ptr<int32_t>(),
-                      dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    aux_splits.data_ptr<int32_t>(),
-                      aux_words.data_ptr<int32_t>(),
-                      weight.data_ptr<float>(),       static_cast<int32_t>(N),       static_cast<int32_t>(start_state),
-                      static_cast<int32_t>(final_state), has_eps};
+  const wfst::DeviceGraph g = device_graph(row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words,
+                                           weight, start_state, final_state, has_eps);
   wfst::SearchOptions opt{static_cast<float>(search_beam), static_cast<float>(min_active),
                           static_cast<float>(max_active), allow_partial, static_cast<float>(acoustic_scale),
                           static_cast<int32_t>(eps_iterations), online};

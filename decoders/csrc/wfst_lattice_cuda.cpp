@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "wfst_defs.h"
+#include "wfst_device_graph.h"
 #include "wfst_lattice_host.h"
 #include "wfst_lattice_launch.h"
 #include "wfst_lattice_ops.h"
@@ -57,10 +58,8 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(dev); };
   at::Tensor lengths_dev = lengths.to(at::kInt).to(dev);
   const bool has_eps = eps_iterations > 0;  // decoders/lattice.py passes 0 for epsilon-free graphs
-  wfst::DeviceGraph g{row_splits.data_ptr<int32_t>(), eps_begin.data_ptr<int32_t>(), final_begin.data_ptr<int32_t>(),
-                      dest.data_ptr<int32_t>(),       ilabel.data_ptr<int32_t>(),    aux_splits.data_ptr<int32_t>(),
-                      aux_words.data_ptr<int32_t>(),  weight.data_ptr<float>(),      static_cast<int32_t>(N),
-                      static_cast<int32_t>(start_state), static_cast<int32_t>(final_state), has_eps};
+  const wfst::DeviceGraph g = device_graph(row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words,
+                                           weight, start_state, final_state, has_eps);
   wfst::SearchOptions opt{static_cast<float>(search_beam), static_cast<float>(min_active),
                           static_cast<float>(max_active), allow_partial, static_cast<float>(acoustic_scale),
                           static_cast<int32_t>(eps_iterations)};

@@ -21,6 +21,7 @@
 
 #include "common_check.h"
 #include "wfst_defs.h"
+#include "wfst_device_graph.h"
 #include "wfst_launch.h"
 #include "wfst_stream_launch.h"
 
@@ -38,14 +39,15 @@ class WfstStreamCuda : public torch::CustomClassHolder {
                ilabel.contiguous(), aux_splits.contiguous(), aux_words.contiguous(), weight.contiguous()} {
     const auto dev = graph_[0].device();
     BEAMDEC_CHECK_VALUE(dev.is_cuda(), "WfstStreamCuda: the graph tensors must be on a CUDA device");
-    for (int i = 0; i < 7; ++i)
-      BEAMDEC_CHECK_VALUE(graph_[i].scalar_type() == at::kInt && graph_[i].device() == dev,
-                          "WfstStreamCuda: graph index tensors must be int32 on ", dev);
+    for (int i = 0; i < 7; ++i)  // the device layout (decoders/wfst.py graph_on_device): ilabel int16
+      BEAMDEC_CHECK_VALUE(graph_[i].scalar_type() == (i == 4 ? at::kShort : at::kInt) && graph_[i].device() == dev,
+                          "WfstStreamCuda: graph index tensors must be int32 (ilabel int16) on ", dev,
+                          " (decoders.wfst.graph_on_device)");
     BEAMDEC_CHECK_VALUE(graph_[7].scalar_type() == at::kFloat && graph_[7].device() == dev,
                         "WfstStreamCuda: weight must be float32 on ", dev);
     const int64_t N = graph_[0].numel() - 1, A = graph_[3].numel();
     BEAMDEC_CHECK_VALUE(N >= 1 && graph_[1].numel() == N && graph_[2].numel() == N && graph_[4].numel() == A &&
-                            graph_[7].numel() == A && graph_[5].numel() == A + 1,
+                            graph_[7].numel() == A && graph_[5].numel() >= 2 * ((A + 31) / 32) + 1,
                         "WfstStreamCuda: graph tensor sizes disagree");
     BEAMDEC_CHECK_VALUE(start_state >= 0 && start_state < N && final_state >= 0 && final_state < N,
                         "WfstStreamCuda: start_state/final_state outside [0, ", N, ")");
@@ -58,16 +60,16 @@ class WfstStreamCuda : public torch::CustomClassHolder {
                             arena_capacity < (1LL << 31) && max_chunk_frames >= 1 && drain_capacity >= 1,
                         "WfstStreamCuda: capacities out of range");
     device_ = dev;
-    aux_splits_host_ = graph_[5].cpu();
-    aux_words_host_ = graph_[6].cpu();
+    word_index_host_ = graph_[5].cpu();
+    words_host_ = graph_[6].cpu();
     il_max_ = A ? graph_[4].max().item<int32_t>() : -1;
     const bool has_eps = (graph_[1] < graph_[2]).any().item<bool>();
     eps_passes_ = has_eps ? static_cast<int32_t>(eps_iterations) : 0;
     BEAMDEC_CHECK_VALUE(!has_eps || eps_passes_ >= 1, "WfstStreamCuda: the graph has epsilon arcs, eps_iterations must be >= 1");
-    g_ = wfst::DeviceGraph{graph_[0].data_ptr<int32_t>(), graph_[1].data_ptr<int32_t>(), graph_[2].data_ptr<int32_t>(),
-                           graph_[3].data_ptr<int32_t>(), graph_[4].data_ptr<int32_t>(), graph_[5].data_ptr<int32_t>(),
-                           graph_[6].data_ptr<int32_t>(), graph_[7].data_ptr<float>(), static_cast<int32_t>(N),
-                           static_cast<int32_t>(start_state), static_cast<int32_t>(final_state), has_eps};
+    g_ = device_graph(graph_[0], graph_[1], graph_[2], graph_[3], graph_[4], graph_[5], graph_[6], graph_[7],
+                      start_state, final_state, has_eps);
+    host_words_ = device_graph(graph_[0], graph_[1], graph_[2], graph_[3], graph_[4], word_index_host_, words_host_,
+                               graph_[7], start_state, final_state, has_eps);  // only its word index is read, on the host
     opt_ = wfst::SearchOptions{static_cast<float>(search_beam), static_cast<float>(min_active),
                                static_cast<float>(max_active), allow_partial, static_cast<float>(acoustic_scale),
                                static_cast<int32_t>(eps_iterations), /*online=*/true, /*stream_chunk=*/true};
@@ -321,13 +323,14 @@ class WfstStreamCuda : public torch::CustomClassHolder {
     for (int32_t s = 0; s < S_; ++s) any = any || cnt[s] > 0;
     if (!any) return;
     at::Tensor arcs = drain_.cpu();
-    const int32_t* as = aux_splits_host_.data_ptr<int32_t>();
-    const int32_t* aw = aux_words_host_.data_ptr<int32_t>();
     for (int32_t s = 0; s < S_; ++s) {
       if (!slots_[s].open) continue;
       const int32_t* row = arcs.data_ptr<int32_t>() + static_cast<int64_t>(s) * D_;
-      for (int32_t k = 0; k < cnt[s]; ++k)
-        for (int32_t j = as[row[k]]; j < as[row[k] + 1]; ++j) slots_[s].drained.push_back(aw[j]);
+      for (int32_t k = 0; k < cnt[s]; ++k) {
+        int32_t wb, we;
+        wfst::arc_word_range(host_words_, row[k], wb, we);
+        for (int32_t j = wb; j < we; ++j) slots_[s].drained.push_back(host_words_.words[j]);
+      }
     }
   }
 
@@ -387,9 +390,10 @@ class WfstStreamCuda : public torch::CustomClassHolder {
   }
 
   at::Tensor graph_[8];
-  at::Tensor aux_splits_host_, aux_words_host_;
+  at::Tensor word_index_host_, words_host_;
   c10::Device device_{c10::kCUDA, 0};
   wfst::DeviceGraph g_{};
+  wfst::DeviceGraph host_words_{};  // g_ with the host copies of the word index and words
   wfst::SearchOptions opt_{};
   wfst::Capacities caps_{};
   int32_t S_ = 0, max_chunk_ = 0, D_ = 0, eps_passes_ = 0, il_max_ = -1, num_sms_ = 0;

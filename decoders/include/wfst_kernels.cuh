@@ -481,9 +481,11 @@ __device__ __forceinline__ float arc_loglik(const DeviceGraph& g, const SearchOp
   }
   float ll = __fadd_rn(acoustic, g.weight[arc]);
   if (boost_cap > 0) {
-    for (int32_t k = g.aux_splits[arc]; k < g.aux_splits[arc + 1]; ++k)
+    int32_t wb, we;
+    arc_word_range(g, arc, wb, we);
+    for (int32_t k = wb; k < we; ++k)
       ll = __fadd_rn(ll, boost_lookup(boost_keys + (int64_t)lane * boost_cap, boost_values + (int64_t)lane * boost_cap,
-                                      boost_cap, g.aux_words[k]));
+                                      boost_cap, g.words[k]));
   }
   return ll;
 }
@@ -689,7 +691,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         if (win) cand = ws.cands[crow + c];
       }
     }
-    const bool word = win && g.aux_splits[cand.y + 1] > g.aux_splits[cand.y];  // a word arc: new link
+    const bool word = win && arc_has_words(g, cand.y);  // a word arc: new link
     const long long w = warp_take(ws.arena_cursor, word);
     int32_t link = -1, phase = kDone, eps_begin = 0, eps_deg = 0;
     if (win) {
@@ -793,15 +795,19 @@ __global__ void BacktrackKernel(DeviceGraph g, Workspace ws, int32_t batch, int3
   int32_t count = 0;
   if (L.flags & kFlagHasPath) {
     int64_t hops = 0;
-    for (int32_t w = L.final_winner; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops)
-      count += g.aux_splits[ws.arena[w].y + 1] - g.aux_splits[ws.arena[w].y];
+    for (int32_t w = L.final_winner; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops) {
+      int32_t wb, we;
+      arc_word_range(g, ws.arena[w].y, wb, we);
+      count += we - wb;
+    }
     int32_t pos = count;
     hops = 0;
     for (int32_t w = L.final_winner; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops) {
-      const int32_t a = ws.arena[w].y;
-      for (int32_t k = g.aux_splits[a + 1] - 1; k >= g.aux_splits[a]; --k) {
+      int32_t wb, we;
+      arc_word_range(g, ws.arena[w].y, wb, we);
+      for (int32_t k = we - 1; k >= wb; --k) {
         --pos;
-        if (pos < W) row[kResultHeader + pos] = g.aux_words[k];
+        if (pos < W) row[kResultHeader + pos] = g.words[k];
       }
     }
     if (count > W) overflow |= kOverflowWords;

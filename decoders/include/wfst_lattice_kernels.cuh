@@ -103,10 +103,13 @@ __device__ __forceinline__ float arc_ll(const DeviceGraph& g, const SearchOption
                                         int32_t bc, int32_t lane) {
   const float acoustic = acoustic_term ? __fmul_rn(load_lp(row + g.ilabel[a]), opt.acoustic_scale) : 0.0f;
   float ll = __fadd_rn(acoustic, g.weight[a]);
-  if (bc > 0)
-    for (int32_t k = g.aux_splits[a]; k < g.aux_splits[a + 1]; ++k)
+  if (bc > 0) {
+    int32_t wb, we;
+    arc_word_range(g, a, wb, we);
+    for (int32_t k = wb; k < we; ++k)
       ll = __fadd_rn(ll, boost_lookup(bk + static_cast<int64_t>(lane) * bc, bv + static_cast<int64_t>(lane) * bc, bc,
-                                      g.aux_words[k]));
+                                      g.words[k]));
+  }
   return ll;
 }
 

@@ -7,22 +7,59 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "wfst_defs.h"
+
 namespace wfst {
 
+// The graph as the kernels read it: states CSR (12 B a state), arcs at 10 B each (dest, weight, a 16-bit ilabel) and
+// a word-arc index instead of a per-arc word CSR (decoders/wfst.py graph_on_device builds it; ~45 % of the arc bytes of
+// the int32 + aux-CSR layout the CPU reference reads). The hot loops read an arc's word flag from `word_blocks`, a
+// bit per arc in blocks of 32; the words of word arc r (r = the arc's rank among the word arcs, from the block's
+// count and a popcount) are words[word_splits[r] .. word_splits[r + 1]).
 struct DeviceGraph {
   const int32_t* row_splits;   // (N+1,)
   const int32_t* eps_begin;    // (N,) first epsilon arc of each state
   const int32_t* final_begin;  // (N,) first FINAL arc of each state
   const int32_t* dest;         // (A,)
-  const int32_t* ilabel;       // (A,)
-  const int32_t* aux_splits;   // (A+1,) words of arc a: aux_words[aux_splits[a] .. aux_splits[a+1])
-  const int32_t* aux_words;
+  const int16_t* ilabel;       // (A,) column, EPSILON or FINAL: vocabularies up to kMaxDeviceTokens
+  const int2* word_blocks;     // (ceil(A / 32),) x: bit i set = arc 32k + i outputs words; y: word arcs before block k
+  const int32_t* word_splits;  // (word arcs + 1,)
+  const int32_t* words;        // (total words,)
   const float* weight;         // (A,)
   int32_t num_states;
   int32_t start_state;
   int32_t final_state;
   bool has_eps;
 };
+
+inline constexpr int64_t kMaxDeviceTokens = 32768;  // int16 ilabel
+inline constexpr int64_t kWordBlockArcs = 32;
+
+WFST_HD int32_t popcount32(uint32_t x) {
+#ifdef __CUDA_ARCH__
+  return __popc(x);
+#else
+  return __builtin_popcount(x);
+#endif
+}
+
+// Does arc `a` output any word?
+WFST_HD bool arc_has_words(const DeviceGraph& g, int32_t a) {
+  return (static_cast<uint32_t>(g.word_blocks[a >> 5].x) >> (a & 31)) & 1u;
+}
+
+// The words of arc `a`: g.words[begin .. end) (empty for an arc without words).
+WFST_HD void arc_word_range(const DeviceGraph& g, int32_t a, int32_t& begin, int32_t& end) {
+  const int2 block = g.word_blocks[a >> 5];
+  const uint32_t bits = static_cast<uint32_t>(block.x), bit = 1u << (a & 31);
+  if (!(bits & bit)) {
+    begin = end = 0;
+    return;
+  }
+  const int32_t r = block.y + popcount32(bits & (bit - 1u));
+  begin = g.word_splits[r];
+  end = g.word_splits[r + 1];
+}
 
 struct SearchOptions {
   float search_beam;

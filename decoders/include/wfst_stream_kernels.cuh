@@ -185,8 +185,11 @@ __global__ void StreamCountKernel(DeviceGraph g, Workspace ws, int32_t n, int64_
   int32_t* h = head + (int64_t)k * kHeadCols;
   int32_t count = 0;
   int64_t hops = 0;
-  for (int32_t w = h[0]; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops)
-    count += g.aux_splits[ws.arena[w].y + 1] - g.aux_splits[ws.arena[w].y];
+  for (int32_t w = h[0]; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops) {
+    int32_t wb, we;
+    arc_word_range(g, ws.arena[w].y, wb, we);
+    count += we - wb;
+  }
   h[4] = count;
 }
 
@@ -199,10 +202,11 @@ __global__ void StreamFillKernel(DeviceGraph g, Workspace ws, int32_t n, int64_t
   int32_t pos = h[4];
   int64_t hops = 0;
   for (int32_t w = h[0]; w >= 0 && hops < arena_cap; w = ws.arena[w].x, ++hops) {
-    const int32_t a = ws.arena[w].y;
-    for (int32_t j = g.aux_splits[a + 1] - 1; j >= g.aux_splits[a]; --j) {
+    int32_t wb, we;
+    arc_word_range(g, ws.arena[w].y, wb, we);
+    for (int32_t j = we - 1; j >= wb; --j) {
       --pos;
-      if (pos < W) row[pos] = g.aux_words[j];
+      if (pos < W) row[pos] = g.words[j];
     }
   }
 }
