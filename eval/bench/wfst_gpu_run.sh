@@ -6,7 +6,7 @@
 #   here, once:  mkdir -p .anchors/oasr && tar -xJf ../shared/anchors/oasr-9c1a3ce.tar.xz -C .anchors/oasr
 #                (the seed system's source for the OASR column; .anchors/ is git-excluded, so carry it)
 #   there:       SCALE=small bash eval/bench/wfst_gpu_run.sh     (carry: .whl .anchors; timeout_s 600)
-#   then here:   python -m reports.cli <the run directory it printed>   (copied back from $OUT/runs)
+#   then here:   tar xzf <files_at>/wfst_runs.tgz -C reports/evidence/<machine>_<date>/; python -m reports.cli <run dir>
 #
 # Stages, each logged as "STAGE name rc= wall_s=" in $OUT/wfst_gpu_<SCALE>.log: wheels -> [extension build,
 # background] -> workload (recipes.workload) -> [log-probs of UTTS 'other' utterances, char, background:
@@ -17,11 +17,12 @@
 # [k2py on K2_UTTS utterances of the HLG, after the GPU runs] -> the run directories copied to $OUT/runs.
 # Env: SCALE (tiny|small|bench; bench: TLGs and HLGs (~52M arcs each), its graphs take ~5 min on a 2-core machine), UTTS (200), B1 (30), K2_UTTS (0 = no k2py),
 #   DECODERS (wfst riva oasr; oasr only when OASR_ROOT, default .anchors/oasr, holds its source), MAX_HLG_ARCS (library default; 0 = no HLG),
+#   TOPOLOGIES (compact normal), GRAPHS (TLG HLG: which of each topology's graphs are decoded), RUN (the run name; default the scale),
 #   WHEELS (.whl; empty = use the packages python3 has), ISOLATE (1: each configuration in its own process). Stages are cached (workload params.json, graph_info.json,
 #   the log-prob file): a call cut short can be run again on the still-warm machine and continues.
 # Host timings seen before (H200, 16 cores): small = workload 9 s, graphs 93 s, log-probs 6 s, benchmark ~40 s.
 set -o pipefail
-SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-0}
+SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-0}; TOPOLOGIES=${TOPOLOGIES:-compact normal}; GRAPHS=${GRAPHS:-TLG HLG}
 case $SCALE in tiny|small|bench) ;; *) echo "SCALE must be tiny, small or bench, got '$SCALE'"; exit 2;; esac
 OUT=${OUT:-/tmp/wfst_gpu_out}; mkdir -p "$OUT" data/lp || exit 1
 exec > >(tee -a "$OUT/wfst_gpu_$SCALE.log") 2>&1
@@ -50,20 +51,21 @@ LP=data/lp/${SCALE}_other_char_$UTTS.pt
 LPJ=$!
 HLG_ARG=${MAX_HLG_ARCS:+, max_hlg_arcs=$MAX_HLG_ARCS}
 stage graphs python3 -c "from recipes.build_graphs import build_graphs
-build_graphs(scale='$SCALE', token_kinds=['char'], blanks=['last'], topologies=['compact', 'normal']$HLG_ARG)" || exit 1
+build_graphs(scale='$SCALE', token_kinds=['char'], blanks=['last'], topologies=[$(printf "'%s', " $TOPOLOGIES)]$HLG_ARG)" || exit 1
 wait $LPJ 2>/dev/null; wait $EXT; tail -3 "$OUT/ext_build.log"
 [ -n "$OASR" ] && { wait $OASR; tail -3 "$OUT/oasr_build.log"; }
 [ -f $LP ] || { cat "$OUT/logprobs.log"; exit 1; }
 G=data/graphs/$SCALE/char_blanklast
-GDIRS="--graph-dir compact=$G/compact --graph-dir normal=$G/normal"
+GDIRS=$(for t in $TOPOLOGIES; do printf -- "--graph-dir %s=%s " $t $G/$t; done)
 # every configuration in a fresh process (wfst_bench --isolate, its default on cuda: rows after Riva's ran 2.5x
 # slower in one process); ISOLATE=0 measures them all in one process (saves one process start per row, ~5-15 s)
 stage bench python3 -m eval.bench.wfst_bench --lp-file $LP --scale $SCALE --max-utts $UTTS --b1-utts ${B1:-30} \
-  $GDIRS --decoders $DECODERS --run $SCALE $( [ "${ISOLATE:-1}" = 0 ] && echo --in-process || echo --isolate )
+  $GDIRS --graphs $GRAPHS --decoders $DECODERS --run ${RUN:-$SCALE} $( [ "${ISOLATE:-1}" = 0 ] && echo --in-process || echo --isolate )
 if [ "$K2_UTTS" -gt 0 ]; then  # CPU baseline after the GPU runs, so it cannot disturb their timing
   stage k2py python3 -m eval.bench.wfst_bench --lp-file $LP --scale $SCALE --max-utts $UTTS --decoders k2py \
-    --k2py-utts $K2_UTTS $GDIRS --experiment wfst_k2py --run $SCALE
+    --k2py-utts $K2_UTTS $GDIRS --graphs $GRAPHS --experiment wfst_k2py --run ${RUN:-$SCALE}
 fi
-mkdir -p "$OUT/runs" && cp -r runs/bench/wfst_vs_riva "$OUT/runs/" && for d in wfst_vs_oasr wfst_k2py; do
-  [ ! -d runs/bench/$d ] || cp -r runs/bench/$d "$OUT/runs/"; done
+# $OUT gives back at most 8 files, two folders down: the run directories travel as one archive
+# (wfst_runs.tgz: wfst_vs_riva/<run>, wfst_vs_oasr/<run>, wfst_k2py/<run>; untar under reports/evidence/<machine>_<date>/)
+( cd runs/bench && tar czf "$OUT/wfst_runs.tgz" $(ls -d wfst_vs_riva wfst_vs_oasr wfst_k2py 2>/dev/null) ) && ls -la "$OUT"
 echo "total_s=$SECONDS"; sleep 1  # let tee flush the log
