@@ -14,7 +14,7 @@
 # [OASR's WFST decoder JIT build, background, when .anchors/oasr is there] ->
 # wfst_bench (wfst + riva + oasr on both topologies, batch 1 (B1 utts) / 32 / 200) writing the run directories
 # runs/bench/wfst_vs_riva/<SCALE> and runs/bench/wfst_vs_oasr/<SCALE> (OASR beside a copy of ours' rows) ->
-# [k2py on K2_UTTS utterances of the HLG, after the GPU runs] -> the run directories copied to $OUT/runs.
+# [k2py on K2_UTTS utterances of the HLG, after the GPU runs] -> the run directories as one archive, $OUT/wfst_runs.tgz.
 # Env: SCALE (tiny|small|bench; bench: TLGs and HLGs (~52M arcs each), its graphs take ~5 min on a 2-core machine), UTTS (200), B1 (30), K2_UTTS (0 = no k2py),
 #   DECODERS (wfst riva oasr; oasr only when OASR_ROOT, default .anchors/oasr, holds its source), MAX_HLG_ARCS (library default; 0 = no HLG),
 #   TOPOLOGIES (compact normal), GRAPHS (TLG HLG: which of each topology's graphs are decoded), RUN (the run name; default the scale),
@@ -22,7 +22,7 @@
 #   the log-prob file): a call cut short can be run again on the still-warm machine and continues.
 # Host timings seen before (H200, 16 cores): small = workload 9 s, graphs 93 s, log-probs 6 s, benchmark ~40 s.
 set -o pipefail
-SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-0}; TOPOLOGIES=${TOPOLOGIES:-compact normal}; GRAPHS=${GRAPHS:-TLG HLG}
+SCALE=${SCALE:-small}; UTTS=${UTTS:-200}; K2_UTTS=${K2_UTTS:-0}; TOPOLOGIES=${TOPOLOGIES:-compact normal}; GRAPHS=${GRAPHS:-TLG HLG}; RUN=${RUN:-$SCALE}
 case $SCALE in tiny|small|bench) ;; *) echo "SCALE must be tiny, small or bench, got '$SCALE'"; exit 2;; esac
 OUT=${OUT:-/tmp/wfst_gpu_out}; mkdir -p "$OUT" data/lp || exit 1
 exec > >(tee -a "$OUT/wfst_gpu_$SCALE.log") 2>&1
@@ -60,10 +60,10 @@ GDIRS=$(for t in $TOPOLOGIES; do printf -- "--graph-dir %s=%s " $t $G/$t; done)
 # every configuration in a fresh process (wfst_bench --isolate, its default on cuda: rows after Riva's ran 2.5x
 # slower in one process); ISOLATE=0 measures them all in one process (saves one process start per row, ~5-15 s)
 stage bench python3 -m eval.bench.wfst_bench --lp-file $LP --scale $SCALE --max-utts $UTTS --b1-utts ${B1:-30} \
-  $GDIRS --graphs $GRAPHS --decoders $DECODERS --run ${RUN:-$SCALE} $( [ "${ISOLATE:-1}" = 0 ] && echo --in-process || echo --isolate )
+  $GDIRS --graphs $GRAPHS --decoders $DECODERS --run $RUN $( [ "${ISOLATE:-1}" = 0 ] && echo --in-process || echo --isolate )
 if [ "$K2_UTTS" -gt 0 ]; then  # CPU baseline after the GPU runs, so it cannot disturb their timing
   stage k2py python3 -m eval.bench.wfst_bench --lp-file $LP --scale $SCALE --max-utts $UTTS --decoders k2py \
-    --k2py-utts $K2_UTTS $GDIRS --graphs $GRAPHS --experiment wfst_k2py --run ${RUN:-$SCALE}
+    --k2py-utts $K2_UTTS $GDIRS --graphs $GRAPHS --experiment wfst_k2py --run $RUN
 fi
 # $OUT gives back at most 8 files, two folders down: the run directories travel as one archive
 # (wfst_runs.tgz: wfst_vs_riva/<run>, wfst_vs_oasr/<run>, wfst_k2py/<run>; untar under reports/evidence/<machine>_<date>/)
