@@ -417,6 +417,25 @@ def arc_weights(g: dict, graph: WfstGraph, word_bonus: float) -> torch.Tensor:
     return hit
 
 
+def max_emit_weight(graph: WfstGraph, word_bonus: float) -> float:
+    """The largest weight of an emitting arc as a search with `word_bonus` reads it (arc_weights), computed once per
+    (graph, bonus) on the host: the CUDA decoder's fused max bounds a token's best arc with it to skip tokens that
+    cannot reach a step's maximum (decoders/include/wfst_kernels.cuh "Fused max"; no result depends on it)."""
+    with _graph_cache_lock:
+        entry = _host_entry(graph)
+        key = ("max_emit_weight", float(word_bonus))
+        hit = entry.get(key)
+        if hit is None:
+            emit = np.asarray(graph.ilabel) >= 0
+            w = np.asarray(graph.weight, dtype=np.float32)
+            if word_bonus != 0:
+                splits, _ = graph.aux_csr()
+                n = np.diff(np.asarray(splits, dtype=np.int64)).astype(np.float32)
+                w = w + np.float32(word_bonus) * n
+            hit = entry[key] = float(w[emit].max()) if emit.any() else 0.0
+    return hit
+
+
 # ---------------------------------------------------------------------------------------------------
 def _hash_u32(x: int) -> int:
     """Same mixer as wfst::hash_u32 (decoders/include/wfst_defs.h)."""
@@ -661,6 +680,7 @@ class WfstDecoder:
             int(caps["arena_capacity"]),
             int(caps["words_capacity"]),
             bool(cfg.online),
+            max_emit_weight(self.graph, cfg.word_bonus),
         )
         return out.cpu()  # the one device->host copy of the batch
 

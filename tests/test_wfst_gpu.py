@@ -321,3 +321,41 @@ def test_gpu_graph_is_one_packed_allocation_in_the_device_layout():
     with pytest.raises(RuntimeError, match="ilabel must be contiguous int16"):
         _ops().wfst_decode(*args, g.start_state, g.final_state, torch.zeros(1, 0, dtype=torch.int32, device="cuda"),
                            torch.zeros(1, 0, device="cuda"), 10.0, 1, 100, True, 1.0, 0, 64, 64, 128, 1024, 16)
+
+
+@pytest.mark.parametrize("batch", [1, 5, 40])
+@pytest.mark.parametrize("epsilon", [False, True])
+def test_fused_max_equals_the_max_walk_and_cpu(monkeypatch, batch, epsilon):
+    """The persistent kernel's fused max (each step's maximum accumulated by the Resolves of the step before, tokens
+    skipped by the frame-max bound; decoders/include/wfst_kernels.cuh "Fused max") against the Max walk
+    (BEAMDEC_WFST_FUSED_MAX=0) and the CPU: bit-equal scores and equal words, on wide states (up to 40 emitting arcs),
+    arc weights above 0 (the bound's max_emit_weight), peaky and flat frames, -inf log-probs, acoustic scales, a
+    positive word bonus (which raises the bound), fp16 and boosts (no skipping: a boost can exceed the bound)."""
+    rng = np.random.default_rng(900 + batch + 7 * epsilon)
+    for gi in range(5):
+        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 200)),
+                         num_tokens=int(rng.choice([3, 29, 40])), max_emitting=int(rng.choice([8, 40])))
+        cfg = WfstDecoderConfig(search_beam=float(rng.choice([3.0, 10.0, 30.0])),
+                                max_active=int(rng.choice([30, 10000])),
+                                acoustic_scale=float(rng.choice([0.5, 1.0, 2.5])),
+                                word_bonus=1.25 if gi == 2 else 0.0)
+        T = int(rng.integers(1, 50))
+        lp = random_log_probs(rng, batch, T, g.num_tokens, peaky=float(rng.choice([0.5, 3.0, 12.0])))
+        if gi == 3:
+            lp[:, ::3, 1:] = -math.inf  # frames where only the first column is possible
+        lengths = torch.from_numpy(rng.integers(0, T + 1, size=batch))
+        lengths[0] = T
+        boosts = [{1: 2.0}] + [{}] * (batch - 1) if gi == 4 else None
+        for dtype in (torch.float32, torch.float16):
+            x = lp.to(dtype)
+            monkeypatch.setenv("BEAMDEC_WFST_FUSED_MAX", "0")
+            walk = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            monkeypatch.delenv("BEAMDEC_WFST_FUSED_MAX")
+            fused = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            assert fused.scores.tolist() == walk.scores.tolist(), (gi, str(dtype))
+            assert fused.words == walk.words and fused.overflow == walk.overflow, (gi, str(dtype))
+            assert fused.has_path == walk.has_path and fused.reached_final == walk.reached_final, (gi, str(dtype))
+            cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
+            for b in range(batch):
+                sc, sf = float(cpu.scores[b]), float(fused.scores[b])
+                assert (math.isinf(sc) and math.isinf(sf)) or abs(sf - sc) <= 1e-4 * max(1.0, abs(sc)), (gi, b)

@@ -22,7 +22,8 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             const at::Tensor& boost_values, double search_beam, int64_t min_active,
                             int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
-                            int64_t arena_capacity, int64_t words_capacity, bool online) {
+                            int64_t arena_capacity, int64_t words_capacity, bool online,
+                            double max_emit_weight) {
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
@@ -54,6 +55,12 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                           static_cast<int32_t>(eps_iterations), online};
   wfst::Capacities caps{static_cast<int32_t>(frontier_capacity), static_cast<int32_t>(candidate_capacity),
                         static_cast<int32_t>(hash_capacity), arena_capacity, static_cast<int32_t>(words_capacity)};
+  caps.hash_tables = wfst::decode_hash_tables();
+  // The fused max's token skipping (wfst_kernels.cuh): each frame's largest log-prob and the bound of the arc
+  // weights the caller passed (decoders/wfst.py; >= 1e30: none given, no skipping).
+  at::Tensor frame_max;
+  const bool skip = caps.hash_tables == 2 && max_emit_weight < 1e30 && boost_keys.size(1) == 0 && B > 0 && T > 0;
+  if (skip) frame_max = std::get<0>(log_probs.max(-1)).to(at::kFloat).contiguous();
 
   at::Tensor result = at::zeros({B, wfst::kResultHeader + words_capacity}, dev_i32);
   const size_t ws_bytes = wfst::workspace_bytes(static_cast<int32_t>(B), caps);
@@ -67,7 +74,8 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
       static_cast<int32_t>(T), static_cast<int32_t>(V), lengths_dev.data_ptr<int32_t>(),
       static_cast<int32_t>(max_length), C ? boost_keys.data_ptr<int32_t>() : nullptr,
       C ? boost_values.data_ptr<float>() : nullptr, static_cast<int32_t>(C), workspace.data_ptr(),
-      result.data_ptr<int32_t>(), num_sms, c10::cuda::getCurrentCUDAStream().stream());
+      result.data_ptr<int32_t>(), num_sms, c10::cuda::getCurrentCUDAStream().stream(),
+      skip ? frame_max.data_ptr<float>() : nullptr, static_cast<float>(max_emit_weight));
   BEAMDEC_CHECK(err == cudaSuccess, "wfst_decode_cuda: CUDA error ", cudaGetErrorString(err));
   return result;
 }

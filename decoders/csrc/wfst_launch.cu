@@ -47,6 +47,13 @@ bool persistent_selected() {
   return !(env && std::strcmp(env, "0") == 0);
 }
 
+// The fused max (wfst_kernels.cuh) runs in the persistent kernel; BEAMDEC_WFST_FUSED_MAX=0 turns it off (the
+// A/B switch of the benchmarks; it changes no result).
+bool fused_max_selected() {
+  const char* env = std::getenv("BEAMDEC_WFST_FUSED_MAX");
+  return persistent_selected() && !(env && std::strcmp(env, "0") == 0);
+}
+
 // The step loop (the start closure and every step) as one cooperative launch of PersistentKernel
 // (wfst_kernels.cuh), enqueue's alternative to its per-kernel launches (the default; BEAMDEC_WFST_PERSISTENT=0
 // turns it off): grid-wide barriers where the plain loop has kernel boundaries. Its grid is every
@@ -75,14 +82,24 @@ template <typename scalar_t>
 cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
                     int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t steps,
                     const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
-                    int32_t* result, int32_t num_sms, bool persistent, cudaStream_t stream) {
+                    int32_t* result, int32_t num_sms, bool persistent, cudaStream_t stream,
+                    const float* frame_max = nullptr, float max_emit_weight = 0.0f) {
   using namespace kernels;
   Workspace ws;
   carve(static_cast<char*>(workspace), B, caps, &ws);
+  // the fused max needs the second table; token skipping needs the frame maxima and no boosts (a boost can lift an
+  // arc above the bound, see fused_max_arcs)
+  ws.fused = persistent && caps.hash_tables == 2 ? 1 : 0;
+  ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
+  ws.max_emit_weight = max_emit_weight;
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
   // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.
   if ((err = cudaMemsetAsync(ws.hash, 0, sizeof(HashSlot) * static_cast<size_t>(B) * H, stream))) return err;
+  if (ws.hash_alt != ws.hash &&
+      (err = cudaMemsetAsync(ws.hash_alt, 0, sizeof(HashSlot) * static_cast<size_t>(B) * H, stream)))
+    return err;
+  if ((err = cudaMemsetAsync(ws.step_flags, 0, sizeof(int32_t), stream))) return err;
   if ((err = cudaMemsetAsync(ws.clear_lanes, 0, sizeof(int32_t) * (B + 1), stream))) return err;
   if ((err = cudaMemsetAsync(ws.arena_cursor, 0, sizeof(unsigned long long), stream))) return err;
   if ((err = cudaMemsetAsync(ws.arrive, 0, sizeof(unsigned int), stream))) return err;
@@ -112,6 +129,8 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
                                                                boost_keys, boost_values, boost_cap, steps, passes,
                                                                num_sms, stream);
   if (!fused) {
+    ws.fused = 0;  // the plain launches (InitKernel's bookkeeping is the same either way)
+    ws.frame_max = nullptr;
     if (passes > 0) {  // the start token's closure (cutoff -search_beam), on buffer 0
       ExpandKernel<scalar_t, true><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, 0, 0, 0, F, C, H, B,
                                                                          boost_keys, boost_values, boost_cap);
@@ -221,7 +240,8 @@ template <typename scalar_t>
 cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities& caps, const scalar_t* lp,
                 int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length,
                 const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
-                int32_t* result, int32_t num_sms, cudaStream_t stream) {
+                int32_t* result, int32_t num_sms, cudaStream_t stream, const float* frame_max,
+                float max_emit_weight) {
   const bool persistent = persistent_selected();
   if (!persistent && env_flag("BEAMDEC_WFST_CUDA_GRAPH")) {  // the graph replays the per-kernel launches
     const int32_t steps = (max_length + 1 + 31) / 32 * 32;
@@ -230,24 +250,28 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
       return cudaSuccess;
   }
   return enqueue<scalar_t>(g, opt, caps, lp, B, T, V, lengths, max_length + 1, boost_keys, boost_values, boost_cap,
-                           workspace, result, num_sms, persistent, stream);
+                           workspace, result, num_sms, persistent, stream, frame_max, max_emit_weight);
 }
 
 }  // namespace
 
 size_t workspace_bytes(int32_t batch, const Capacities& caps) { return carve(nullptr, batch, caps, nullptr); }
 
+int32_t decode_hash_tables() { return fused_max_selected() ? 2 : 1; }
+
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,
                          const int32_t* lengths, int32_t max_length, const int32_t* boost_keys,
                          const float* boost_values, int32_t boost_capacity, void* workspace, int32_t* result,
-                         int32_t num_sms, cudaStream_t stream) {
+                         int32_t num_sms, cudaStream_t stream, const float* frame_max, float max_emit_weight) {
   if (batch == 0) return cudaSuccess;
   if (is_half)
     return run<__half>(graph, opt, caps, static_cast<const __half*>(log_probs), batch, frames, vocab, lengths,
-                       max_length, boost_keys, boost_values, boost_capacity, workspace, result, num_sms, stream);
+                       max_length, boost_keys, boost_values, boost_capacity, workspace, result, num_sms, stream,
+                       frame_max, max_emit_weight);
   return run<float>(graph, opt, caps, static_cast<const float*>(log_probs), batch, frames, vocab, lengths, max_length,
-                    boost_keys, boost_values, boost_capacity, workspace, result, num_sms, stream);
+                    boost_keys, boost_values, boost_capacity, workspace, result, num_sms, stream, frame_max,
+                    max_emit_weight);
 }
 
 }  // namespace wfst

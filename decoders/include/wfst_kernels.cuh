@@ -73,6 +73,8 @@ struct LaneState {
   int32_t final_winner;
   float final_score;
   int32_t flags;
+  uint32_t max_next;  // fused max: ordered max of the NEXT step's candidate ends, accumulated by this step's Resolves
+  int32_t max_ready;  // fused max: max_ord was taken from max_next (this step's Max walk skips the lane)
 };
 
 // One slot of a lane's recombination table: everything a candidate touches in one 16-byte cell (one memory
@@ -101,7 +103,21 @@ struct Workspace {
   int2* arena;               // (arena,) word links {previous link, arc}
   unsigned long long* arena_cursor;  // (1,)
   unsigned int* arrive;              // (1,) blocks of the current kernel done (last one runs `prepare`)
+  // Fused max (persistent kernel only; see "Fused max" below). hash_alt / claims_alt: the table and claim list of
+  // frontier buffer 1 (== hash / claims when there is one table: every other launcher).
+  HashSlot* hash_alt;
+  int32_t* claims_alt;
+  int32_t* step_flags;      // (1,) [0]: the coming step needs its Max walk (some live lane is not max_ready)
+  int32_t fused;            // set by the launcher: 1 = fused max (needs 2 tables)
+  const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
+  float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
 };
+
+// The table / claim list of frontier buffer `k` (a select, like `frontier` below: no runtime-indexed parameter array).
+__host__ __device__ __forceinline__ HashSlot* hash_of(const Workspace& ws, int32_t k) { return k ? ws.hash_alt : ws.hash; }
+__host__ __device__ __forceinline__ int32_t* claims_of(const Workspace& ws, int32_t k) {
+  return k ? ws.claims_alt : ws.claims;
+}
 
 // The double-buffered frontier arrays picked by a select, not by indexing `ws.front_*[buf]` with a runtime `buf`:
 // the indexed form makes nvcc copy the whole kernel-parameter `Workspace` to local memory (ptxas: 128-152 B stack
@@ -140,11 +156,18 @@ inline size_t carve_workspace(char* base, int32_t B, const Capacities& c, Worksp
   }
   w.claims = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   w.hash = static_cast<HashSlot*>(take(sizeof(HashSlot) * BH));
+  w.claims_alt = w.claims;
+  w.hash_alt = w.hash;
+  if (c.hash_tables == 2) {
+    w.claims_alt = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
+    w.hash_alt = static_cast<HashSlot*>(take(sizeof(HashSlot) * BH));
+  }
   w.cands = static_cast<int2*>(take(sizeof(int2) * BC));
   w.cand_slot = static_cast<int32_t*>(take(sizeof(int32_t) * BC));
   w.arena = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(c.arena)));
   w.arena_cursor = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
   w.arrive = static_cast<unsigned int*>(take(sizeof(unsigned int)));
+  w.step_flags = static_cast<int32_t*>(take(sizeof(int32_t)));
   if (ws) *ws = w;
   return off;
 }
@@ -219,12 +242,13 @@ struct Prepare {
   bool eps_check;      // the closure just ended: a token with epsilon arcs written by its last pass = not converged
   bool after_resolve;  // n_front <- min(n_claims, F)
   bool step_cutoff;    // kWalkCands after the step's expansion: cutoff <- max - beam (for the closure)
+  bool fused_max = false;  // kWalkStep after the Resolves of the step before, which accumulated its max_next
 };
 
 __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                         int32_t batch, int32_t F, int32_t C, const Prepare& p) {
-  __shared__ int s_clear;
-  if (threadIdx.x == 0) s_clear = 0;
+  __shared__ int s_clear, s_need_max;
+  if (threadIdx.x == 0) s_clear = 0, s_need_max = 0;
   __syncthreads();
   const bool start_eps = g.eps_begin[g.start_state] < g.final_begin[g.start_state];
   int running = 0;
@@ -256,11 +280,17 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
           L.n_cands = 0;
           L.pass_begin = 0;
           L.pass_end = 0;
-          L.max_ord = 0;
+          // Fused max: an emitting step after Resolves that accumulated its max over every token they wrote (all of
+          // this step's frontier) starts from that max and skips the Max walk; any other lane needs the walk.
+          const bool ready = ws.fused && p.fused_max && phase == kEmit;
+          L.max_ord = ready ? ld_volatile(L.max_next) : 0u;
+          L.max_ready = ready;
+          if (!ready) s_need_max = 1;
           L.any_final = 0;
           count = n_front;
         }
         L.phase = phase;
+        L.max_next = 0u;  // the next step's max, accumulated by this step's Resolves
       } else if (p.next == kWalkStart) {  // the start token's epsilon arcs (lanes being opened only)
         count = start_eps && live ? 1 : 0;
       } else {  // kWalkCands: the candidates appended since the last pass
@@ -280,6 +310,7 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
   if (threadIdx.x == 0) {
     ws.lane_offsets[batch] = running;
     ws.clear_lanes[0] = s_clear;
+    if (p.next == kWalkStep) ws.step_flags[0] = s_need_max;
   }
 }
 
@@ -326,6 +357,8 @@ __global__ void __launch_bounds__(kInitBlock)
     L.final_winner = -1;
     L.final_score = -INFINITY;
     L.flags = 0;
+    L.max_next = 0u;
+    L.max_ready = 0;
     const int64_t t0 = (int64_t)b * F;
     ws.front_state[0][t0] = g.start_state;
     ws.front_score[0][t0] = 0.0f;
@@ -435,9 +468,11 @@ __device__ __forceinline__ void warp_arc_rounds(int32_t b, int32_t tok, float sc
 
 // Arc walk of the frontier tokens in `buf` given by the current items. kStart: the start token's epsilon arcs
 // (the start closure); else every token's arcs of its lane's phase. `on_token(lane, tok)` runs once per item.
+// skip_ready: lanes whose step max is already known (max_ready, fused max) walk no arcs.
 template <bool kStart, typename TokFn, typename ArcFn>
 __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
-                                                int32_t buf, int32_t F, TokFn on_token, ArcFn on_arc) {
+                                                int32_t buf, int32_t F, TokFn on_token, ArcFn on_arc,
+                                                bool skip_ready = false) {
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) {
     int32_t begin = 0, deg = 0, link = -1, phase = kDone;
     float score = -INFINITY;
@@ -448,7 +483,7 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
       const int32_t s = frontier(ws, buf).state[at];
       score = frontier(ws, buf).score[at];
       link = frontier(ws, buf).winner[at];
-      if (score != -INFINITY) {
+      if (score != -INFINITY && !(skip_ready && ws.lanes[b].max_ready)) {
         if (kStart) {
           begin = g.eps_begin[s];
           deg = g.final_begin[s] - begin;
@@ -491,6 +526,25 @@ __device__ __forceinline__ float arc_loglik(const DeviceGraph& g, const SearchOp
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Clearing the recombination table of frontier buffer `buf` (the step that built `buf` claimed its slots): the
+// slot token `tok` claimed, and the whole tables of the lanes whose claim lists overflowed (clear_lanes).
+__device__ __forceinline__ void clear_claim(const Workspace& ws, int32_t buf, int32_t F, int32_t H, int32_t b,
+                                            int32_t tok) {
+  const int32_t h = claims_of(ws, buf)[(int64_t)b * F + tok];
+  if (h >= 0) clear_slot(hash_of(ws, buf)[(int64_t)b * H + h]);
+}
+
+__device__ __forceinline__ void clear_claimed(const Workspace& ws, int32_t buf, int32_t F, int32_t H, int32_t batch) {
+  const int32_t n_clear = ws.clear_lanes[0];
+  HashSlot* table = hash_of(ws, buf);
+  for (int32_t k = 0; k < n_clear; ++k) {
+    const int64_t base = (int64_t)ws.clear_lanes[1 + k] * H;
+    for (int64_t h = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; h < H; h += (int64_t)gridDim.x * blockDim.x) {
+      clear_slot(table[base + h]);
+    }
+  }
+}
+
 // Max: exact per-lane maximum of this step's candidate ends. Also clears the previous step's hash slots
 // (token i owns claims[i]), or a whole lane's table when its claims list overflowed.
 template <typename scalar_t>
@@ -498,13 +552,8 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
                                          const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf, int32_t F,
                                          int32_t H, int32_t batch, const int32_t* boost_keys,
                                          const float* boost_values, int32_t boost_cap) {
-  const int32_t n_clear = ws.clear_lanes[0];
-  for (int32_t k = 0; k < n_clear; ++k) {
-    const int64_t base = (int64_t)ws.clear_lanes[1 + k] * H;
-    for (int64_t h = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; h < H; h += (int64_t)gridDim.x * blockDim.x) {
-      clear_slot(ws.hash[base + h]);
-    }
-  }
+  const bool fused = ws.fused;  // fused: the tables are cleared by the Expand walk instead (expand_step)
+  if (!fused) clear_claimed(ws, buf, F, H, batch);
   int32_t cur_lane = -1;
   uint32_t cur_max = 0;
   auto flush = [&]() {
@@ -516,10 +565,7 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
   walk_token_arcs<false>(
       g, ws, batch, buf, F,
       [&](int32_t b, int32_t tok) {
-        const int32_t h = ws.claims[(int64_t)b * F + tok];
-        if (h >= 0) {
-          clear_slot(ws.hash[(int64_t)b * H + h]);
-        }
+        if (!fused) clear_claim(ws, buf, F, H, b, tok);
       },
       [&](bool valid, const ArcItem& a, int32_t phase) {
         if (!valid) return;
@@ -533,7 +579,8 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
         }
         const uint32_t o = float_to_ordered(end);
         if (o > cur_max) cur_max = o;
-      });
+      },
+      fused);
   // Combine threads of the warp that hold the same lane, then one guarded atomic per (warp, lane).
   const unsigned peers = __match_any_sync(0xffffffffu, cur_lane);
   const uint32_t m = __reduce_max_sync(peers, cur_max);
@@ -586,6 +633,7 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
                                            const ArcItem& a, int32_t phase) {
   LaneState* L = valid ? &ws.lanes[a.lane] : nullptr;
   const int64_t hrow = (int64_t)a.lane * H, frow = (int64_t)a.lane * F, crow = (int64_t)a.lane * C;
+  HashSlot* table = hash_of(ws, out);  // the table of the frontier being built
   bool admit = false;
   float end = 0.0f;
   if (valid) {
@@ -600,7 +648,7 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
   bool claimed = false;
   if (admit) {
     dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
-    h = hash_insert(ws.hash + hrow, H, dest, claimed);
+    h = hash_insert(table + hrow, H, dest, claimed);
     if (h < 0) {
       atomicOr(&L->overflow, kOverflowHash);
       admit = false;
@@ -610,19 +658,19 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
   const int32_t tok = warp_take(claimed ? &L->n_claims : nullptr, claimed);
   if (claimed) {
     if (tok < F) {
-      ws.claims[frow + tok] = h;
-      ws.hash[hrow + h].tok = tok;
+      claims_of(ws, out)[frow + tok] = h;
+      table[hrow + h].tok = tok;
       frontier(ws, out).state[frow + tok] = dest;
       frontier(ws, out).score[frow + tok] = -INFINITY;
       frontier(ws, out).winner[frow + tok] = -2;
     } else {
-      ws.hash[hrow + h].tok = -1;
+      table[hrow + h].tok = -1;
       atomicOr(&L->overflow, kOverflowFrontier);
     }
   }
   const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
   if (admit) {  // dominated by the slot's best so far: cannot win
-    const unsigned long long cur = ld_volatile(ws.hash[hrow + h].val);
+    const unsigned long long cur = ld_volatile(table[hrow + h].val);
     admit = !(cur != 0 && packed_end < (cur & 0xffffffff00000000ull));
   }
   const int32_t c = warp_take(admit ? &L->n_cands : nullptr, admit);
@@ -632,7 +680,7 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
     } else {
       ws.cands[crow + c] = make_int2(a.link, a.arc);
       ws.cand_slot[crow + c] = h;
-      atomicMax(&ws.hash[hrow + h].val, packed_end | static_cast<uint32_t>(c));
+      atomicMax(&table[hrow + h].val, packed_end | static_cast<uint32_t>(c));
     }
   }
 }
@@ -644,7 +692,14 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
                                             const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
                                             int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
                                             const int32_t* boost_keys, const float* boost_values, int32_t boost_cap) {
-  walk_token_arcs<kStart>(g, ws, batch, buf, F, [](int32_t, int32_t) {},
+  // Fused max: the table of `buf` (claimed by the step before, read by its Resolves, unused from here on) is
+  // cleared by this walk, token by token; the Max walk of the one-table launchers does it otherwise.
+  const bool clear = !kStart && ws.fused;
+  if (clear) clear_claimed(ws, buf, F, H, batch);
+  walk_token_arcs<kStart>(g, ws, batch, buf, F,
+                          [&](int32_t b, int32_t tok) {
+                            if (clear) clear_claim(ws, buf, F, H, b, tok);
+                          },
                           [&](bool valid, const ArcItem& a, int32_t phase) {
                             expand_arc<scalar_t, kStart>(g, opt, ws, lp, T, V, t, out, F, C, H, boost_keys,
                                                          boost_values, boost_cap, valid, a, phase);
@@ -668,10 +723,86 @@ __global__ void __launch_bounds__(kWalkBlock)
 // grows with word ends, not with every surviving token. On an emitting step of an epsilon graph, a written
 // token whose state has epsilon arcs either has them expanded right here (kEpsExpand: the next pass's
 // candidates, against the step's cutoff) or, on the closure's last pass (kEpsCheck), marks it unconverged.
+// Fused max (persistent kernel, eps-free and epsilon graphs alike). The Max walk of step t + 1 needs the final
+// scores of the tokens step t's Resolves write; a Resolve writes a token only with a better score than before, so
+// the largest candidate end of step t + 1 over every (token, score) the step-t Resolves wrote -- each computed the
+// moment it is written -- IS that step's maximum, exactly. Each written token therefore scores its emitting arcs
+// on frame t + 1 right away and folds them into the lane's max_next; step t + 1 starts from it and skips its Max
+// walk and grid barrier (prepare: max_ready) unless some lane needs the walk (its first step, or a final step,
+// whose arcs depend on what the whole step found). Tokens are skipped early where they cannot matter: a token's
+// first arc is folded in at once, and if even its best conceivable arc -- score + the frame's largest log-prob x
+// acoustic scale + the graph's largest emitting weight, rounded the same way as a real arc so it bounds every one
+// (round-to-nearest is monotone) -- is below the lane's running max (always a real arc's end, so never above the
+// true max), the rest of its arcs cannot reach the maximum. Which tokens get skipped depends on timing; the
+// maximum does not. The table of frontier buffer k is hash_of(ws, k): with two, the Expand of step t + 1 can clear
+// step t's slots while it fills its own (the one-table launchers clear in the Max walk, before anything is added).
+template <typename scalar_t>
+__device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
+                                               const scalar_t* lp, int32_t T, int32_t V, int32_t tn, bool on,
+                                               int32_t b, int32_t tok, float score, int32_t s,
+                                               const int32_t* boost_keys, const float* boost_values,
+                                               int32_t boost_cap) {
+  constexpr unsigned kFull = 0xffffffffu;
+  if (__ballot_sync(kFull, on) == 0u) return;
+  const int me = threadIdx.x & 31;
+  int32_t begin = 0, deg = 0;
+  uint32_t first = 0u;
+  if (on) {
+    begin = g.row_splits[s];
+    deg = g.eps_begin[s] - begin;
+    if (deg > 0) {
+      const scalar_t* row = lp + ((int64_t)b * T + tn) * V;
+      first = float_to_ordered(__fadd_rn(
+          score, arc_loglik(g, opt, begin, kEmit, false, row, boost_keys, boost_values, boost_cap, b)));
+    }
+  }
+  {  // one guarded atomic per (warp, lane)
+    const unsigned peers = __match_any_sync(kFull, on ? b : -1);
+    const uint32_t m = __reduce_max_sync(peers, first);
+    if (on && me == __ffs(peers) - 1 && m > 0u && m > ld_volatile(ws.lanes[b].max_next))
+      atomicMax(&ws.lanes[b].max_next, m);
+  }
+  __syncwarp();
+  bool rest = on && deg > 1;
+  if (rest && ws.frame_max != nullptr) {
+    const float top = __fmul_rn(ws.frame_max[(int64_t)b * T + tn], opt.acoustic_scale);
+    const float ub = __fadd_rn(score, __fadd_rn(top, ws.max_emit_weight));
+    rest = float_to_ordered(ub) >= ld_volatile(ws.lanes[b].max_next);
+  }
+  int32_t cur_lane = -1;
+  uint32_t cur_max = 0u;
+  auto flush = [&]() {
+    if (cur_lane >= 0 && cur_max > 0u) {
+      uint32_t* p = &ws.lanes[cur_lane].max_next;
+      if (cur_max > ld_volatile(*p)) atomicMax(p, cur_max);
+    }
+  };
+  warp_arc_rounds(b, tok, score, 0, kEmit, begin + 1, rest ? deg - 1 : 0, [&](bool v, const ArcItem& a, int32_t) {
+    if (!v) return;
+    const scalar_t* row = lp + ((int64_t)a.lane * T + tn) * V;
+    const uint32_t o = float_to_ordered(__fadd_rn(
+        a.score, arc_loglik(g, opt, a.arc, kEmit, false, row, boost_keys, boost_values, boost_cap, a.lane)));
+    if (a.lane != cur_lane) {
+      flush();
+      cur_lane = a.lane;
+      cur_max = 0u;
+    }
+    if (o > cur_max) cur_max = o;
+  });
+  const unsigned peers = __match_any_sync(kFull, cur_lane);
+  const uint32_t m = __reduce_max_sync(peers, cur_max);
+  if (me == __ffs(peers) - 1) {
+    cur_max = m;
+    flush();
+  }
+}
+
+template <typename scalar_t>
 __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
-                                             int32_t buf, int32_t eps_mode, int32_t F, int32_t C, int32_t H,
-                                             int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
-                                             const float* boost_values, int32_t boost_cap, const Prepare& next) {
+                                             const scalar_t* lp, int32_t T, int32_t V, int32_t tn, int32_t buf,
+                                             int32_t eps_mode, int32_t F, int32_t C, int32_t H, int64_t arena_cap,
+                                             int32_t batch, const int32_t* boost_keys, const float* boost_values,
+                                             int32_t boost_cap, const Prepare& next) {
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
     LaneState& L = ws.lanes[b];
     const int64_t hrow = (int64_t)b * H, frow = (int64_t)b * F, crow = (int64_t)b * C;
@@ -682,7 +813,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
     if (valid) {
       const int32_t c = L.pass_begin + local;
       const int32_t h = ws.cand_slot[crow + c];
-      const HashSlot slot = ws.hash[hrow + h];
+      const HashSlot slot = hash_of(ws, buf)[hrow + h];
       const unsigned long long v = slot.val;
       if (static_cast<uint32_t>(v) == static_cast<uint32_t>(c)) {  // the slot's winner
         tok = slot.tok;                                              // < 0: frontier overflow (flagged)
@@ -693,7 +824,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
     }
     const bool word = win && arc_has_words(g, cand.y);  // a word arc: new link
     const long long w = warp_take(ws.arena_cursor, word);
-    int32_t link = -1, phase = kDone, eps_begin = 0, eps_deg = 0;
+    int32_t link = -1, phase = kDone, eps_begin = 0, eps_deg = 0, s = 0;
     if (win) {
       link = cand.x;
       if (word) {
@@ -707,7 +838,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
       }
       frontier(ws, buf).score[frow + tok] = end;
       frontier(ws, buf).winner[frow + tok] = link;
-      const int32_t s = frontier(ws, buf).state[frow + tok];
+      s = frontier(ws, buf).state[frow + tok];
       phase = L.phase;
       if (eps_mode != kEpsNone && phase == kEmit) {
         eps_begin = g.eps_begin[s];
@@ -729,6 +860,8 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         expand_arc<float, true>(g, opt, ws, nullptr, 0, 0, 0, buf, F, C, H, boost_keys, boost_values, boost_cap, v, a,
                                 ph);
       });
+    if (ws.fused) fused_max_arcs<scalar_t>(g, opt, ws, lp, T, V, tn, win && tn >= 1 && tn < L.len, b, tok, end, s,
+                                           boost_keys, boost_values, boost_cap);
   });
   arrive_and_prepare(g, opt, ws, batch, F, C, next);
 }
@@ -737,7 +870,8 @@ __global__ void __launch_bounds__(kWalkBlock)
     ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t buf, int32_t eps_mode, int32_t F, int32_t C,
                   int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys, const float* boost_values,
                   int32_t boost_cap, Prepare next) {
-  resolve_step(g, opt, ws, buf, eps_mode, F, C, H, arena_cap, batch, boost_keys, boost_values, boost_cap, next);
+  resolve_step<float>(g, opt, ws, nullptr, 0, 0, -1, buf, eps_mode, F, C, H, arena_cap, batch, boost_keys,
+                      boost_values, boost_cap, next);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -757,9 +891,9 @@ __global__ void __launch_bounds__(kWalkBlock)
   auto closure = [&](int32_t t, int32_t buf) {
     for (int32_t k = 1; k <= passes; ++k) {
       const Prepare next = k < passes ? Prepare{kWalkCands, t, false, true, false}
-                                      : Prepare{kWalkStep, t + 1, true, true, false};
-      resolve_step(g, opt, ws, buf, k < passes ? kEpsExpand : kEpsCheck, F, C, H, arena_cap, batch, boost_keys,
-                   boost_values, boost_cap, next);
+                                      : Prepare{kWalkStep, t + 1, true, true, false, t >= 0};
+      resolve_step<scalar_t>(g, opt, ws, lp, T, V, t + 1, buf, k < passes ? kEpsExpand : kEpsCheck, F, C, H,
+                             arena_cap, batch, boost_keys, boost_values, boost_cap, next);
       grid.sync();
     }
   };
@@ -770,15 +904,18 @@ __global__ void __launch_bounds__(kWalkBlock)
   }
   for (int32_t t = 0; t < steps; ++t) {
     const int32_t buf = t & 1, out = buf ^ 1;
-    max_step<scalar_t>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
-    grid.sync();
+    // step_flags: written by the `prepare` before the last barrier, so every block reads the same value
+    if (!ws.fused || ld_volatile(ws.step_flags[0]) != 0) {
+      max_step<scalar_t>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
+      grid.sync();
+    }
     expand_step<scalar_t, false>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys, boost_values,
                                  boost_cap);
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
-                                    : Prepare{kWalkStep, t + 1, false, true, false};
-    resolve_step(g, opt, ws, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H, arena_cap, batch, boost_keys,
-                 boost_values, boost_cap, next);
+                                    : Prepare{kWalkStep, t + 1, false, true, false, true};
+    resolve_step<scalar_t>(g, opt, ws, lp, T, V, t + 1, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H, arena_cap,
+                           batch, boost_keys, boost_values, boost_cap, next);
     grid.sync();
     closure(t, out);
   }

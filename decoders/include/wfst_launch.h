@@ -79,7 +79,14 @@ struct Capacities {
   int32_t hash;        // H: hash slots per lane (power of two)
   int64_t arena;       // back-pointer entries for the whole batch
   int32_t words;       // W: words per lane in the result
+  // Recombination tables (and claim lists) per lane: 2 when the persistent kernel fuses each step's max into the
+  // step before (one table per frontier buffer, see wfst_kernels.cuh "Fused max"), else 1.
+  int32_t hash_tables = 1;
 };
+
+// Hash tables the offline decode of this process will use (Capacities::hash_tables): 2 with the persistent kernel
+// and the fused max (BEAMDEC_WFST_PERSISTENT and BEAMDEC_WFST_FUSED_MAX not "0"), else 1. Read per call.
+int32_t decode_hash_tables();
 
 // Bytes of device workspace needed for `batch` lanes (one allocation, carved by the launcher).
 size_t workspace_bytes(int32_t batch, const Capacities& caps);
@@ -88,10 +95,14 @@ size_t workspace_bytes(int32_t batch, const Capacities& caps);
 // the device; boost tables (B, boost_capacity) (boost_capacity may be 0); max_length = max(lengths)
 // (host value: the number of steps to enqueue). Writes result (B, kResultHeader + caps.words) int32.
 // `workspace` must hold workspace_bytes(B, caps) bytes. Returns a CUDA error code (cudaSuccess on success).
+// frame_max (B, T) fp32, the largest log-prob of each frame, and max_emit_weight, an upper bound of every emitting
+// arc's weight, let the fused max skip tokens that cannot reach the step's maximum (wfst_kernels.cuh); null (or any
+// boost table): no skipping. Neither changes a result.
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,
                          const int32_t* lengths, int32_t max_length, const int32_t* boost_keys,
                          const float* boost_values, int32_t boost_capacity, void* workspace, int32_t* result,
-                         int32_t num_sms, cudaStream_t stream);
+                         int32_t num_sms, cudaStream_t stream, const float* frame_max = nullptr,
+                         float max_emit_weight = 0.0f);
 
 }  // namespace wfst
