@@ -47,11 +47,17 @@ bool persistent_selected() {
   return !(env && std::strcmp(env, "0") == 0);
 }
 
-// The fused max (wfst_kernels.cuh) runs in the persistent kernel; BEAMDEC_WFST_FUSED_MAX=0 turns it off (the
-// A/B switch of the benchmarks; it changes no result).
-bool fused_max_selected() {
+// The fused max (wfst_kernels.cuh) runs in the persistent kernel. Default: on epsilon-free graphs (HLGs) only. Measured
+// on the H200 (small char compact graphs, 2026-12-04, one call, reports/measurements/README.md "Session 13"): HLG
+// +6 / +1 / +4 % RTFx at batch 1 / 32 / 200, TLG -9 / -9 / -3 % -- an epsilon graph's Resolves run 1 + D times per step
+// and each pays the fused work, while its Max walk is cheap (~2 emitting arcs per token). BEAMDEC_WFST_FUSED_MAX=1:
+// every graph, 0: none (the A/B switch; no result depends on it).
+bool fused_max_selected(bool has_eps) {
+  if (!persistent_selected()) return false;
   const char* env = std::getenv("BEAMDEC_WFST_FUSED_MAX");
-  return persistent_selected() && !(env && std::strcmp(env, "0") == 0);
+  if (env && std::strcmp(env, "0") == 0) return false;
+  if (env && std::strcmp(env, "1") == 0) return true;
+  return !has_eps;
 }
 
 // The step loop (the start closure and every step) as one cooperative launch of PersistentKernel
@@ -257,7 +263,7 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
 
 size_t workspace_bytes(int32_t batch, const Capacities& caps) { return carve(nullptr, batch, caps, nullptr); }
 
-int32_t decode_hash_tables() { return fused_max_selected() ? 2 : 1; }
+int32_t decode_hash_tables(bool has_eps) { return fused_max_selected(has_eps) ? 2 : 1; }
 
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,

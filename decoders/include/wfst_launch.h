@@ -84,9 +84,9 @@ struct Capacities {
   int32_t hash_tables = 1;
 };
 
-// Hash tables the offline decode of this process will use (Capacities::hash_tables): 2 with the persistent kernel
-// and the fused max (BEAMDEC_WFST_PERSISTENT and BEAMDEC_WFST_FUSED_MAX not "0"), else 1. Read per call.
-int32_t decode_hash_tables();
+// Hash tables an offline decode uses (Capacities::hash_tables): 2 with the persistent kernel and the fused max
+// (default on epsilon-free graphs; BEAMDEC_WFST_FUSED_MAX=1 / 0: always / never; wfst_launch.cu), else 1. Read per call.
+int32_t decode_hash_tables(bool has_eps);
 
 // Bytes of device workspace needed for `batch` lanes (one allocation, carved by the launcher).
 size_t workspace_bytes(int32_t batch, const Capacities& caps);
