@@ -47,17 +47,17 @@ bool persistent_selected() {
   return !(env && std::strcmp(env, "0") == 0);
 }
 
-// The fused max (wfst_kernels.cuh) runs in the persistent kernel. Default: on epsilon-free graphs (HLGs) only. Measured
-// on the H200 (small char compact graphs, 2026-12-04, one call, reports/measurements/README.md "Session 13"): HLG
-// +6 / +1 / +4 % RTFx at batch 1 / 32 / 200, TLG -9 / -9 / -3 % -- an epsilon graph's Resolves run 1 + D times per step
-// and each pays the fused work, while its Max walk is cheap (~2 emitting arcs per token). BEAMDEC_WFST_FUSED_MAX=1:
-// every graph, 0: none (the A/B switch; no result depends on it).
-bool fused_max_selected(bool has_eps) {
+// The fused max (wfst_kernels.cuh) runs in the persistent kernel, OFF by default: measured on the H200 (2026-12-04,
+// each A/B in one call, reports/measurements/README.md "Session 13") it does not pay. Small char compact graphs: HLG
+// +6 / +1 / +4 % RTFx at batch 1 / 32 / 200, TLG -9 / -9 / -3 % (an epsilon graph's Resolves run 1 + D times per step and
+// each pays the fused work, while its Max walk is cheap: ~2 emitting arcs per token); bench compact HLG (52.9 M arcs):
+// -4 / -1 / +2 %, within run-to-run noise, for a second table (+234 MiB at batch 200). What bounds a step is the chain
+// of dependent loads in each walk, not the Max walk's barrier. BEAMDEC_WFST_FUSED_MAX=1 turns it on (exact; the gpu
+// tests compare it with the Max walk and the CPU bit for bit).
+bool fused_max_selected(bool /*has_eps*/) {
   if (!persistent_selected()) return false;
   const char* env = std::getenv("BEAMDEC_WFST_FUSED_MAX");
-  if (env && std::strcmp(env, "0") == 0) return false;
-  if (env && std::strcmp(env, "1") == 0) return true;
-  return !has_eps;
+  return env && std::strcmp(env, "1") == 0;
 }
 
 // The step loop (the start closure and every step) as one cooperative launch of PersistentKernel

@@ -723,7 +723,7 @@ __global__ void __launch_bounds__(kWalkBlock)
 // grows with word ends, not with every surviving token. On an emitting step of an epsilon graph, a written
 // token whose state has epsilon arcs either has them expanded right here (kEpsExpand: the next pass's
 // candidates, against the step's cutoff) or, on the closure's last pass (kEpsCheck), marks it unconverged.
-// Fused max (persistent kernel; by default on epsilon-free graphs, wfst_launch.cu fused_max_selected). The Max walk of step t + 1 needs the final
+// Fused max (persistent kernel; opt-in, BEAMDEC_WFST_FUSED_MAX=1: measured no faster, wfst_launch.cu fused_max_selected). The Max walk of step t + 1 needs the final
 // scores of the tokens step t's Resolves write; a Resolve writes a token only with a better score than before, so
 // the largest candidate end of step t + 1 over every (token, score) the step-t Resolves wrote -- each computed the
 // moment it is written -- IS that step's maximum, exactly. Each written token therefore scores its emitting arcs
