@@ -606,3 +606,25 @@ def test_arena_is_sized_by_the_longest_utterance_and_grows_only_per_batch_size()
     again = dec.decode(lp, [600, 300])
     fresh = WfstDecoder(g, dec.config, "cpu").decode(lp, [600, 300])
     assert again.words == first.words == fresh.words and torch.equal(again.scores, fresh.scores)
+
+
+def test_max_emit_weight_bounds_every_emitting_arc_as_the_search_reads_it():
+    """The bound the CUDA fused max uses (decoders.wfst.max_emit_weight): the largest emitting-arc weight of the
+    weights the search reads -- with a word bonus, weight + bonus * (words on the arc) -- ignoring epsilon and final
+    arcs, and cached per (graph, bonus)."""
+    from decoders.wfst import arc_weights, max_emit_weight
+    rng = np.random.default_rng(31)
+    for epsilon in (False, True):
+        g = random_graph(rng, epsilon=epsilon, num_states=60)
+        il = np.asarray(g.ilabel)
+        emit = il >= 0
+        w = np.asarray(g.weight, dtype=np.float32)
+        assert max_emit_weight(g, 0.0) == float(w[emit].max())
+        top = float(w[emit].max())
+        g.weight[~emit] = 50.0  # final / epsilon arcs heavier than every emitting one: they do not count (below)
+        assert max_emit_weight(g, 0.0) == top  # cached per (graph, bonus)
+        host = {"weight": torch.from_numpy(np.asarray(g.weight, dtype=np.float32))}
+        for bonus in (2.0, -1.5):
+            bw = arc_weights(host, g, bonus).numpy()
+            assert max_emit_weight(g, bonus) == float(bw[emit].max())
+            assert np.all(bw[emit] <= np.float32(max_emit_weight(g, bonus)))
