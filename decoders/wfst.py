@@ -45,7 +45,7 @@ candidates of all utterances, then one Resolve per epsilon pass (each also expan
 tokens it wrote: the next pass's candidates). By default the whole step loop runs as ONE cooperative kernel with
 grid barriers where these kernels end (1.3-1.7x faster on the H200, most at small batches; decoders/csrc/wfst_launch.cu);
 BEAMDEC_WFST_PERSISTENT=0 launches each kernel instead, and with BEAMDEC_WFST_CUDA_GRAPH=1 replays those launches as
-a cached CUDA graph (slower here). BEAMDEC_WFST_FUSED_MAX=1 makes the persistent kernel fuse each step's Max walk
+a cached CUDA graph (slower here). BEAMDEC_WFST_FUSED_MAX=1 / 2 makes the persistent kernel fuse each step's Max walk
 into the Resolve of the step before (exact; a second recombination table per lane; measured no faster on the H200, so
 off by default: decoders/csrc/wfst_launch.cu; decoders/include/wfst_kernels.cuh "Fused max").
 

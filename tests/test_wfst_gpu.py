@@ -350,12 +350,14 @@ def test_fused_max_equals_the_max_walk_and_cpu(monkeypatch, batch, epsilon):
             x = lp.to(dtype)
             monkeypatch.setenv("BEAMDEC_WFST_FUSED_MAX", "0")
             walk = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-            monkeypatch.setenv("BEAMDEC_WFST_FUSED_MAX", "1")  # opt-in
-            fused = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-            monkeypatch.delenv("BEAMDEC_WFST_FUSED_MAX")
-            assert fused.scores.tolist() == walk.scores.tolist(), (gi, str(dtype))
-            assert fused.words == walk.words and fused.overflow == walk.overflow, (gi, str(dtype))
-            assert fused.has_path == walk.has_path and fused.reached_final == walk.reached_final, (gi, str(dtype))
+            for variant in ("1", "2"):  # opt-in: lean, first arc
+                monkeypatch.setenv("BEAMDEC_WFST_FUSED_MAX", variant)
+                fused = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+                monkeypatch.delenv("BEAMDEC_WFST_FUSED_MAX")
+                key = (gi, str(dtype), variant)
+                assert fused.scores.tolist() == walk.scores.tolist(), key
+                assert fused.words == walk.words and fused.overflow == walk.overflow, key
+                assert fused.has_path == walk.has_path and fused.reached_final == walk.reached_final, key
             cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
             for b in range(batch):
                 sc, sf = float(cpu.scores[b]), float(fused.scores[b])

@@ -48,16 +48,19 @@ bool persistent_selected() {
 }
 
 // The fused max (wfst_kernels.cuh) runs in the persistent kernel, OFF by default: measured on the H200 (2026-12-04,
-// each A/B in one call, reports/measurements/README.md "Session 13") it does not pay. Small char compact graphs: HLG
-// +6 / +1 / +4 % RTFx at batch 1 / 32 / 200, TLG -9 / -9 / -3 % (an epsilon graph's Resolves run 1 + D times per step and
-// each pays the fused work, while its Max walk is cheap: ~2 emitting arcs per token); bench compact HLG (52.9 M arcs):
-// -4 / -1 / +2 %, within run-to-run noise, for a second table (+234 MiB at batch 200). What bounds a step is the chain
-// of dependent loads in each walk, not the Max walk's barrier. BEAMDEC_WFST_FUSED_MAX=1 turns it on (exact; the gpu
-// tests compare it with the Max walk and the CPU bit for bit).
-bool fused_max_selected(bool /*has_eps*/) {
-  if (!persistent_selected()) return false;
+// each A/B in one call, reports/measurements/README.md "Session 13") variant 2 does not pay. Small char compact graphs:
+// HLG +6 / +1 / +4 % RTFx at batch 1 / 32 / 200, TLG -9 / -9 / -3 % (an epsilon graph's Resolves run 1 + D times per step
+// and each pays the fused work, while its Max walk is cheap: ~2 emitting arcs per token); bench compact HLG (52.9 M
+// arcs): -4 / -1 / +2 %, within run-to-run noise, for a second table (+234 MiB at batch 200). Dropping the Max walk saved
+// about a phase at batch 1 while variant 2's Resolve grew by a chain of ~6 dependent loads and an atomic round trip;
+// variant 1 (lean, written after those calls, NOT measured yet) keeps that chain to the arcs. BEAMDEC_WFST_FUSED_MAX=1 /
+// 2 turns variant 1 / 2 on (exact; the gpu tests compare both with the Max walk and the CPU bit for bit); 0 or unset: off.
+int fused_max_mode(bool /*has_eps*/) {
+  if (!persistent_selected()) return 0;
   const char* env = std::getenv("BEAMDEC_WFST_FUSED_MAX");
-  return env && std::strcmp(env, "1") == 0;
+  if (env && std::strcmp(env, "1") == 0) return 1;
+  if (env && std::strcmp(env, "2") == 0) return 2;
+  return 0;
 }
 
 // The step loop (the start closure and every step) as one cooperative launch of PersistentKernel
@@ -74,11 +77,13 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   using namespace kernels;
   void* args[] = {&g, &opt, &ws, &lp, &T, &V, &F, &C, &H, &arena_cap, &B, &boost_keys, &boost_values, &boost_cap,
                   &steps, &passes};
-  return cooperative_launch<PersistentKernel<scalar_t>>(
-      kWalkBlock, [&](int blocks_per_sm, int) {
-        return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm);
-      },
-      args, stream);
+  // ws.fused (the fused max's variant, 0 = off) picks the instantiation: the Max-walk one has no fused code at all
+  const auto grid = [&](int blocks_per_sm, int) {
+    return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm);
+  };
+  if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
+  if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
+  return cooperative_launch<PersistentKernel<scalar_t, 0>>(kWalkBlock, grid, args, stream);
 }
 
 // Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures; `persistent`:
@@ -95,7 +100,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   carve(static_cast<char*>(workspace), B, caps, &ws);
   // the fused max needs the second table; token skipping needs the frame maxima and no boosts (a boost can lift an
   // arc above the bound, see fused_max_arcs)
-  ws.fused = persistent && caps.hash_tables == 2 ? 1 : 0;
+  ws.fused = persistent && caps.hash_tables == 2 ? fused_max_mode(g.has_eps) : 0;
   ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
   ws.max_emit_weight = max_emit_weight;
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
@@ -263,7 +268,7 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
 
 size_t workspace_bytes(int32_t batch, const Capacities& caps) { return carve(nullptr, batch, caps, nullptr); }
 
-int32_t decode_hash_tables(bool has_eps) { return fused_max_selected(has_eps) ? 2 : 1; }
+int32_t decode_hash_tables(bool has_eps) { return fused_max_mode(has_eps) > 0 ? 2 : 1; }
 
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,

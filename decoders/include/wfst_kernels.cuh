@@ -108,7 +108,7 @@ struct Workspace {
   HashSlot* hash_alt;
   int32_t* claims_alt;
   int32_t* step_flags;      // (1,) [0]: the coming step needs its Max walk (some live lane is not max_ready)
-  int32_t fused;            // set by the launcher: 1 = fused max (needs 2 tables)
+  int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
 };
@@ -723,7 +723,8 @@ __global__ void __launch_bounds__(kWalkBlock)
 // grows with word ends, not with every surviving token. On an emitting step of an epsilon graph, a written
 // token whose state has epsilon arcs either has them expanded right here (kEpsExpand: the next pass's
 // candidates, against the step's cutoff) or, on the closure's last pass (kEpsCheck), marks it unconverged.
-// Fused max (persistent kernel; opt-in, BEAMDEC_WFST_FUSED_MAX=1: measured no faster, wfst_launch.cu fused_max_selected). The Max walk of step t + 1 needs the final
+// Fused max (persistent kernel; opt-in, BEAMDEC_WFST_FUSED_MAX=1 / 2; variant 2 measured no faster: wfst_launch.cu
+// fused_max_mode). The Max walk of step t + 1 needs the final
 // scores of the tokens step t's Resolves write; a Resolve writes a token only with a better score than before, so
 // the largest candidate end of step t + 1 over every (token, score) the step-t Resolves wrote -- each computed the
 // moment it is written -- IS that step's maximum, exactly. Each written token therefore scores its emitting arcs
@@ -734,9 +735,11 @@ __global__ void __launch_bounds__(kWalkBlock)
 // acoustic scale + the graph's largest emitting weight, rounded the same way as a real arc so it bounds every one
 // (round-to-nearest is monotone) -- is below the lane's running max (always a real arc's end, so never above the
 // true max), the rest of its arcs cannot reach the maximum. Which tokens get skipped depends on timing; the
-// maximum does not. The table of frontier buffer k is hash_of(ws, k): with two, the Expand of step t + 1 can clear
+// maximum does not. Two variants (ws.fused): 2 folds the token's first arc in and reads the running max back before
+// deciding (more skipping, one atomic round trip longer); 1 ("lean") reads the running max once, beside the token's
+// arc range, and decides from that (shorter chain, less skipping). The table of frontier buffer k is hash_of(ws, k): with two, the Expand of step t + 1 can clear
 // step t's slots while it fills its own (the one-table launchers clear in the Max walk, before anything is added).
-template <typename scalar_t>
+template <typename scalar_t, int kMode>
 __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                                const scalar_t* lp, int32_t T, int32_t V, int32_t tn, bool on,
                                                int32_t b, int32_t tok, float score, int32_t s,
@@ -747,23 +750,25 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
   const int me = threadIdx.x & 31;
   int32_t begin = 0, deg = 0;
   uint32_t first = 0u;
+  constexpr bool lean = kMode == 1;
   if (on) {
     begin = g.row_splits[s];
     deg = g.eps_begin[s] - begin;
-    if (deg > 0) {
+    if (!lean && deg > 0) {
       const scalar_t* row = lp + ((int64_t)b * T + tn) * V;
       first = float_to_ordered(__fadd_rn(
           score, arc_loglik(g, opt, begin, kEmit, false, row, boost_keys, boost_values, boost_cap, b)));
     }
   }
-  {  // one guarded atomic per (warp, lane)
+  if (!lean) {  // one guarded atomic per (warp, lane)
     const unsigned peers = __match_any_sync(kFull, on ? b : -1);
     const uint32_t m = __reduce_max_sync(peers, first);
     if (on && me == __ffs(peers) - 1 && m > 0u && m > ld_volatile(ws.lanes[b].max_next))
       atomicMax(&ws.lanes[b].max_next, m);
   }
   __syncwarp();
-  bool rest = on && deg > 1;
+  const int32_t skip_first = lean ? 0 : 1;  // the first arc is already folded in (variant 2)
+  bool rest = on && deg > skip_first;
   if (rest && ws.frame_max != nullptr) {
     const float top = __fmul_rn(ws.frame_max[(int64_t)b * T + tn], opt.acoustic_scale);
     const float ub = __fadd_rn(score, __fadd_rn(top, ws.max_emit_weight));
@@ -777,7 +782,8 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
       if (cur_max > ld_volatile(*p)) atomicMax(p, cur_max);
     }
   };
-  warp_arc_rounds(b, tok, score, 0, kEmit, begin + 1, rest ? deg - 1 : 0, [&](bool v, const ArcItem& a, int32_t) {
+  warp_arc_rounds(b, tok, score, 0, kEmit, begin + skip_first, rest ? deg - skip_first : 0,
+                  [&](bool v, const ArcItem& a, int32_t) {
     if (!v) return;
     const scalar_t* row = lp + ((int64_t)a.lane * T + tn) * V;
     const uint32_t o = float_to_ordered(__fadd_rn(
@@ -797,7 +803,9 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
   }
 }
 
-template <typename scalar_t>
+// kFused: the fused max's variant compiled in (1 / 2; the persistent kernel's fused instantiations); 0 is the
+// Max-walk path's, register for register (the fused code raises the kernel's register pressure to spills).
+template <typename scalar_t, int kFused = 0>
 __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                              const scalar_t* lp, int32_t T, int32_t V, int32_t tn, int32_t buf,
                                              int32_t eps_mode, int32_t F, int32_t C, int32_t H, int64_t arena_cap,
@@ -860,7 +868,8 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         expand_arc<float, true>(g, opt, ws, nullptr, 0, 0, 0, buf, F, C, H, boost_keys, boost_values, boost_cap, v, a,
                                 ph);
       });
-    if (ws.fused) fused_max_arcs<scalar_t>(g, opt, ws, lp, T, V, tn, win && tn >= 1 && tn < L.len, b, tok, end, s,
+    if constexpr (kFused > 0)
+      fused_max_arcs<scalar_t, kFused>(g, opt, ws, lp, T, V, tn, win && tn >= 1 && tn < L.len, b, tok, end, s,
                                            boost_keys, boost_values, boost_cap);
   });
   arrive_and_prepare(g, opt, ws, batch, F, C, next);
@@ -882,7 +891,7 @@ __global__ void __launch_bounds__(kWalkBlock)
 // H200 spent ~10 us per launch on a few thousand items (batch 1: 5 Resolve launches per frame, ~50 of ~86 us);
 // it won at every batch measured (1.7x the kernel time at batch 1, 1.3x at batch 200: wfst_launch.cu).
 // Needs every block resident at once: the launcher sizes the grid from this kernel's occupancy.
-template <typename scalar_t>
+template <typename scalar_t, int kFused>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
@@ -892,8 +901,8 @@ __global__ void __launch_bounds__(kWalkBlock)
     for (int32_t k = 1; k <= passes; ++k) {
       const Prepare next = k < passes ? Prepare{kWalkCands, t, false, true, false}
                                       : Prepare{kWalkStep, t + 1, true, true, false, t >= 0};
-      resolve_step<scalar_t>(g, opt, ws, lp, T, V, t + 1, buf, k < passes ? kEpsExpand : kEpsCheck, F, C, H,
-                             arena_cap, batch, boost_keys, boost_values, boost_cap, next);
+      resolve_step<scalar_t, kFused>(g, opt, ws, lp, T, V, t + 1, buf, k < passes ? kEpsExpand : kEpsCheck, F, C,
+                                     H, arena_cap, batch, boost_keys, boost_values, boost_cap, next);
       grid.sync();
     }
   };
@@ -905,7 +914,7 @@ __global__ void __launch_bounds__(kWalkBlock)
   for (int32_t t = 0; t < steps; ++t) {
     const int32_t buf = t & 1, out = buf ^ 1;
     // step_flags: written by the `prepare` before the last barrier, so every block reads the same value
-    if (!ws.fused || ld_volatile(ws.step_flags[0]) != 0) {
+    if (kFused == 0 || ld_volatile(ws.step_flags[0]) != 0) {
       max_step<scalar_t>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
       grid.sync();
     }
@@ -914,7 +923,8 @@ __global__ void __launch_bounds__(kWalkBlock)
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};
-    resolve_step<scalar_t>(g, opt, ws, lp, T, V, t + 1, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H, arena_cap,
+    resolve_step<scalar_t, kFused>(g, opt, ws, lp, T, V, t + 1, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H,
+                                   arena_cap,
                            batch, boost_keys, boost_values, boost_cap, next);
     grid.sync();
     closure(t, out);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call: an A/B of one decoder switch on the same graphs and log-probs, beside OASR, then the WFST gpu tests.
 #   A: eval/bench/wfst_gpu_run.sh as configured (DECODERS, default "wfst oasr"; RUN default <SCALE>_a)
-#   B: ours again with the environment AB_ENV set (default BEAMDEC_WFST_FUSED_MAX=0: the Max walk instead of the
-#      fused max), run <SCALE>_b, right after A on the same warm machine (timings are compared within one call)
+#   B: ours again once per entry of AB_ENVS (space-separated; default BEAMDEC_WFST_FUSED_MAX=1 BEAMDEC_WFST_FUSED_MAX=2:
+#      the two fused-max variants against A's Max walk), runs <SCALE>_b1, _b2, ..., right after A on the same warm
+#      machine (timings are compared within one call); AB_ENV (one entry) is still read when AB_ENVS is unset
 #   then GPU_TESTS (default the offline, streaming and device-layout WFST tests) unless SKIP_TESTS=1.
 #   there:     SCALE=small TOPOLOGIES=compact bash eval/bench/wfst_ab_gpu_run.sh      (carry: .whl .anchors)
 #   then here: tar xzf <files_at>/wfst_ab_runs.tgz -C reports/evidence/<machine>_<date>/
@@ -10,18 +11,21 @@
 set -o pipefail
 SCALE=${SCALE:-small}; export SCALE; export RUN=${RUN:-${SCALE}_a}; export DECODERS=${DECODERS:-wfst oasr}
 OUT=${OUT:-/tmp/wfst_gpu_out}; export OUT; mkdir -p "$OUT"
-AB_ENV=${AB_ENV:-BEAMDEC_WFST_FUSED_MAX=0}
+AB_ENVS=${AB_ENVS:-${AB_ENV:-BEAMDEC_WFST_FUSED_MAX=1 BEAMDEC_WFST_FUSED_MAX=2}}
 timeout ${A_TIMEOUT:-420} bash eval/bench/wfst_gpu_run.sh > "$OUT/ab_a.log" 2>&1; echo "A rc=$?"
 grep "STAGE\|total_s" "$OUT/ab_a.log" | tr '\n' ' '; echo
 export PYTHONPATH=/tmp/site:.:${PYTHONPATH:-} PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst
 G=data/graphs/$SCALE/char_blanklast
 GDIRS=$(for t in ${TOPOLOGIES:-compact normal}; do printf -- "--graph-dir %s=%s " $t $G/$t; done)
-s=$SECONDS
-env $AB_ENV timeout ${B_TIMEOUT:-150} python3 -m eval.bench.wfst_bench --lp-file data/lp/${SCALE}_other_char_${UTTS:-200}.pt \
-  --scale $SCALE --max-utts ${UTTS:-200} --b1-utts ${B1:-30} $GDIRS --graphs ${GRAPHS:-TLG HLG} --decoders wfst \
-  --run ${SCALE}_b --isolate > "$OUT/ab_b.log" 2>&1; echo "B ($AB_ENV) rc=$? wall_s=$(( SECONDS - s ))"
+n=0
+for ab in $AB_ENVS; do
+  n=$((n + 1)); s=$SECONDS
+  env $ab timeout ${B_TIMEOUT:-150} python3 -m eval.bench.wfst_bench --lp-file data/lp/${SCALE}_other_char_${UTTS:-200}.pt \
+    --scale $SCALE --max-utts ${UTTS:-200} --b1-utts ${B1:-30} $GDIRS --graphs ${GRAPHS:-TLG HLG} --decoders wfst \
+    --run ${SCALE}_b$n --isolate > "$OUT/ab_b$n.log" 2>&1; echo "B$n ($ab) rc=$? wall_s=$(( SECONDS - s ))"
+done
 ( cd runs/bench && tar czf "$OUT/wfst_ab_runs.tgz" $(ls -d wfst_vs_riva wfst_vs_oasr 2>/dev/null) )
-for d in runs/bench/wfst_vs_oasr/$RUN runs/bench/wfst_vs_riva/${SCALE}_b; do
+for d in runs/bench/wfst_vs_oasr/$RUN runs/bench/wfst_vs_riva/${SCALE}_b*; do
   [ -f $d/results.jsonl ] && python3 -m reports.cli $d > /dev/null 2>&1; echo "== $d"; grep "^| wfst\|^| oasr\|^| compact\|^| normal" $d/report.md 2>/dev/null | cut -c1-200
 done
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
