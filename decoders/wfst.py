@@ -412,11 +412,17 @@ def arc_weights(g: dict, graph: WfstGraph, word_bonus: float) -> torch.Tensor:
     key = ("weight", float(word_bonus))
     hit = g.get(key)
     if hit is None:
-        splits, _ = graph.aux_csr()
-        n = np.diff(np.asarray(splits, dtype=np.int64)).astype(np.float32)
-        w = np.asarray(graph.weight, dtype=np.float32) + np.float32(word_bonus) * n
-        hit = g[key] = torch.from_numpy(w).to(g["weight"].device)
+        hit = g[key] = torch.from_numpy(_bonus_weights(graph, word_bonus)).to(g["weight"].device)
     return hit
+
+
+def _bonus_weights(graph: WfstGraph, word_bonus: float) -> np.ndarray:
+    """graph.weight + word_bonus * (words on the arc), float32, on the host (graph.weight itself for bonus 0)."""
+    w = np.asarray(graph.weight, dtype=np.float32)
+    if word_bonus == 0:
+        return w
+    splits, _ = graph.aux_csr()
+    return w + np.float32(word_bonus) * np.diff(np.asarray(splits, dtype=np.int64)).astype(np.float32)
 
 
 def max_emit_weight(graph: WfstGraph, word_bonus: float) -> float:
@@ -429,12 +435,7 @@ def max_emit_weight(graph: WfstGraph, word_bonus: float) -> float:
         hit = entry.get(key)
         if hit is None:
             emit = np.asarray(graph.ilabel) >= 0
-            w = np.asarray(graph.weight, dtype=np.float32)
-            if word_bonus != 0:
-                splits, _ = graph.aux_csr()
-                n = np.diff(np.asarray(splits, dtype=np.int64)).astype(np.float32)
-                w = w + np.float32(word_bonus) * n
-            hit = entry[key] = float(w[emit].max()) if emit.any() else 0.0
+            hit = entry[key] = float(_bonus_weights(graph, word_bonus)[emit].max()) if emit.any() else 0.0
     return hit
 
 
@@ -682,7 +683,8 @@ class WfstDecoder:
             int(caps["arena_capacity"]),
             int(caps["words_capacity"]),
             bool(cfg.online),
-            max_emit_weight(self.graph, cfg.word_bonus),
+            # the CUDA op's fused-max bound (one O(arcs) pass per graph and bonus); the CPU reference ignores it
+            max_emit_weight(self.graph, cfg.word_bonus) if self.device.type == "cuda" else 3.0e38,
         )
         return out.cpu()  # the one device->host copy of the batch
 

@@ -55,7 +55,7 @@ bool persistent_selected() {
 // about a phase at batch 1 while variant 2's Resolve grew by a chain of ~6 dependent loads and an atomic round trip;
 // variant 1 (lean, written after those calls, NOT measured yet) keeps that chain to the arcs. BEAMDEC_WFST_FUSED_MAX=1 /
 // 2 turns variant 1 / 2 on (exact; the gpu tests compare both with the Max walk and the CPU bit for bit); 0 or unset: off.
-int fused_max_mode(bool /*has_eps*/) {
+int fused_max_mode() {
   if (!persistent_selected()) return 0;
   const char* env = std::getenv("BEAMDEC_WFST_FUSED_MAX");
   if (env && std::strcmp(env, "1") == 0) return 1;
@@ -100,7 +100,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   carve(static_cast<char*>(workspace), B, caps, &ws);
   // the fused max needs the second table; token skipping needs the frame maxima and no boosts (a boost can lift an
   // arc above the bound, see fused_max_arcs)
-  ws.fused = persistent && caps.hash_tables == 2 ? fused_max_mode(g.has_eps) : 0;
+  ws.fused = persistent && caps.hash_tables == 2 ? fused_max_mode() : 0;
   ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
   ws.max_emit_weight = max_emit_weight;
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
@@ -268,7 +268,7 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
 
 size_t workspace_bytes(int32_t batch, const Capacities& caps) { return carve(nullptr, batch, caps, nullptr); }
 
-int32_t decode_hash_tables(bool has_eps) { return fused_max_mode(has_eps) > 0 ? 2 : 1; }
+int32_t decode_hash_tables() { return fused_max_mode() > 0 ? 2 : 1; }
 
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,

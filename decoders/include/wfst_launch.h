@@ -86,7 +86,7 @@ struct Capacities {
 
 // Hash tables an offline decode uses (Capacities::hash_tables): 2 with the persistent kernel and the fused max
 // (opt-in: BEAMDEC_WFST_FUSED_MAX=1; wfst_launch.cu says why), else 1. Read per call.
-int32_t decode_hash_tables(bool has_eps);
+int32_t decode_hash_tables();
 
 // Bytes of device workspace needed for `batch` lanes (one allocation, carved by the launcher).
 size_t workspace_bytes(int32_t batch, const Capacities& caps);
