@@ -16,6 +16,12 @@ Our kernel row also records the agreement of the best hypothesis (decoder_stats:
 Streaming per (V, beam, streams), 2 chunks of 16 frames per stream per call: OASR decode_chunk per stream vs
 ours per stream (params mode "per_stream": the pair) and ours with decode_chunk_batch (mode "batched").
 
+Stream lengths (issue 16: cost per frame at every length up to 2,000 frames): per (V, beam, streams, length), each
+stream is first brought to `length` frames (untimed), its state snapshotted, and every timed repeat restores the
+snapshot (untimed) and decodes 2 chunks of 16 frames; one stream per call (ours and OASR, mode "per_stream") and,
+for streams > 1, ours batched: one state of N rows (mode "batched_rows") and N single-row states through
+decode_chunk_batch (mode "batched", a server's call); OASR has no batched call over separate states.
+
 Rows go to one run directory (default runs/bench/ctc_vs_oasr/<timestamp>); ours and OASR in the same shape and
 boundary name each other in `run_mate` and carry identical `params`, so
 `reports.tables.side_by_side_table(rows, "ctc_beam", "oasr_ctc", by=[...])` forms the ratios. When OASR is not
@@ -45,6 +51,10 @@ OFFLINE_SHAPES = [  # (B, T, V, beam): OASR's benchmark shapes
     (16, 200, 5000, 4), (16, 200, 5000, 20),
 ]
 STREAMING = [(5000, 10, 1), (5000, 10, 8), (1000, 10, 8), (5000, 10, 64)]  # (V, beam, streams)
+# issue 16's streaming goals at fixed stream lengths: one stream per call (ours and OASR) and 256 streams in one
+# batched call (ours), each timed on 2 chunks decoded after the state was brought to `length` frames untimed
+STREAM_LENGTHS = [32, 500, 1000, 2000]
+STREAM_LENGTH_CONFIGS = [(5000, 10, 1), (5000, 10, 256)]  # (V, beam, streams)
 CHUNK_FRAMES, CHUNKS = 16, 2
 STREAM_MAX_SEQ_LEN = 2048  # at least every frame fed (warm-up + repeats): OASR decodes nothing past its cap
 DATASET = "randn_log_softmax"
@@ -197,12 +207,97 @@ def bench_streaming(run: BenchRun, oc, oasr_reason: str, warmup: int, repeats: i
                                                 for k, w in watches.items()), flush=True)
 
 
+def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repeats: int,
+                         lengths: list[int]) -> None:
+    """Per-frame cost at fixed stream lengths: prefill to `length` frames, snapshot, then per repeat restore (untimed)
+    and decode CHUNKS chunks (timed); the contenders interleaved per repeat."""
+    from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder
+
+    max_seq_len = max(STREAM_MAX_SEQ_LEN, max(lengths) + CHUNKS * CHUNK_FRAMES)
+    for V, beam, n in STREAM_LENGTH_CONFIGS:
+        chunks = [inputs(1, CHUNK_FRAMES, V, seed=100 + i)[0] for i in range(CHUNKS)]
+        batched = [torch.cat([c] * n, 0) for c in chunks]
+        ours = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0,
+                                                       max_seq_len=max_seq_len))
+        od = None
+        if oc is not None and n == 1:  # OASR decodes one state per call: 256 of them is ours per_stream's job
+            od = oc.GpuStreamingDecoder(oc.GpuDecoderConfig(beam_size=beam, blank_id=0, blank_threshold=1.0,
+                                                            max_seq_len=max_seq_len))
+        for length in lengths:
+            pre = inputs(1, max(length, 1), V, seed=7)[0]
+            st = ours.create_state(n, V, device="cuda")
+            for f0 in range(0, length, 200):  # prefill in pieces: 256 x 2,000 x 5,000 floats would be 10 GB
+                ours.decode_chunk(torch.cat([pre[:, f0:f0 + 200]] * n, 0), state=st)
+            snap = st.tensor.clone()
+            # n > 1: the same n streams also as n separate single-row states (decode_chunk_batch, a server's call)
+            sep = [ours.create_state(1, V, device="cuda") for _ in range(n)] if n > 1 else []
+            for s1 in sep:
+                s1.tensor.copy_(snap[:1])
+
+            def restore_ours():
+                st.tensor.copy_(snap)
+                for s1 in sep:
+                    s1.tensor.copy_(snap[:1])
+
+            restore = {"ours": restore_ours}
+            fns = {}
+            if n == 1:
+                fns["ours_per_stream"] = lambda: [ours.decode_chunk(c, state=st) for c in chunks]
+            else:
+                fns["ours_rows"] = lambda: [ours.decode_chunk(c, state=st) for c in batched]
+                fns["ours_batched"] = lambda: [ours.decode_chunk_batch(c, sep) for c in batched]
+            if od is not None:
+                ost = od.create_state(1, V)
+                if length > 0:
+                    od.decode_chunk(pre, state=ost)
+                osnap = (ost.buffer.clone(), ost.step, ost.actual_frame_idx)
+
+                def oasr_restore(ost=ost, osnap=osnap):
+                    ost.buffer.copy_(osnap[0])
+                    ost.step, ost.actual_frame_idx = osnap[1], osnap[2]
+
+                restore["oasr"] = oasr_restore
+                fns["oasr_per_stream"] = lambda ost=ost: [od.decode_chunk(c, state=ost) for c in chunks]
+            watches = {k: Stopwatch("cuda") for k in fns}
+            for i in range(warmup + repeats):
+                for k, f in fns.items():
+                    restore["ours" if k.startswith("ours") else "oasr"]()
+                    if i < warmup:
+                        f()
+                        continue
+                    with watches[k]:
+                        f()
+            frames = n * CHUNKS * CHUNK_FRAMES
+            base = {"V": V, "beam": beam, "streams": n, "chunk_frames": CHUNK_FRAMES, "stream_len": length,
+                    "max_seq_len": max_seq_len}
+            tag = f"V={V} beam={beam} streams={n} len={length}"
+            if n == 1:
+                add_pair(run, watches, {"ours": ("ours_per_stream", f"{OURS}@cuda[stream {tag}]"),
+                                        "theirs": ("oasr_per_stream", f"{THEIRS}@cuda[stream {tag}]")},
+                         {**base, "mode": "per_stream"}, "api", n, frames, oasr_reason)
+            else:
+                for key, mode in (("ours_rows", "batched_rows"), ("ours_batched", "batched")):
+                    wall, cuda = per_call(watches[key])
+                    run.measured(decoder=f"{OURS}@cuda[stream {mode} {tag}]", decoder_name=OURS, device="cuda",
+                                 dataset=DATASET, wer=WerStats(utterances=n), references=False,
+                                 audio_seconds=frames * FRAME_SECONDS, decoder_seconds=wall,
+                                 decoder_cuda_seconds=cuda, frames=frames, batch_size=n, boundary="api",
+                                 params={**base, "mode": mode})
+            run.checkpoint()
+            print(f"stream length {tag}: " + ", ".join(
+                f"{k} {1e6 * w.cuda_seconds / w.regions / frames:.3f} us/stream-frame" for k, w in watches.items()),
+                flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--oasr-root", type=Path, default=Path(os.environ.get("OASR_ROOT", ".anchors/oasr")))
     p.add_argument("--no-streaming", action="store_true")
+    p.add_argument("--no-offline", action="store_true")
+    p.add_argument("--stream-lengths", type=int, nargs="*", default=STREAM_LENGTHS,
+                   help="stream lengths (frames) of the fixed-length streaming rows; none: skip them")
     p.add_argument("--output-dir", default="runs/bench")
     p.add_argument("--experiment", default="ctc_vs_oasr")
     p.add_argument("--run", default=None, help="run name (default: a timestamp)")
@@ -221,13 +316,19 @@ def main(argv=None) -> int:
         "oasr_root": str(args.oasr_root), "oasr_available": oc is not None, "oasr_readback": readback,
         "offline_shapes": OFFLINE_SHAPES, "streaming": [] if args.no_streaming else STREAMING,
         "chunk_frames": CHUNK_FRAMES, "chunks_per_call": CHUNKS, "stream_max_seq_len": STREAM_MAX_SEQ_LEN,
+        "stream_lengths": [] if args.no_streaming else args.stream_lengths,
+        "stream_length_configs": STREAM_LENGTH_CONFIGS,
     }, output_dir=args.output_dir)
-    bench_offline(run, oc, reason, readback, args.warmup, args.repeats)
+    if not args.no_offline:
+        bench_offline(run, oc, reason, readback, args.warmup, args.repeats)
     if not args.no_streaming:
         bench_streaming(run, oc, reason, args.warmup, args.repeats)
+        if args.stream_lengths:
+            bench_stream_lengths(run, oc, reason, args.warmup, args.repeats, args.stream_lengths)
     run.close()
     print_rows(run.rows, pairs=[(OURS, THEIRS, ["B", "T", "V", "beam"]),
-                                (OURS, THEIRS, ["V", "beam", "streams", "mode"])])
+                                (OURS, THEIRS, ["V", "beam", "streams", "mode"]),
+                                (OURS, THEIRS, ["V", "beam", "streams", "stream_len", "mode"])])
     return 0
 
 

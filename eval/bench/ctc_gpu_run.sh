@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# One device call for the CTC prefix beam search (issue 16's CTC goals): the CTC gpu tests, the same-run side by side
+# with the seed system's decoder (eval.bench.ctc_bench: offline kernel / api, streaming, streaming at fixed stream
+# lengths), Nsight Compute profiles of the decode kernels, and compute-sanitizer over the CTC smoke.
+#
+#   here:   bash .ci/gpu-host/prepare_carry.sh       (.whl with apache-tvm-ffi for OASR's JIT, .anchors/oasr)
+#   there:  bash eval/bench/ctc_gpu_run.sh            (device call; carry .whl .anchors; ~4-7 min on an H200)
+# Env: STAGES (default "tests bench ncu sanitizers"), RUN (run name: default h200_<commit>), BENCH_ARGS (more
+# eval.bench.ctc_bench arguments, e.g. "--no-streaming --repeats 20"), AB_ENVS (';'-separated environment settings:
+# the bench runs once per entry, run name suffixed by the entry's index, e.g. "BEAMDEC_CTC_KERNEL=block;"),
+# NCU_SHAPES ("B:T:V:beam ..." profiled shapes, default "1:200:5000:10 16:200:5000:10 64:200:5000:10"),
+# NCU_SET (full), SANITIZERS (memcheck racecheck synccheck).
+# Results: $OUT/summary.txt, $OUT/ctc_gpu.log, $OUT/ctc_gpu.tgz (runs/, ncu/ reports and their CSV pages, logs).
+set -o pipefail
+OUT=${OUT:-/tmp/ctc_gpu_out}; W=$OUT/work; mkdir -p "$W/runs" "$W/ncu" || exit 1
+exec > >(tee -a "$OUT/ctc_gpu.log") 2>&1
+export PYTHONUNBUFFERED=1 PYTHONPATH=.:${PYTHONPATH:-}
+STAGES=${STAGES:-tests bench ncu sanitizers}
+COMMIT=${EVAL_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+RUN=${RUN:-h200_$COMMIT}
+stage() { local name=$1 s=$SECONDS; shift; echo "== [$SECONDS s] $name"; "$@"; local rc=$?
+  echo "STAGE $name rc=$rc wall_s=$(( SECONDS - s ))" | tee -a "$OUT/summary.txt"; return $rc; }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/summary.txt"
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:$PYTHONPATH || exit 1
+fi
+stage ext_build python3 -c "from decoders._ext import load_extension; load_extension()" > "$W/ext_build.log" 2>&1 \
+  || { tail -30 "$W/ext_build.log"; exit 1; }
+status=0
+if has tests; then
+  stage gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/test_ctc_gpu.py tests/test_ctc_lm_fused.py} \
+    > "$W/gpu_tests.txt" 2>&1 || status=1
+  tail -3 "$W/gpu_tests.txt"; echo "gpu tests: $(tail -1 "$W/gpu_tests.txt")" >> "$OUT/summary.txt"
+fi
+if has bench; then
+  IFS=';' read -r -a envs <<< "${AB_ENVS:-}"; [ ${#envs[@]} -eq 0 ] && envs=("")
+  i=0
+  for e in "${envs[@]}"; do
+    name=$RUN; [ ${#envs[@]} -gt 1 ] && name=${RUN}_$i
+    stage "bench[$e]" env $e EVAL_GIT_COMMIT=$COMMIT python3 -m eval.bench.ctc_bench --run "$name" --output-dir "$W/runs" \
+      ${BENCH_ARGS:-} > "$W/bench_$i.log" 2>&1 || status=1
+    grep -E "^(offline|streaming|stream length)" "$W/bench_$i.log" | sed "s/^/[$i] /"
+    i=$((i + 1))
+  done
+fi
+if has ncu; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  cat > /tmp/ctc_ncu_driver.py <<'PY'
+"""Decode one OASR-benchmark shape three times with the raw op (the profiled launches are the third call's)."""
+import sys
+import torch
+from decoders.ctc import load_ops, CtcBeamSearchConfig
+B, T, V, beam = map(int, sys.argv[1:5])
+g = torch.Generator(device="cuda").manual_seed(0)
+lp = torch.log_softmax(torch.randn(B, T, V, device="cuda", generator=g), dim=-1)
+lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
+seq = T + (T & 1)
+cfg = CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0, max_seq_len=seq)
+for _ in range(3):
+    load_ops().ctc_decode_offline(lp, lens, beam, 0, 1.0, 1, seq, *cfg.storage_args(seq))
+torch.cuda.synchronize()
+print("done", B, T, V, beam)
+PY
+  for shape in ${NCU_SHAPES:-1:200:5000:10 16:200:5000:10 64:200:5000:10}; do
+    IFS=: read -r b t v k <<< "$shape"; rep="$W/ncu/ctc_B${b}_T${t}_V${v}_k${k}"
+    # every kernel of the third call (the op launches state-init/seal, pre-pass, decode, finalize per call)
+    stage "ncu $shape" timeout 200 "$NCU" --clock-control none -k "regex:ctc_" --launch-skip 0 --launch-count 40 \
+      --set ${NCU_SET:-full} --import-source yes -f -o "$rep" python3 /tmp/ctc_ncu_driver.py $b $t $v $k > "$rep.log" 2>&1
+    "$NCU" --import "$rep.ncu-rep" --page details --csv > "$rep.details.csv" 2>/dev/null
+    "$NCU" --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>/dev/null
+    "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source sass -k regex:ctc_decode > "$rep.sass.csv" 2>"$rep.sass.err"
+    "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source cuda -k regex:ctc_decode > "$rep.cuda.csv" 2>"$rep.cuda.err"
+    grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Executed Ipc Active|Warp Cycles Per Issued Instruction)"' \
+      "$rep.details.csv" | awk -F'","' '{print $5 " | " $(NF-2) " " $(NF-1) " " $NF}' | head -60
+  done
+fi
+if has sanitizers; then
+  for tool in ${SANITIZERS-memcheck racecheck synccheck}; do
+    log="$W/sanitizer_ctc_smoke_$tool.txt"
+    stage "$tool ctc_smoke" compute-sanitizer --tool $tool --error-exitcode 3 python3 -m eval.bench.ctc_smoke > "$log" 2>&1 \
+      || status=1
+    echo "$tool ctc_smoke: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)" | tee -a "$OUT/summary.txt"
+  done
+fi
+( cd "$W" && tar czf "$OUT/ctc_gpu.tgz" . ) && rm -rf "$W"
+echo "total_s=$SECONDS status=$status" | tee -a "$OUT/summary.txt"
+exit $status
