@@ -9,7 +9,7 @@
 # eval.bench.ctc_bench arguments, e.g. "--no-streaming --repeats 20"), AB_ENVS (';'-separated environment settings:
 # the bench runs once per entry, run name suffixed by the entry's index, e.g. "BEAMDEC_CTC_KERNEL=block;"),
 # NCU_SHAPES ("B:T:V:beam ..." profiled shapes, default "1:200:5000:10 16:200:5000:10 64:200:5000:10"),
-# NCU_SET (full), SANITIZERS (memcheck racecheck synccheck).
+# NCU_SET (full), "nsys" in STAGES: Nsight Systems timelines of offline B=1 and one 16-frame stream, SANITIZERS (memcheck racecheck synccheck).
 # Results: $OUT/summary.txt, $OUT/ctc_gpu.log, $OUT/ctc_gpu.tgz (runs/, ncu/ reports and their CSV pages, logs).
 set -o pipefail
 OUT=${OUT:-/tmp/ctc_gpu_out}; W=$OUT/work; mkdir -p "$W/runs" "$W/ncu" || exit 1
@@ -51,9 +51,18 @@ if has ncu; then
 """Decode one OASR-benchmark shape three times with the raw op (the profiled launches are the third call's)."""
 import sys
 import torch
-from decoders.ctc import load_ops, CtcBeamSearchConfig
+from decoders.ctc import load_ops, CtcBeamSearchConfig, CtcStreamingDecoder
 B, T, V, beam = map(int, sys.argv[1:5])
 g = torch.Generator(device="cuda").manual_seed(0)
+if len(sys.argv) > 5 and sys.argv[5] == "stream":  # B streams as one state, chunks of T frames, 40 chunks
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, blank_skip_threshold=1.0, max_seq_len=2048))
+    st = dec.create_state(B, V, device="cuda")
+    chunk = torch.log_softmax(torch.randn(B, T, V, device="cuda", generator=g), dim=-1)
+    for _ in range(40):
+        dec.decode_chunk(chunk, state=st)
+    torch.cuda.synchronize()
+    print("done stream", B, T, V, beam)
+    sys.exit(0)
 lp = torch.log_softmax(torch.randn(B, T, V, device="cuda", generator=g), dim=-1)
 lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
 seq = T + (T & 1)
@@ -74,6 +83,15 @@ PY
     "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source cuda -k regex:ctc_decode > "$rep.cuda.csv" 2>"$rep.cuda.err"
     grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Executed Ipc Active|Warp Cycles Per Issued Instruction)"' \
       "$rep.details.csv" | awk -F'","' '{print $5 " | " $(NF-2) " " $(NF-1) " " $NF}' | head -60
+  done
+fi
+if has nsys; then  # the GPU timeline (kernel durations and the gaps between them) of offline B=1 and one stream
+  NSYS=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/bin/nsys 2>/dev/null | head -1)
+  for spec in "1 200 5000 10" "1 16 5000 10 stream"; do
+    rep="$W/ncu/nsys_$(echo $spec | tr ' ' _)"
+    stage "nsys $spec" timeout 120 "$NSYS" profile -t cuda -o "$rep" -f true python3 /tmp/ctc_ncu_driver.py $spec > "$rep.log" 2>&1
+    "$NSYS" stats --report cuda_gpu_trace --format csv -o "$rep" "$rep.nsys-rep" > /dev/null 2>&1
+    "$NSYS" stats --report cuda_api_sum,cuda_gpu_kern_sum "$rep.nsys-rep" 2>/dev/null | head -60
   done
 fi
 if has sanitizers; then
