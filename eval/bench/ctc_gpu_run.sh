@@ -75,7 +75,7 @@ PY
   for shape in ${NCU_SHAPES:-1:200:5000:10 16:200:5000:10 64:200:5000:10}; do
     IFS=: read -r b t v k <<< "$shape"; rep="$W/ncu/ctc_B${b}_T${t}_V${v}_k${k}"
     # every kernel of the third call (the op launches state-init/seal, pre-pass, decode, finalize per call)
-    stage "ncu $shape" timeout 200 "$NCU" --clock-control none -k "regex:ctc_" --launch-skip 0 --launch-count 40 \
+    stage "ncu $shape" timeout 200 "$NCU" --clock-control none -k "regex:ctc_" --launch-skip 0 --launch-count 14 \
       --set ${NCU_SET:-full} --import-source yes -f -o "$rep" python3 /tmp/ctc_ncu_driver.py $b $t $v $k > "$rep.log" 2>&1
     "$NCU" --import "$rep.ncu-rep" --page details --csv > "$rep.details.csv" 2>/dev/null
     "$NCU" --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>/dev/null
