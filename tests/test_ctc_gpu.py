@@ -63,6 +63,32 @@ def test_gpu_prepass_ties(ops, V, levels):
                                                                   blank_skip_threshold=1.0))
 
 
+@pytest.mark.parametrize("V", [256, 300, 1025, 5000])
+@pytest.mark.parametrize("levels", [2, 16, 0])
+def test_gpu_prepass_warp_threshold_equals_rank_threshold(ops, V, levels, monkeypatch):
+    """BEAMDEC_CTC_PREPASS=warp (the fast path's threshold from the warps' r-th largest maxima, candidates
+    ranked on packed words) writes the same candidate lists as the rank-counted threshold: bit-equal results on
+    tied levels (0: continuous random log-probs), an all-equal row, a row with -inf columns, and beams up to 32
+    (C up to 65), and equal to the CPU reference."""
+    g = torch.Generator().manual_seed(V * 7 + levels)
+    if levels:
+        lp = torch.randint(0, levels, (4, 24, V), generator=g).float().mul(-1.5)
+    else:
+        lp = torch.randn(4, 24, V, generator=g) * 3.0
+    lp[2] = 0.0
+    lp[3, :, V // 3:] = -math.inf
+    lp = lp.log_softmax(-1)
+    lengths = torch.tensor([24, 24, 24, 13])
+    for beam in (1, 10, 32):
+        cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 3), blank_skip_threshold=1.0)
+        monkeypatch.setenv("BEAMDEC_CTC_PREPASS", "rank")
+        rank = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
+        monkeypatch.setenv("BEAMDEC_CTC_PREPASS", "warp")
+        warp = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
+        assert warp.tokens == rank.tokens and torch.equal(warp.scores, rank.scores), beam
+        assert_results_match(warp, ctc_beam_search(lp, lengths, cfg))
+
+
 @pytest.mark.parametrize("blank", ["first", "last"])
 def test_gpu_adversarial(ops, blank):
     V = 29
@@ -203,6 +229,52 @@ def test_gpu_warp_kernel_equals_block_kernel(ops, beam, monkeypatch):
         block = ctc_beam_search(lp, lengths, cfg)
         monkeypatch.delenv("BEAMDEC_CTC_KERNEL")
         assert_results_match(warp, block)
+
+
+def _round_inputs():
+    """Inputs where the top-`beam` rounds decide on ties and sentinels: random, uniform rows (every candidate
+    ties), a few log-prob levels (ties around the threshold), -inf columns, blank-dominant frames, and T = 1."""
+    T, V = 60, 301
+    lp = random_log_probs(6, T, V, seed=11, peaky=2.5)
+    lp[1] = torch.zeros(T, V).log_softmax(-1)
+    g = torch.Generator().manual_seed(5)
+    lp[2] = (torch.randint(0, 3, (T, V), generator=g).float() * -1.5).log_softmax(-1)
+    lp[3, :, 40:] = -math.inf
+    lp[3] = lp[3].log_softmax(-1)
+    lp[4, ::2, 0] = 5.0
+    lp[4] = lp[4].log_softmax(-1)
+    return lp, torch.tensor([T, T, T, T, T, 1])
+
+
+@pytest.mark.parametrize("beam", [1, 2, 3, 10, 16, 31, 32])
+@pytest.mark.parametrize("half", [False, True])
+def test_gpu_select_rounds_equal_branch_rounds_and_cpu(ops, beam, half, monkeypatch):
+    """BEAMDEC_CTC_ROUNDS=select (the one-warp kernel's top-`beam` rounds as selects, the next ordinary
+    extension's key kept a round ahead) picks the same winners in the same order as the branch form: bit-equal
+    tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to the CPU reference."""
+    monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
+    lp, lengths = _round_inputs()
+    if half:
+        lp = lp.half()
+    for paged in (False, True):
+        for thr in (0.97, 1.0):
+            cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=thr, paged=paged,
+                                      page_size=8)
+            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "branch")
+            branch = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
+            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "select")
+            sel = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
+            assert sel.tokens == branch.tokens and torch.equal(sel.scores, branch.scores), (paged, thr)
+            assert_results_match(sel, ctc_beam_search(lp.float(), lengths, cfg))
+        dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), paged=paged, page_size=8))
+        outs = []
+        for mode in ("branch", "select"):
+            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
+            st = dec.create_state(lp.shape[0] - 1, lp.shape[2], device="cuda")
+            for t0 in range(0, lp.shape[1], 7):
+                dec.decode_chunk(lp[:-1, t0:t0 + 7].cuda(), state=st)
+            outs.append(dec.finalize(st))
+        assert outs[0].tokens == outs[1].tokens and torch.equal(outs[0].scores, outs[1].scores)
 
 
 @pytest.mark.parametrize("beam", [2, 10, 32])

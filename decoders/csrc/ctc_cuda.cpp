@@ -46,6 +46,10 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.kernel = kernel_choice();
   const char* meta = std::getenv("BEAMDEC_CTC_PAGED_SMEM");
   d.paged_smem = (meta && std::string(meta) == "1") ? 1 : 0;
+  const char* rounds = std::getenv("BEAMDEC_CTC_ROUNDS");
+  d.rounds_select = (rounds && std::string(rounds) == "select") ? 1 : 0;
+  const char* prepass = std::getenv("BEAMDEC_CTC_PREPASS");
+  d.prepass_warp_tau = (prepass && std::string(prepass) == "warp") ? 1 : 0;
   return d;
 }
 

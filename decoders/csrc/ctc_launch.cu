@@ -73,6 +73,9 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     err = cudaFuncSetAttribute(ctc_prepass_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                kPrepassCacheMaxV * (int)sizeof(uint32_t));
     if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(ctc_prepass_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kPrepassCacheMaxV * (int)sizeof(uint32_t));
+    if (err != cudaSuccess) return err;
     configured_device = device;
   }
   if (d.T == 0) {  // nothing to decode; frame counters stay (T == 0 advances nothing)
@@ -81,7 +84,10 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   for (int t0 = 0; t0 < d.T; t0 += kTile) {
     const int tile_len = d.T - t0 < kTile ? d.T - t0 : kTile;
     const int advance = t0 + tile_len >= d.T ? d.T : 0;
-    ctc_prepass_kernel<T><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+    if (d.prepass_warp_tau)
+      ctc_prepass_kernel<T, true><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+    else
+      ctc_prepass_kernel<T><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     cudaError_t err2;
     const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
@@ -96,6 +102,8 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
           return err2;
         ctc_decode_warp_kernel<T, true><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
       }
+      else if (d.rounds_select)
+        ctc_decode_warp_kernel<T, false, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       else
         ctc_decode_warp_kernel<T, false><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       err2 = cudaGetLastError();

@@ -34,6 +34,12 @@ struct DecodeLaunch {
   // 1: the one-warp kernel keeps a paged row's page metadata (3 x num_pages words) in shared memory when it
   // fits kPagedSmemMaxPages (opt-in, untested on a GPU at commit time; BEAMDEC_CTC_PAGED_SMEM=1)
   int paged_smem = 0;
+  // 1: the one-warp kernel's top-`beam` rounds in their select form (ctc_kernels.cuh, kSelect; the same winners
+  // in the same order); 0: the branch form. BEAMDEC_CTC_ROUNDS=select|branch
+  int rounds_select = 0;
+  // 1: the pre-pass threshold from the warps' r-th largest maxima and a packed-word rank (ctc_kernels.cuh,
+  // kWarpTau; the same lists); 0: rank counting over the block's maxima. BEAMDEC_CTC_PREPASS=warp|rank
+  int prepass_warp_tau = 0;
   // (rows, kStateErrorWords) from ctc_check_states, or null: rows with a nonzero code are skipped
   const int32_t* row_err = nullptr;
 };

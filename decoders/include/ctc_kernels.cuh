@@ -173,7 +173,10 @@ constexpr int kPrepassCacheMaxV = 12288;  // vocabularies up to this cache their
 constexpr int kPrepassFastMaxC = 65;     // threshold fast path for beam <= 32 (C <= 2 * 32 + 1)
 constexpr int kPrepassFastCap = 512;     // candidates at or above the threshold it ranks (else: radix select)
 
-template <typename T>
+// kWarpTau: the fast path's threshold from the warps' r-th largest maxima (r rounds of a warp max) and the
+// candidates ranked on packed (key, id) words; false: the C-th largest of the NT maxima by rank counting (an
+// NT-iteration loop per thread), the form measured before 2026-12-06. Both write the same list.
+template <typename T, bool kWarpTau = false>
 __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<T> a, int t0) {
   constexpr int NT = kPrepassThreads;
   extern __shared__ uint32_t s_keys[];  // (V) when cached
@@ -250,30 +253,69 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
     // more do. Rank those few exactly; fall back to the radix select when too many pass (heavy ties).
     __shared__ uint32_t s_max[NT];
     __shared__ int s_fid[kPrepassFastCap];
+    __shared__ unsigned long long s_fk[kWarpTau ? kPrepassFastCap : 1];
     __shared__ uint32_t s_tau;
     __shared__ int s_nf;
     uint32_t mx = 0u;
     for (int c = tid; c < a.V; c += NT) mx = max(mx, s_keys[c]);
-    s_max[tid] = mx;
-    if (tid == 0) s_nf = 0;
-    __syncthreads();
-    int r = 0;
-    for (int j = 0; j < NT; ++j) {
-      const uint32_t v = s_max[j];
-      r += v > mx || (v == mx && j < tid);
+    uint32_t tau;
+    if constexpr (kWarpTau) {
+      // Each warp's r-th largest maximum, r = ceil(C / warps) (a round takes the largest once, the lowest lane
+      // among equals); tau = the smallest of those. A warp has r maxima >= its value, so >= warps * r >= C
+      // distinct elements are >= tau: a lower bound on the C-th largest key, as the rank-counted tau is.
+      constexpr int kWarps = NT / 32;
+      const int rounds = (a.C + kWarps - 1) / kWarps, lane = tid & 31;
+      uint32_t v = mx, wv = 0u;
+      for (int i = 0; i < rounds; ++i) {
+        wv = __reduce_max_sync(0xFFFFFFFFu, v);
+        if (lane == __ffs(__ballot_sync(0xFFFFFFFFu, v == wv)) - 1) v = 0u;
+      }
+      if (lane == 0) s_max[tid >> 5] = wv;
+      if (tid == 0) s_nf = 0;
+      __syncthreads();
+      tau = s_max[0];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) tau = min(tau, s_max[w]);
+    } else {
+      s_max[tid] = mx;
+      if (tid == 0) s_nf = 0;
+      __syncthreads();
+      int r = 0;
+      for (int j = 0; j < NT; ++j) {
+        const uint32_t v = s_max[j];
+        r += v > mx || (v == mx && j < tid);
+      }
+      if (r == a.C - 1) s_tau = mx;  // ranks are a permutation: exactly one thread
+      __syncthreads();
+      tau = s_tau;
     }
-    if (r == a.C - 1) s_tau = mx;  // ranks are a permutation: exactly one thread
-    __syncthreads();
-    const uint32_t tau = s_tau;
     if (tau > 0u)
       for (int c = tid; c < a.V; c += NT)
         if (s_keys[c] >= tau) {
           const int i = atomicAdd(&s_nf, 1);
-          if (i < kPrepassFastCap) s_fid[i] = c;
+          if (i < kPrepassFastCap) {
+            s_fid[i] = c;
+            // rank order as one word: key desc, then id asc
+            if constexpr (kWarpTau) s_fk[i] = ((unsigned long long)s_keys[c] << 32) | (0xFFFFFFFFu - (uint32_t)c);
+          }
         }
     __syncthreads();
     const int nf = s_nf;
-    if (tau > 0u && nf <= kPrepassFastCap) {  // block-uniform
+    if (kWarpTau && tau > 0u && nf <= kPrepassFastCap) {  // block-uniform
+      for (int i = tid; i < nf; i += NT) {
+        const unsigned long long k = s_fk[i];
+        int rank = 0;
+        for (int j = 0; j < nf; ++j) rank += s_fk[j] > k;
+        if (rank < a.C) {
+          const int id = s_fid[i];
+          a.pre_ids[out_base + rank] = id;
+          a.pre_lp[out_base + rank] = load_lp(lp + id);
+        }
+      }
+      if (tid == 0) *cnt_out = a.C;
+      return;
+    }
+    if (!kWarpTau && tau > 0u && nf <= kPrepassFastCap) {  // block-uniform
       for (int i = tid; i < nf; i += NT) {
         const int id = s_fid[i];
         const uint32_t k = s_keys[id];
@@ -843,7 +885,9 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 
 // kOptIn: compiled with the opt-in experiment (a.paged_smem); the default instantiation
 // (false) leaves them out entirely, so its code is what the measurements above ran.
-template <typename T, bool kOptIn>
+// kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
+// branch form measured before 2026-12-06. Both pick the same winners in the same order.
+template <typename T, bool kOptIn, bool kSelect = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
@@ -1030,6 +1074,18 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
         else rem2 &= bit;
       }
     }
+    // branch-free pop (select form): the same position and bit-set update as pop_ord, as selects
+    auto pop_ord_sel = [&](bool take) -> int {
+      const int f0 = __ffs(rem0) - 1, f1 = 31 + __ffs(rem1);
+      const int i = rem0 ? f0 : rem1 ? f1 : rem2 ? 64 : cnt;
+      const unsigned n0 = rem0 & (rem0 - 1u), n1 = rem1 & (rem1 - 1u);
+      const bool t0 = take && rem0 != 0u, t1 = take && rem0 == 0u && rem1 != 0u;
+      const bool t2 = take && (rem0 | rem1) == 0u;
+      rem0 = t0 ? n0 : rem0;
+      rem1 = t1 ? n1 : rem1;
+      rem2 = t2 ? 0u : rem2;
+      return i;
+    };
     auto pop_ord = [&]() -> int {
       if (rem0) {
         const int i = __ffs(rem0) - 1;
@@ -1077,6 +1133,47 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     };
     head();
     int nw = 0;
+    if constexpr (kSelect) {
+      // Rounds, select form. The branch form below makes the winner's update a divergent branch on the
+      // round's critical path (reduce -> vote -> winner's update -> reduce). Here the head is chosen with
+      // selects, the key of each lane's ordinary extension after the next one is kept a round ahead (k_ord2),
+      // so the winner's new head is a few selects after the vote, and the refill that replaces a consumed
+      // k_ord2 (pop, shared load, key) runs after the next round's reduce is issued, overlapping it.
+      auto key_of = [&](int i) -> uint32_t {
+        const float sc = (i < cnt ? lps[i] : 0.0f) + A;
+        return i < cnt && sc != -INFINITY ? float_key(sc) : 0u;
+      };
+      auto head_sel = [&]() {
+        const bool l = k_last > k_stay;
+        const uint32_t k = l ? k_last : k_stay;
+        const int t = l ? 1 : 0;
+        const bool o = k_ord > k || (k_ord == k && k_ord != 0u && t == 1 && oi < lastpos);
+        bk = o ? k_ord : k;
+        bc = o ? code_base + (unsigned)oi : (l ? code_base + (unsigned)lastpos : (unsigned)lane);
+        bt = o ? 2 : t;
+      };
+      uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
+      bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
+      for (; nw < beam; ++nw) {
+        const uint32_t m = __reduce_max_sync(kFull, bk);
+        {  // last round's refill, independent of m
+          const int o2 = oi < cnt ? pop_ord_sel(pend) : cnt;
+          const uint32_t k2 = key_of(o2);
+          oi2 = pend ? o2 : oi2;
+          k_ord2 = pend ? k2 : k_ord2;
+        }
+        if (m == 0u) break;
+        const unsigned tie = __ballot_sync(kFull, bk == m), tie_stay = __ballot_sync(kFull, bk == m && bt == 0);
+        const bool won = lane == __ffs(tie_stay ? tie_stay : tie) - 1;
+        if (won) s.win[nw] = (int)bc;
+        pend = won && bt == 2;
+        k_stay = won && bt == 0 ? 0u : k_stay;
+        k_last = won && bt == 1 ? 0u : k_last;
+        oi = pend ? oi2 : oi;
+        k_ord = pend ? k_ord2 : k_ord;
+        head_sel();
+      }
+    } else
     for (; nw < beam; ++nw) {
       const uint32_t m = __reduce_max_sync(kFull, bk);
       if (m == 0u) break;

@@ -18,7 +18,10 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=.:${PYTHONPATH:-}
 STAGES=${STAGES:-tests bench ncu sanitizers}
 COMMIT=${EVAL_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 RUN=${RUN:-h200_$COMMIT}
-stage() { local name=$1 s=$SECONDS; shift; echo "== [$SECONDS s] $name"; "$@"; local rc=$?
+DEADLINE_S=${DEADLINE_S:-560}  # a stage that would start later than this is skipped (the call's limit is 600 s)
+stage() { local name=$1 s=$SECONDS; shift
+  if [ $SECONDS -gt $DEADLINE_S ]; then echo "STAGE $name skipped (deadline)" | tee -a "$OUT/summary.txt"; return 124; fi
+  echo "== [$SECONDS s] $name"; timeout $(( DEADLINE_S + 30 - SECONDS )) "$@"; local rc=$?
   echo "STAGE $name rc=$rc wall_s=$(( SECONDS - s ))" | tee -a "$OUT/summary.txt"; return $rc; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/summary.txt"
@@ -45,8 +48,7 @@ if has bench; then
     i=$((i + 1))
   done
 fi
-if has ncu; then
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if has ncu || has nsys; then
   cat > /tmp/ctc_ncu_driver.py <<'PY'
 """Decode one OASR-benchmark shape three times with the raw op (the profiled launches are the third call's)."""
 import sys
@@ -72,18 +74,6 @@ for _ in range(3):
 torch.cuda.synchronize()
 print("done", B, T, V, beam)
 PY
-  for shape in ${NCU_SHAPES:-1:200:5000:10 16:200:5000:10 64:200:5000:10}; do
-    IFS=: read -r b t v k <<< "$shape"; rep="$W/ncu/ctc_B${b}_T${t}_V${v}_k${k}"
-    # every kernel of the third call (the op launches state-init/seal, pre-pass, decode, finalize per call)
-    stage "ncu $shape" timeout 200 "$NCU" --clock-control none -k "regex:ctc_" --launch-skip 0 --launch-count 14 \
-      --set ${NCU_SET:-full} --import-source yes -f -o "$rep" python3 /tmp/ctc_ncu_driver.py $b $t $v $k > "$rep.log" 2>&1
-    "$NCU" --import "$rep.ncu-rep" --page details --csv > "$rep.details.csv" 2>/dev/null
-    "$NCU" --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>/dev/null
-    "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source sass -k regex:ctc_decode > "$rep.sass.csv" 2>"$rep.sass.err"
-    "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source cuda -k regex:ctc_decode > "$rep.cuda.csv" 2>"$rep.cuda.err"
-    grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Executed Ipc Active|Warp Cycles Per Issued Instruction)"' \
-      "$rep.details.csv" | awk -F'","' '{print $5 " | " $(NF-2) " " $(NF-1) " " $NF}' | head -60
-  done
 fi
 if has nsys; then  # the GPU timeline (kernel durations and the gaps between them) of offline B=1 and one stream
   NSYS=$(command -v nsys || ls /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/bin/nsys 2>/dev/null | head -1)
@@ -92,6 +82,23 @@ if has nsys; then  # the GPU timeline (kernel durations and the gaps between the
     stage "nsys $spec" timeout 120 "$NSYS" profile -t cuda -o "$rep" -f true python3 /tmp/ctc_ncu_driver.py $spec > "$rep.log" 2>&1
     "$NSYS" stats --report cuda_gpu_trace --format csv -o "$rep" "$rep.nsys-rep" > /dev/null 2>&1
     "$NSYS" stats --report cuda_api_sum,cuda_gpu_kern_sum "$rep.nsys-rep" 2>/dev/null | head -60
+  done
+fi
+if has ncu; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  for spec in ${NCU_SHAPES:-1:200:5000:10 64:200:5000:10}; do
+    # B:T:V:beam[:ENV=VALUE,...] (the environment of that profile, e.g. BEAMDEC_CTC_ROUNDS=select)
+    IFS=: read -r b t v k envs <<< "$spec"; rep="$W/ncu/ctc_B${b}_T${t}_V${v}_k${k}${envs:+_$(echo $envs | tr ',=' '__')}"
+    shape=$spec
+    # every kernel of the third call (the op launches state-init/seal, pre-pass, decode, finalize per call)
+    stage "ncu $shape" env ${envs//,/ } timeout 200 "$NCU" --clock-control none -k "regex:ctc_" --launch-skip 0 --launch-count ${NCU_LAUNCHES:-12} \
+      --set ${NCU_SET:-full} --import-source yes -f -o "$rep" python3 /tmp/ctc_ncu_driver.py $b $t $v $k > "$rep.log" 2>&1
+    "$NCU" --import "$rep.ncu-rep" --page details --csv > "$rep.details.csv" 2>/dev/null
+    "$NCU" --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>/dev/null
+    "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source sass -k regex:ctc_decode > "$rep.sass.csv" 2>"$rep.sass.err"
+    "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source cuda -k regex:ctc_decode > "$rep.cuda.csv" 2>"$rep.cuda.err"
+    grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Executed Ipc Active|Warp Cycles Per Issued Instruction)"' \
+      "$rep.details.csv" | awk -F'","' '{print $5 " | " $(NF-2) " " $(NF-1) " " $NF}' | head -60
   done
 fi
 if has sanitizers; then
