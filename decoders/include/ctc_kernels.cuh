@@ -836,6 +836,8 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
 //   5. winners gather their source's state with shuffles; storage: flat slots (forks copy the prefix, 128
 //      tokens per load round) or paged (ctc_common.cuh), warp-synchronous
 // The next frame's candidate list, lp[blank] and lp[new last] are loaded during the frame.
+constexpr int kSelExt = 1 << 16;  // select-form winner code of an extension (source lane << 8 | list position)
+
 struct WarpShared {
   int ids[2][2 * 32 + 1];
   float lps[2][2 * 32 + 1];
@@ -1149,9 +1151,13 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
         const int t = l ? 1 : 0;
         const bool o = k_ord > k || (k_ord == k && k_ord != 0u && t == 1 && oi < lastpos);
         bk = o ? k_ord : k;
-        bc = o ? code_base + (unsigned)oi : (l ? code_base + (unsigned)lastpos : (unsigned)lane);
+        // s.win only carries the code to step 5 (ties are decided by lane and head type, never by code), so the
+        // select form writes the winner's source and list position directly (kSelExt: an extension)
+        const unsigned ext = kSelExt | ((unsigned)lane << 8);
+        bc = o ? ext | (unsigned)oi : (l ? ext | (unsigned)lastpos : (unsigned)lane);
         bt = o ? 2 : t;
       };
+      head_sel();  // the same head as head() above, with the select form's codes
       uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
       bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
       for (; nw < beam; ++nw) {
@@ -1207,7 +1213,17 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     float lpv = 0.0f;
     if (is_w) {
       const int code = s.win[lane];
-      if (code >= beam) {
+      if constexpr (kSelect) {  // extension codes are kSelExt | source << 8 | list position: no division
+        if (code & kSelExt) {
+          src = (code >> 8) & 0xFF;
+          const int i = code & 0xFF;
+          tok = ids[i];
+          lpv = lps[i];
+          tpos = i;
+        } else {
+          src = code;
+        }
+      } else if (code >= beam) {
         const int e = code - beam;
         src = e / C;
         const int i = e - src * C;
