@@ -52,7 +52,7 @@ shared memory) is an opt-in of the one-warp kernel. Reproduce the numbers with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -150,27 +150,26 @@ def detokenize(ids: Sequence[int], tokens) -> str:
     raise TypeError(f"tokens must be a token table (list of str) or have decode(ids), got {type(tokens).__name__}")
 
 
-def check_log_prob_values(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int,
-                          name: str = "log_probs", sample_frames: int = 64) -> None:
-    """Checks on the values, from the first `sample_frames` valid frames of each row (one small device->host copy):
-
-    - ValueError when they are probabilities, not log-probabilities: every sampled row is >= 0 and sums to 1
-      (a normalised log-prob row is <= 0 and sums to 1 only after exp; for V >= 2 the two cannot be confused);
-    - a warning (not an error: a constructed input may legitimately look so) when blank_id = 0 but column V-1 is the
-      argmax of most sampled frames and column 0 of almost none -- the signature of a NeMo (blank-last) model
-      decoded with torchaudio's blank_id=0 (issue 13: the output then has the blank between every token).
-    """
+def log_prob_value_stats(log_probs: torch.Tensor, lengths: torch.Tensor, sample_frames: int = 64) -> torch.Tensor:
+    """The counts `check_log_prob_values` judges, as a (4,) int64 tensor on log_probs' device, without a
+    device->host copy: sampled valid frames, those that look like probability rows, those whose argmax is column
+    V-1, and those whose argmax is column 0 (from the first `sample_frames` valid frames of each row)."""
     B, T, V = log_probs.shape
     t = min(T, sample_frames)
     if B == 0 or t == 0:
-        return
+        return torch.zeros(4, dtype=torch.int64, device=log_probs.device)
     x = log_probs[:, :t].float()
     valid = torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]  # (B, t)
     prob_row = (x >= 0).all(-1) & ((x.sum(-1) - 1.0).abs() < 1e-2)
     arg = x.argmax(-1)
-    stats = torch.stack([valid.sum(), (prob_row & valid).sum(), ((arg == V - 1) & valid).sum(),
-                         ((arg == 0) & valid).sum()]).cpu().tolist()
-    n, n_prob, n_last, n_first = stats
+    return torch.stack([valid, prob_row & valid, (arg == V - 1) & valid, (arg == 0) & valid]).flatten(1).sum(1)
+
+
+def judge_log_prob_value_stats(stats: Sequence[int], vocab_size: int, blank_id: int, name: str = "log_probs",
+                               stacklevel: int = 3) -> None:
+    """Raise / warn on `log_prob_value_stats` counts (see `check_log_prob_values`)."""
+    n, n_prob, n_last, n_first = (int(v) for v in stats)
+    V = vocab_size
     if n == 0:
         return
     if n_prob == n:
@@ -181,7 +180,21 @@ def check_log_prob_values(log_probs: torch.Tensor, lengths: torch.Tensor, blank_
 
         warnings.warn(f"blank_id=0, but column V-1={V - 1} is the argmax of {100 * n_last / n:.0f}% of the sampled "
                       f"frames and column 0 of {100 * n_first / n:.0f}%: the model looks blank-last (NeMo's "
-                      f"convention); pass blank_id={V - 1}", stacklevel=3)
+                      f"convention); pass blank_id={V - 1}", stacklevel=stacklevel + 1)
+
+
+def check_log_prob_values(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int,
+                          name: str = "log_probs", sample_frames: int = 64) -> None:
+    """Checks on the values, from the first `sample_frames` valid frames of each row (one small device->host copy):
+
+    - ValueError when they are probabilities, not log-probabilities: every sampled row is >= 0 and sums to 1
+      (a normalised log-prob row is <= 0 and sums to 1 only after exp; for V >= 2 the two cannot be confused);
+    - a warning (not an error: a constructed input may legitimately look so) when blank_id = 0 but column V-1 is the
+      argmax of most sampled frames and column 0 of almost none -- the signature of a NeMo (blank-last) model
+      decoded with torchaudio's blank_id=0 (issue 13: the output then has the blank between every token).
+    """
+    stats = log_prob_value_stats(log_probs, lengths, sample_frames).cpu().tolist()
+    judge_log_prob_value_stats(stats, log_probs.shape[2], blank_id, name, stacklevel=3)
 
 
 def _ops():
@@ -259,14 +272,33 @@ def _check_log_probs(log_probs: torch.Tensor, name: str = "log_probs") -> None:
                          f"got {log_probs.shape[2]}")
 
 
-def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor) -> CtcResult:
-    # One device->host copy of everything the caller reads as Python lists.
-    tokens, lengths, scores, status = (x.cpu() for x in (tokens, lengths, scores, status))
+def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor,
+               deferred: Optional[Callable[[list[int]], None]] = None,
+               deferred_words: Optional[torch.Tensor] = None) -> CtcResult:
+    """One device->host copy of everything the caller reads (outputs, and `deferred_words`: int32 values of
+    input checks computed on the device behind the decode), then `deferred(words)` (which raises on bad input)
+    before the outputs' own checks."""
+    B, nbest, L = tokens.shape
+    parts = [tokens.reshape(-1), lengths.reshape(-1), scores.reshape(-1).view(torch.int32), status.reshape(-1)]
+    if deferred_words is not None:
+        parts.append(deferred_words.reshape(-1).to(torch.int32))
+    flat = torch.cat([p.to(torch.int32) for p in parts]).cpu() if tokens.is_cuda else None
+    if flat is not None:
+        sizes = [p.numel() for p in parts]
+        pieces = list(torch.split(flat, sizes))
+        tokens = pieces[0].view(B, nbest, L)
+        lengths = pieces[1].view(B, nbest)
+        scores = pieces[2].view(torch.float32).view(B, nbest)
+        status = pieces[3]
+        extra = pieces[4].tolist() if deferred_words is not None else []
+    else:
+        extra = deferred_words.tolist() if deferred_words is not None else []
+    if deferred is not None:
+        deferred(extra)
     bad = (status & _STATUS_BAD_VALUE) != 0
     if bool(bad.any()):
         rows = bad.nonzero().flatten().tolist()
         raise ValueError(f"log_probs contains NaN or +inf (rows {rows[:8]}); log-probs must be finite or -inf")
-    B, nbest, _ = tokens.shape
     lens = lengths.tolist()
     tok = tokens.tolist()
     out = [[tok[b][n][: lens[b][n]] for n in range(nbest)] for b in range(B)]
@@ -287,8 +319,10 @@ def ctc_beam_search(
 ) -> CtcResult:
     """Offline batched CTC prefix beam search. CUDA kernels for GPU inputs, the CPU reference otherwise.
 
-    The CUDA path has no device->host synchronisation until the results are copied back for the lists, except two
-    small ones in the input checks (lengths range; `check_log_prob_values`).
+    The CUDA path has one device->host synchronisation: the results' copy back. The input checks that need the
+    values on the device (lengths in [0, T] when lengths are on the GPU; `check_log_prob_values`) are launched
+    behind the decode and read back in that same copy; a failing check raises before anything is returned (the
+    kernels clamp lengths to [0, T] and never read past the input, so running them first is safe).
     """
     config = config or CtcBeamSearchConfig()
     _check_log_probs(log_probs)
@@ -299,11 +333,13 @@ def ctc_beam_search(
         raise ValueError(f"lengths must be an integer tensor, got {lengths.dtype}")
     if not config.blank_id < V:
         raise ValueError(f"blank_id={config.blank_id} is outside the vocabulary [0, V={V})")
-    # lengths on the GPU cost one small device->host sync here (the decode itself has none)
-    if bool(((lengths < 0) | (lengths > T)).any()):
+    on_device = log_probs.is_cuda
+    lengths_on_device = lengths.is_cuda
+    if not lengths_on_device and bool(((lengths < 0) | (lengths > T)).any()):
         raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
-    check_log_prob_values(log_probs, lengths, config.blank_id)  # a second small sync
-    if log_probs.is_cuda:
+    if not on_device:
+        check_log_prob_values(log_probs, lengths, config.blank_id)
+    if on_device:
         lengths = lengths.to(device=log_probs.device, dtype=torch.int32)
     # default: never cuts (a prefix has at most T tokens); even, so the kernels copy token slots as whole words
     max_seq_len = config.max_seq_len if config.max_seq_len is not None else max(2, T + (T & 1))
@@ -312,7 +348,18 @@ def ctc_beam_search(
         log_probs.contiguous(), lengths, config.beam_size, config.blank_id,
         float(config.blank_skip_threshold), config.nbest, max_seq_len, *config.storage_args(max_seq_len),
     )
-    return _to_result(*outs)
+    if not on_device:
+        return _to_result(*outs)
+    # the device-side input checks, queued behind the decode: [lengths out of range, 4 value stats, lengths...]
+    words = torch.cat([((lengths < 0) | (lengths > T)).any().view(1).to(torch.int64),
+                       log_prob_value_stats(log_probs, lengths), lengths.to(torch.int64)])
+
+    def judge(w: list[int]) -> None:
+        if w[0]:
+            raise ValueError(f"lengths must be in [0, T={T}], got {w[5:]}")
+        judge_log_prob_value_stats(w[1:5], V, config.blank_id, stacklevel=4)
+
+    return _to_result(*outs, deferred=judge, deferred_words=words)
 
 
 def default_num_pages(beam_size: int, max_seq_len: int, page_size: int) -> int:

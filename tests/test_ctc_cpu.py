@@ -445,3 +445,27 @@ def test_prefix_search_configs_share_their_option_checks(make):
         with pytest.raises(ValueError, match=msg):
             cls(**kwargs)
     assert cls(beam_size=4, nbest=4, blank_skip_threshold=1.0).nbest == 4
+
+
+def test_result_read_back_runs_the_deferred_checks_first():
+    """_to_result (the one read-back of the CUDA path) calls the deferred input checks with their words before it
+    judges the outputs, and returns the outputs unchanged when they pass."""
+    from decoders.ctc import _to_result
+
+    tokens = torch.tensor([[[3, 4, 0]]], dtype=torch.int32)
+    lengths = torch.tensor([[2]], dtype=torch.int32)
+    scores = torch.tensor([[-1.5]])
+    status = torch.tensor([1], dtype=torch.int32)  # bad value: would raise after the deferred check
+    seen = []
+
+    def judge(words):
+        seen.append(words)
+        raise ValueError("deferred first")
+
+    with pytest.raises(ValueError, match="deferred first"):
+        _to_result(tokens, lengths, scores, status, deferred=judge, deferred_words=torch.tensor([7, 8]))
+    assert seen == [[7, 8]]
+    with pytest.raises(ValueError, match="NaN or \\+inf"):
+        _to_result(tokens, lengths, scores, status, deferred=lambda w: None, deferred_words=torch.tensor([0]))
+    res = _to_result(tokens, lengths, scores, status * 0)
+    assert res.tokens == [[[3, 4]]] and float(res.scores[0, 0]) == -1.5

@@ -231,6 +231,27 @@ def test_gpu_warp_kernel_equals_block_kernel(ops, beam, monkeypatch):
         assert_results_match(warp, block)
 
 
+def test_gpu_input_checks_read_back_with_the_results(ops):
+    """The CUDA path checks lengths (on the GPU) and the log-prob values behind the decode and reads them back in
+    the results' one copy: the same one-line errors and warning as the CPU path, nothing returned."""
+    lp = random_log_probs(2, 40, 7, seed=1).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=3)
+    for bad in ([41, 3], [-1, 3]):
+        with pytest.raises(ValueError, match=r"lengths must be in \[0, T=40\], got \[" + str(bad[0])):
+            ctc_beam_search(lp, torch.tensor(bad).cuda(), cfg)
+        with pytest.raises(ValueError, match=r"lengths must be in \[0, T=40\]"):
+            ctc_beam_search(lp, torch.tensor(bad), cfg)  # host lengths: refused before the op
+    with pytest.raises(ValueError, match="look like probabilities"):
+        ctc_beam_search(lp.exp(), torch.tensor([40, 4]).cuda(), cfg)
+    last = random_log_probs(2, 40, 7, seed=1, peaky=3.0, blank=6)
+    last[..., 6] += 4.0
+    with pytest.warns(UserWarning, match="looks blank-last.*blank_id=6"):
+        ctc_beam_search(last.log_softmax(-1).cuda(), torch.tensor([40, 40]).cuda(), cfg)
+    good = ctc_beam_search(lp, torch.tensor([40, 4]).cuda(), cfg)
+    assert_results_match(good, ctc_beam_search(lp.cpu(), torch.tensor([40, 4]), cfg))
+    assert good.scores.dtype == torch.float32 and good.lengths.dtype == torch.int32
+
+
 def _round_inputs():
     """Inputs where the top-`beam` rounds decide on ties and sentinels: random, uniform rows (every candidate
     ties), a few log-prob levels (ties around the threshold), -inf columns, blank-dominant frames, and T = 1."""
