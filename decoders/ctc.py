@@ -425,10 +425,11 @@ class CtcStreamingDecoder:
         self._check_state(state)
         self._init_rows(state)
 
-    def _check_state(self, state: "CtcStreamState", name: str = "state") -> None:
+    def _check_state(self, state: "CtcStreamState", name: str = "state", words: Optional[int] = None) -> None:
         """Shape/dtype checks here, before the op, with the config in the message (the C++ checks name the
-        argument too)."""
-        words = self.state_bytes_per_stream // 4
+        argument too). `words`: the state row's width, when the caller checks many states."""
+        if words is None:
+            words = self.state_bytes_per_stream // 4
         t = getattr(state, "tensor", None)
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 2 or t.shape[1] != words:
             raise ValueError(f"{name} must be a CtcStreamState from create_state of a decoder with beam_size="
@@ -486,9 +487,10 @@ class CtcStreamingDecoder:
             if key in seen:
                 raise ValueError(f"states: entries {seen[key]} and {i} are the same state; each stream needs its own")
             seen[key] = i
+        words, device = self.state_bytes_per_stream // 4, chunks.device
         for s in states:
-            self._check_state(s, "states[i]")
-            if s.tensor.device != chunks.device:
+            self._check_state(s, "states[i]", words)
+            if s.tensor.device != device:
                 raise ValueError(f"states[i] is on {s.tensor.device} but chunks are on {chunks.device}")
             if s.tensor.shape[0] != 1 or s.vocab_size != V:
                 raise ValueError(f"states: each must be a single-row state for V={V}, got rows={s.tensor.shape[0]}, "
