@@ -471,6 +471,9 @@ def environment_info() -> dict:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "git_commit": _git_commit(os.path.dirname(os.path.abspath(__file__))),
+        # the decoders' A/B switches set for this process (README "Environment switches"), so an A/B arm's rows
+        # say which form they measured
+        "beamdec_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("BEAMDEC_")},
     }
 
 

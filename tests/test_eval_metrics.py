@@ -99,3 +99,15 @@ def test_memory_probe_sees_an_allocation():
 
 def test_wer_stats_default_is_empty():
     assert WerStats().ref_words == 0 and WerStats().errors == 0
+
+
+def test_environment_records_the_decoders_switches(monkeypatch):
+    """An A/B arm's rows say which form they measured: every BEAMDEC_* variable of the process, and nothing else."""
+    from eval.metrics import environment_info
+
+    monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "select")
+    monkeypatch.setenv("NOT_BEAMDEC_X", "1")
+    env = environment_info()["beamdec_env"]
+    assert env.get("BEAMDEC_CTC_ROUNDS") == "select" and "NOT_BEAMDEC_X" not in env
+    monkeypatch.delenv("BEAMDEC_CTC_ROUNDS")
+    assert "BEAMDEC_CTC_ROUNDS" not in environment_info()["beamdec_env"]

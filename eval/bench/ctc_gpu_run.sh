@@ -4,7 +4,11 @@
 # lengths), Nsight Compute profiles of the decode kernels, and compute-sanitizer over the CTC smoke.
 #
 #   here:   bash .ci/gpu-host/prepare_carry.sh       (.whl with apache-tvm-ffi for OASR's JIT, .anchors/oasr)
-#   there:  bash eval/bench/ctc_gpu_run.sh            (device call; carry .whl .anchors; ~4-7 min on an H200)
+#   there:  EVAL_GIT_COMMIT=<hash> bash eval/bench/ctc_gpu_run.sh   (device call; carry .whl .anchors; ~2-7 min)
+# Session 14's call (H100, 104 s with a 2-arm A/B and a test subset; nsys is not installed there):
+#   DEADLINE_S=250 BEAMDEC_COMPONENTS=ctc STAGES="tests bench nsys" GPU_TESTS="..." BENCH_ARGS="--repeats 10
+#   --stream-lengths 32 1000 2000" AB_ENVS="BEAMDEC_CTC_ROUNDS=branch BEAMDEC_CTC_PREPASS=rank;BEAMDEC_CTC_ROUNDS=select
+#   BEAMDEC_CTC_PREPASS=warp" bash eval/bench/ctc_gpu_run.sh
 # Env: STAGES (default "tests bench ncu sanitizers"), RUN (run name: default h200_<commit>), BENCH_ARGS (more
 # eval.bench.ctc_bench arguments, e.g. "--no-streaming --repeats 20"), AB_ENVS (';'-separated environment settings:
 # the bench runs once per entry, run name suffixed by the entry's index, e.g. "BEAMDEC_CTC_KERNEL=block;"),
@@ -16,8 +20,10 @@ OUT=${OUT:-/tmp/ctc_gpu_out}; W=$OUT/work; mkdir -p "$W/runs" "$W/ncu" || exit 1
 exec > >(tee -a "$OUT/ctc_gpu.log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH=.:${PYTHONPATH:-}
 STAGES=${STAGES:-tests bench ncu sanitizers}
+# the device copy's .git can be a stale commit of the session: pass EVAL_GIT_COMMIT=<hash> literally in the command
 COMMIT=${EVAL_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-RUN=${RUN:-h200_$COMMIT}
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200|a100|l40s?' | head -1 | tr 'A-Z' 'a-z')
+RUN=${RUN:-${GPU:-gpu}_$COMMIT}
 DEADLINE_S=${DEADLINE_S:-560}  # a stage that would start later than this is skipped (the call's limit is 600 s)
 stage() { local name=$1 s=$SECONDS; shift
   if [ $SECONDS -gt $DEADLINE_S ]; then echo "STAGE $name skipped (deadline)" | tee -a "$OUT/summary.txt"; return 124; fi
