@@ -335,11 +335,15 @@ def ctc_beam_search(
         raise ValueError(f"blank_id={config.blank_id} is outside the vocabulary [0, V={V})")
     on_device = log_probs.is_cuda
     lengths_on_device = lengths.is_cuda
-    if not lengths_on_device and bool(((lengths < 0) | (lengths > T)).any()):
+    # checked here unless both live on the GPU (then behind the decode, below)
+    if not (on_device and lengths_on_device) and bool(((lengths < 0) | (lengths > T)).any()):
         raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
     if not on_device:
         check_log_prob_values(log_probs, lengths, config.blank_id)
     if on_device:
+        # the range flag from the caller's values (an int64 length past 2^31 must not wrap into range)
+        given = lengths.to(torch.int64)
+        bad_len = ((given < 0) | (given > T)).any().view(1).to(device=log_probs.device, dtype=torch.int64)
         lengths = lengths.to(device=log_probs.device, dtype=torch.int32)
     # default: never cuts (a prefix has at most T tokens); even, so the kernels copy token slots as whole words
     max_seq_len = config.max_seq_len if config.max_seq_len is not None else max(2, T + (T & 1))
@@ -350,13 +354,12 @@ def ctc_beam_search(
     )
     if not on_device:
         return _to_result(*outs)
-    # the device-side input checks, queued behind the decode: [lengths out of range, 4 value stats, lengths...]
-    words = torch.cat([((lengths < 0) | (lengths > T)).any().view(1).to(torch.int64),
-                       log_prob_value_stats(log_probs, lengths), lengths.to(torch.int64)])
+    # the device-side input checks, queued behind the decode: [lengths out of range, 4 value stats]
+    words = torch.cat([bad_len, log_prob_value_stats(log_probs, lengths)])
 
     def judge(w: list[int]) -> None:
-        if w[0]:
-            raise ValueError(f"lengths must be in [0, T={T}], got {w[5:]}")
+        if w[0]:  # the error path reads the lengths themselves
+            raise ValueError(f"lengths must be in [0, T={T}], got {given.tolist()}")
         judge_log_prob_value_stats(w[1:5], V, config.blank_id, stacklevel=4)
 
     return _to_result(*outs, deferred=judge, deferred_words=words)

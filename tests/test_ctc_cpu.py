@@ -469,3 +469,10 @@ def test_result_read_back_runs_the_deferred_checks_first():
         _to_result(tokens, lengths, scores, status, deferred=lambda w: None, deferred_words=torch.tensor([0]))
     res = _to_result(tokens, lengths, scores, status * 0)
     assert res.tokens == [[[3, 4]]] and float(res.scores[0, 0]) == -1.5
+
+
+@pytest.mark.parametrize("bad", [[11, 3], [-1, 2], [2**40, 3]])
+def test_lengths_out_of_range_are_refused_with_their_values(bad):
+    lp = torch.randn(2, 10, 5).log_softmax(-1)
+    with pytest.raises(ValueError, match=r"lengths must be in \[0, T=10\], got \[" + str(bad[0])):
+        ctc_beam_search(lp, torch.tensor(bad), CtcBeamSearchConfig(beam_size=3))

@@ -236,7 +236,7 @@ def test_gpu_input_checks_read_back_with_the_results(ops):
     the results' one copy: the same one-line errors and warning as the CPU path, nothing returned."""
     lp = random_log_probs(2, 40, 7, seed=1).cuda()
     cfg = CtcBeamSearchConfig(beam_size=3)
-    for bad in ([41, 3], [-1, 3]):
+    for bad in ([41, 3], [-1, 3], [2**40, 3]):  # an int64 past 2^31 must not wrap into range
         with pytest.raises(ValueError, match=r"lengths must be in \[0, T=40\], got \[" + str(bad[0])):
             ctc_beam_search(lp, torch.tensor(bad).cuda(), cfg)
         with pytest.raises(ValueError, match=r"lengths must be in \[0, T=40\]"):
