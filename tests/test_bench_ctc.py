@@ -62,3 +62,46 @@ def test_ctc_bench_without_oasr_keeps_ours_and_says_why(tmp_path):
     ours, theirs = rows
     assert ours.ok and not theirs.ok and theirs.reason == "OASR not importable: test"
     assert theirs.params == ours.params
+
+
+def test_ab_env_is_parsed_and_applied_per_call_then_restored(monkeypatch):
+    """--ab-env: only BEAMDEC_* items; the wrapped call sees them, the process environment is restored after."""
+    import os
+
+    from eval.bench.ctc_bench import parse_ab_env, with_env
+
+    assert parse_ab_env("BEAMDEC_CTC_ROUNDS=branch BEAMDEC_CTC_PREPASS=rank") == {
+        "BEAMDEC_CTC_ROUNDS": "branch", "BEAMDEC_CTC_PREPASS": "rank"}
+    assert parse_ab_env("") == {}
+    for bad in ("PATH=/x", "BEAMDEC_CTC_ROUNDS", "BEAMDEC_CTC_ROUNDS="):
+        with pytest.raises(ValueError, match="--ab-env"):
+            parse_ab_env(bad)
+    monkeypatch.setenv("BEAMDEC_CTC_PREPASS", "warp")
+    monkeypatch.delenv("BEAMDEC_CTC_ROUNDS", raising=False)
+    seen = with_env({"BEAMDEC_CTC_ROUNDS": "branch", "BEAMDEC_CTC_PREPASS": "rank"},
+                    lambda: (os.environ.get("BEAMDEC_CTC_ROUNDS"), os.environ.get("BEAMDEC_CTC_PREPASS")))()
+    assert seen == ("branch", "rank")
+    assert "BEAMDEC_CTC_ROUNDS" not in os.environ and os.environ["BEAMDEC_CTC_PREPASS"] == "warp"
+
+
+def test_bad_ab_env_is_one_line(capsys, monkeypatch):
+    from eval.bench import ctc_bench
+
+    with pytest.raises(SystemExit) as e:
+        ctc_bench.main(["--ab-env", "PATH=/x"])
+    assert e.value.code == 2 and "--ab-env" in capsys.readouterr().err
+
+
+def test_ab_rows_are_ours_with_the_switches_in_label_and_params(tmp_path):
+    from eval.bench.common import BenchRun
+    from eval.bench.ctc_bench import add_alt, interleaved
+
+    run = BenchRun("ctc_vs_oasr", "t", config={"test": True}, output_dir=tmp_path)
+    x = torch.randn(32, 32)
+    watches = interleaved({"alt_kernel": lambda: x @ x}, warmup=1, repeats=2, device="cpu")
+    add_alt(run, watches, "alt_kernel", "ctc_beam@cuda[kernel x]", {"B": 1}, "kernel", 1, 50,
+            {"BEAMDEC_CTC_ROUNDS": "branch"})
+    add_alt(run, watches, "missing", "ctc_beam@cuda[api x]", {"B": 1}, "api", 1, 50, {"BEAMDEC_CTC_ROUNDS": "branch"})
+    (row,) = load_rows(run.close())
+    assert row.decoder == "ctc_beam@cuda[kernel x] [ab BEAMDEC_CTC_ROUNDS=branch]" and row.decoder_name == "ctc_beam"
+    assert row.params == {"B": 1, "ab_env": "BEAMDEC_CTC_ROUNDS=branch"} and row.boundary == "kernel"

@@ -28,7 +28,11 @@ boundary name each other in `run_mate` and carry identical `params`, so
 importable (OASR_ROOT, default .anchors/oasr; see ../shared/anchors/README.md) its rows are unavailable rows with
 the reason and ours is still measured. GPU only: without CUDA it exits with one line.
 
-    python -m eval.bench.ctc_bench [--repeats 30] [--oasr-root .anchors/oasr] [--run NAME]
+With --ab-env "BEAMDEC_X=a ...", our offline and fixed-length streaming calls are also timed under those switches
+(read by the decoders on every call), interleaved per repeat with the default form in the same process: rows labelled
+"[ab BEAMDEC_X=a]" with params["ab_env"]. An A/B of two processes run one after the other mixes in the host's drift.
+
+    python -m eval.bench.ctc_bench [--repeats 30] [--oasr-root .anchors/oasr] [--run NAME] [--ab-env "K=V ..."]
 """
 from __future__ import annotations
 
@@ -89,6 +93,46 @@ def load_oasr(root: Path) -> tuple[Optional[types.ModuleType], str, str]:
     return oc, "", readback
 
 
+def parse_ab_env(text: str) -> dict[str, str]:
+    """`--ab-env "K=V K2=V2"` -> {K: V, K2: V2}; only the decoders' switches (BEAMDEC_*) are accepted."""
+    out: dict[str, str] = {}
+    for item in text.split():
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("BEAMDEC_") or not value:
+            raise ValueError(f"--ab-env: expected BEAMDEC_NAME=value items, got {item!r}")
+        out[key] = value
+    return out
+
+
+def with_env(env: dict[str, str], fn: Callable[[], object]) -> Callable[[], object]:
+    """fn run with `env` set for the call (the decoders read their switches on every call), then restored."""
+    def call():
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return fn()
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return call
+
+
+def add_alt(run: BenchRun, watches: dict[str, Stopwatch], key: str, label: str, params: dict, boundary: str,
+            utterances: int, frames: int, ab_env: dict[str, str]) -> None:
+    """The row of our decoder under the A/B environment (interleaved with the default form in the same process)."""
+    if key not in watches:
+        return
+    wall, cuda = per_call(watches[key])
+    tag = " ".join(f"{k}={v}" for k, v in ab_env.items())
+    run.measured(decoder=f"{label} [ab {tag}]", decoder_name=OURS, device="cuda", dataset=DATASET,
+                 wer=WerStats(utterances=utterances), references=False, audio_seconds=frames * FRAME_SECONDS,
+                 decoder_seconds=wall, decoder_cuda_seconds=cuda, frames=frames, batch_size=utterances,
+                 boundary=boundary, params={**params, "ab_env": tag}, warmup_batches=0)
+
+
 def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: int,
                 device: str = "cuda") -> dict[str, Stopwatch]:
     """One Stopwatch per callable; warm-up calls untimed, then per repeat each callable once (A/B interleaved,
@@ -128,7 +172,8 @@ def add_pair(run: BenchRun, watches: dict[str, Stopwatch], keys: dict[str, tuple
                      stats=(stats if role == "ours" else None), warmup_batches=0)
 
 
-def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: int, repeats: int) -> None:
+def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: int, repeats: int,
+                  ab_env: Optional[dict[str, str]] = None) -> None:
     from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search, load_ops
 
     ops = load_ops()
@@ -139,6 +184,9 @@ def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: in
         store = cfg.storage_args(seq)
         fns = {"ours_kernel": lambda: ops.ctc_decode_offline(lp, lens, beam, 0, 1.0, 1, seq, *store),
                "ours_api": lambda: ctc_beam_search(lp, lens, cfg)}
+        if ab_env:  # the same calls under the A/B environment, interleaved with the others
+            fns["alt_kernel"] = with_env(ab_env, fns["ours_kernel"])
+            fns["alt_api"] = with_env(ab_env, fns["ours_api"])
         stats: dict = {}
         if oc is not None:
             mod = oc._get_ctc_decoder_module()
@@ -164,6 +212,9 @@ def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: in
         add_pair(run, watches, {"ours": ("ours_api", f"{OURS}@cuda[api {tag}]"),
                                 "theirs": ("oasr_api", f"{THEIRS}@cuda[api {tag}]")},
                  {**shape, "oasr_readback": readback or "n/a"}, "api", B, B * T, oasr_reason)
+        if ab_env:
+            add_alt(run, watches, "alt_kernel", f"{OURS}@cuda[kernel {tag}]", shape, "kernel", B, B * T, ab_env)
+            add_alt(run, watches, "alt_api", f"{OURS}@cuda[api {tag}]", shape, "api", B, B * T, ab_env)
         run.checkpoint()
         print(f"offline {tag}: " + ", ".join(f"{k} {1e3 * w.cuda_seconds / w.regions:.3f} ms"
                                               for k, w in watches.items()), flush=True)
@@ -208,7 +259,7 @@ def bench_streaming(run: BenchRun, oc, oasr_reason: str, warmup: int, repeats: i
 
 
 def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repeats: int,
-                         lengths: list[int]) -> None:
+                         lengths: list[int], ab_env: Optional[dict[str, str]] = None) -> None:
     """Per-frame cost at fixed stream lengths: prefill to `length` frames, snapshot, then per repeat restore (untimed)
     and decode CHUNKS chunks (timed); the contenders interleaved per repeat."""
     from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder
@@ -246,6 +297,9 @@ def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repea
             else:
                 fns["ours_rows"] = lambda: [ours.decode_chunk(c, state=st) for c in batched]
                 fns["ours_batched"] = lambda: [ours.decode_chunk_batch(c, sep) for c in batched]
+            if ab_env:  # the same calls under the A/B environment (restored from the same snapshot)
+                for k in [k for k in fns if k.startswith("ours_")]:
+                    fns["alt_" + k[5:]] = with_env(ab_env, fns[k])
             if od is not None:
                 ost = od.create_state(1, V)
                 if length > 0:
@@ -261,7 +315,7 @@ def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repea
             watches = {k: Stopwatch("cuda") for k in fns}
             for i in range(warmup + repeats):
                 for k, f in fns.items():
-                    restore["ours" if k.startswith("ours") else "oasr"]()
+                    restore["oasr" if k.startswith("oasr") else "ours"]()
                     if i < warmup:
                         f()
                         continue
@@ -283,6 +337,11 @@ def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repea
                                  audio_seconds=frames * FRAME_SECONDS, decoder_seconds=wall,
                                  decoder_cuda_seconds=cuda, frames=frames, batch_size=n, boundary="api",
                                  params={**base, "mode": mode})
+            if ab_env:
+                for k in [k for k in watches if k.startswith("alt_")]:
+                    mode = {"per_stream": "per_stream", "rows": "batched_rows", "batched": "batched"}[k[4:]]
+                    label = f"{OURS}@cuda[stream {tag}]" if mode == "per_stream" else f"{OURS}@cuda[stream {mode} {tag}]"
+                    add_alt(run, watches, k, label, {**base, "mode": mode}, "api", n, frames, ab_env)
             run.checkpoint()
             print(f"stream length {tag}: " + ", ".join(
                 f"{k} {1e6 * w.cuda_seconds / w.regions / frames:.3f} us/stream-frame" for k, w in watches.items()),
@@ -296,6 +355,9 @@ def main(argv=None) -> int:
     p.add_argument("--oasr-root", type=Path, default=Path(os.environ.get("OASR_ROOT", ".anchors/oasr")))
     p.add_argument("--no-streaming", action="store_true")
     p.add_argument("--no-offline", action="store_true")
+    p.add_argument("--ab-env", default="",
+                   help='A/B in this process: "BEAMDEC_X=a BEAMDEC_Y=b" -- our offline and fixed-length streaming '
+                        'calls are also timed under these switches, interleaved per repeat with the default form')
     p.add_argument("--stream-lengths", type=int, nargs="*", default=STREAM_LENGTHS,
                    help="stream lengths (frames) of the fixed-length streaming rows; none: skip them")
     p.add_argument("--output-dir", default="runs/bench")
@@ -304,6 +366,10 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         p.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats} and {args.warmup}")
+    try:
+        ab_env = parse_ab_env(args.ab_env)
+    except ValueError as e:
+        p.error(str(e))
     if not torch.cuda.is_available():
         print("ctc_bench: the CTC kernel benchmark needs a CUDA device; nothing run", file=sys.stderr)
         return 2
@@ -317,14 +383,14 @@ def main(argv=None) -> int:
         "offline_shapes": OFFLINE_SHAPES, "streaming": [] if args.no_streaming else STREAMING,
         "chunk_frames": CHUNK_FRAMES, "chunks_per_call": CHUNKS, "stream_max_seq_len": STREAM_MAX_SEQ_LEN,
         "stream_lengths": [] if args.no_streaming else args.stream_lengths,
-        "stream_length_configs": STREAM_LENGTH_CONFIGS,
+        "stream_length_configs": STREAM_LENGTH_CONFIGS, "ab_env": ab_env,
     }, output_dir=args.output_dir)
     if not args.no_offline:
-        bench_offline(run, oc, reason, readback, args.warmup, args.repeats)
+        bench_offline(run, oc, reason, readback, args.warmup, args.repeats, ab_env)
     if not args.no_streaming:
         bench_streaming(run, oc, reason, args.warmup, args.repeats)
         if args.stream_lengths:
-            bench_stream_lengths(run, oc, reason, args.warmup, args.repeats, args.stream_lengths)
+            bench_stream_lengths(run, oc, reason, args.warmup, args.repeats, args.stream_lengths, ab_env)
     run.close()
     print_rows(run.rows, pairs=[(OURS, THEIRS, ["B", "T", "V", "beam"]),
                                 (OURS, THEIRS, ["V", "beam", "streams", "mode"]),

@@ -12,7 +12,8 @@
 # Env: STAGES (default "tests bench ncu sanitizers"), RUN (run name: default h200_<commit>), BENCH_ARGS (more
 # eval.bench.ctc_bench arguments, e.g. "--no-streaming --repeats 20"), AB_ENVS (';'-separated environment settings:
 # the bench runs once per entry, run name suffixed by the entry's index, e.g. "BEAMDEC_CTC_KERNEL=block;"),
-# NCU_SHAPES ("B:T:V:beam ..." profiled shapes, default "1:200:5000:10 16:200:5000:10 64:200:5000:10"),
+# AB_IN_PROCESS (switches for ctc_bench --ab-env: the A/B interleaved per repeat in one process, e.g.
+# "BEAMDEC_CTC_ROUNDS=branch BEAMDEC_CTC_PREPASS=rank"), NCU_SHAPES ("B:T:V:beam ..." profiled shapes, default "1:200:5000:10 16:200:5000:10 64:200:5000:10"),
 # NCU_SET (full), "nsys" in STAGES: Nsight Systems timelines of offline B=1 and one 16-frame stream, SANITIZERS (memcheck racecheck synccheck).
 # Results: $OUT/summary.txt, $OUT/ctc_gpu.log, $OUT/ctc_gpu.tgz (runs/, ncu/ reports and their CSV pages, logs).
 set -o pipefail
@@ -49,7 +50,7 @@ if has bench; then
   for e in "${envs[@]}"; do
     name=$RUN; [ ${#envs[@]} -gt 1 ] && name=${RUN}_$i
     stage "bench[$e]" env $e EVAL_GIT_COMMIT=$COMMIT python3 -m eval.bench.ctc_bench --run "$name" --output-dir "$W/runs" \
-      ${BENCH_ARGS:-} > "$W/bench_$i.log" 2>&1 || status=1
+      ${AB_IN_PROCESS:+--ab-env "$AB_IN_PROCESS"} ${BENCH_ARGS:-} > "$W/bench_$i.log" 2>&1 || status=1
     grep -E "^(offline|streaming|stream length)" "$W/bench_$i.log" | sed "s/^/[$i] /"
     i=$((i + 1))
   done
