@@ -32,8 +32,9 @@
 // launch (1.5 GHz), which is what a 16-frame streaming chunk pays on top. BEAMDEC_CTC_PAGED_SMEM=1 keeps a
 // paged row's page metadata in shared memory (opt-in).
 // 2026-12-06 (H100, one call, OASR's 12 offline shapes, reports/evidence/h100_2026-12-06/ctc_vs_oasr): the rounds of
-// step 4 as selects (kSelect) and the pre-pass threshold from warp maxima (kWarpTau) took 2-14 % off the kernel time
-// at 11 of 12 shapes (B=1 V=5000: 0.856 -> 0.802 ms; B=64: 1.221 -> 1.049 ms); both are the defaults.
+// step 4 as selects (kSelect) and the pre-pass threshold from warp maxima (kWarpTau) raised the kernel RTFx by 3-15 %
+// at 10 of 12 shapes (B=1 V=5000: 9,226 -> 9,844; B=64: 415k -> 479k; equal at B=1 V=100, -4 % at B=16 T=50, two
+// processes one after the other); both are the defaults.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
@@ -1084,11 +1085,11 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       const int f0 = __ffs(rem0) - 1, f1 = 31 + __ffs(rem1);
       const int i = rem0 ? f0 : rem1 ? f1 : rem2 ? 64 : cnt;
       const unsigned n0 = rem0 & (rem0 - 1u), n1 = rem1 & (rem1 - 1u);
-      const bool t0 = take && rem0 != 0u, t1 = take && rem0 == 0u && rem1 != 0u;
-      const bool t2 = take && (rem0 | rem1) == 0u;
-      rem0 = t0 ? n0 : rem0;
-      rem1 = t1 ? n1 : rem1;
-      rem2 = t2 ? 0u : rem2;
+      const bool take0 = take && rem0 != 0u, take1 = take && rem0 == 0u && rem1 != 0u;
+      const bool take2 = take && (rem0 | rem1) == 0u;
+      rem0 = take0 ? n0 : rem0;
+      rem1 = take1 ? n1 : rem1;
+      rem2 = take2 ? 0u : rem2;
       return i;
     };
     auto pop_ord = [&]() -> int {
