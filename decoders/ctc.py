@@ -295,16 +295,18 @@ def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor
         extra = deferred_words.tolist() if deferred_words is not None else []
     if deferred is not None:
         deferred(extra)
-    bad = (status & _STATUS_BAD_VALUE) != 0
-    if bool(bad.any()):
-        rows = bad.nonzero().flatten().tolist()
+    codes = status.tolist()  # the status words as Python ints: no tensor op per check
+    if any(c & _STATUS_BAD_VALUE for c in codes):
+        rows = [b for b, c in enumerate(codes) if c & _STATUS_BAD_VALUE]
         raise ValueError(f"log_probs contains NaN or +inf (rows {rows[:8]}); log-probs must be finite or -inf")
     lens = lengths.tolist()
-    tok = tokens.tolist()
+    # only the columns some hypothesis uses are converted to Python ints (hypotheses are mostly far shorter than T)
+    used = max((n for row in lens for n in row), default=0)
+    tok = tokens[..., :used].tolist()
     out = [[tok[b][n][: lens[b][n]] for n in range(nbest)] for b in range(B)]
     pool = (status & _STATUS_POOL_FULL) != 0
-    if bool(pool.any()):
-        lost = [b for b in pool.nonzero().flatten().tolist() if any(-1 in h for h in out[b])]
+    if any(c & _STATUS_POOL_FULL for c in codes):
+        lost = [b for b, c in enumerate(codes) if c & _STATUS_POOL_FULL and any(-1 in h for h in out[b])]
         if lost:
             raise RuntimeError(f"paged token storage ran out of pages (rows {lost[:8]}): a returned hypothesis "
                                f"lost tokens; raise CtcBeamSearchConfig.num_pages (None = never runs out)")
