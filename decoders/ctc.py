@@ -160,9 +160,10 @@ def log_prob_value_stats(log_probs: torch.Tensor, lengths: torch.Tensor, sample_
         return torch.zeros(4, dtype=torch.int64, device=log_probs.device)
     x = log_probs[:, :t].float()
     valid = torch.arange(t, device=x.device)[None, :] < lengths.to(x.device)[:, None]  # (B, t)
-    prob_row = (x >= 0).all(-1) & ((x.sum(-1) - 1.0).abs() < 1e-2)
+    # amin >= 0 is all(x >= 0) (NaN fails both) with one read of x and no (B, t, V) temporary
+    prob_row = (x.amin(-1) >= 0) & ((x.sum(-1) - 1.0).abs() < 1e-2)
     arg = x.argmax(-1)
-    return torch.stack([valid, prob_row & valid, (arg == V - 1) & valid, (arg == 0) & valid]).flatten(1).sum(1)
+    return (torch.stack([valid, prob_row, arg == V - 1, arg == 0]) & valid).flatten(1).sum(1)
 
 
 def judge_log_prob_value_stats(stats: Sequence[int], vocab_size: int, blank_id: int, name: str = "log_probs",
