@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -25,6 +27,22 @@ from eval.results import RunDirectory, measured_row, unavailable_row
 from reports.schema import ResultRow
 
 BENCH_OUTPUT_DIR = Path("runs/bench")
+
+
+@contextmanager
+def environment(values: dict[str, str]):
+    """`values` set in os.environ for the block (the decoders read their BEAMDEC_* switches on every call), then
+    each variable restored, or removed if it was unset."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # ---------------------------------------------------------------------------------------------------------

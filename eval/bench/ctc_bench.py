@@ -45,7 +45,7 @@ from typing import Callable, Optional
 
 import torch
 
-from eval.bench.common import BenchRun, describe_error, print_rows
+from eval.bench.common import BenchRun, describe_error, environment, print_rows
 from eval.metrics import Stopwatch, WerStats
 
 FRAME_SECONDS = 0.04  # audio per CTC frame (10 ms features, 4x subsampling)
@@ -107,16 +107,8 @@ def parse_ab_env(text: str) -> dict[str, str]:
 def with_env(env: dict[str, str], fn: Callable[[], object]) -> Callable[[], object]:
     """fn run with `env` set for the call (the decoders read their switches on every call), then restored."""
     def call():
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with environment(env):
             return fn()
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     return call
 
 

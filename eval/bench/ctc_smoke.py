@@ -11,28 +11,16 @@ Every GPU result is compared with the CPU reference; any mismatch raises.
 """
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
-
 import torch
 
 from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder, ctc_beam_search
+from eval.bench.common import environment
 
 KERNELS = (("warp", 10), ("block", 10), ("block", 24), ("block", 40))  # one-warp; block 128 / 256 / 512
 
 
-@contextmanager
 def _env(**kv):
-    old = {k: os.environ.get(k) for k in kv}
-    os.environ.update({k: v for k, v in kv.items()})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return environment(kv)
 
 
 def _same(got, ref, what: str) -> None:
