@@ -282,7 +282,7 @@ def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor
     B, nbest, L = tokens.shape
     parts = [tokens.reshape(-1), lengths.reshape(-1), scores.reshape(-1).view(torch.int32), status.reshape(-1)]
     if deferred_words is not None:
-        parts.append(deferred_words.reshape(-1).to(torch.int32))
+        parts.append(deferred_words.reshape(-1))
     flat = torch.cat([p.to(torch.int32) for p in parts]).cpu() if tokens.is_cuda else None
     if flat is not None:
         sizes = [p.numel() for p in parts]
@@ -337,16 +337,17 @@ def ctc_beam_search(
     if not config.blank_id < V:
         raise ValueError(f"blank_id={config.blank_id} is outside the vocabulary [0, V={V})")
     on_device = log_probs.is_cuda
-    lengths_on_device = lengths.is_cuda
-    # checked here unless both live on the GPU (then behind the decode, below)
-    if not (on_device and lengths_on_device) and bool(((lengths < 0) | (lengths > T)).any()):
+    # lengths are checked here unless both live on the GPU (then behind the decode, below)
+    deferred_lengths = on_device and lengths.is_cuda
+    if not deferred_lengths and bool(((lengths < 0) | (lengths > T)).any()):
         raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
     if not on_device:
         check_log_prob_values(log_probs, lengths, config.blank_id)
     if on_device:
         # the range flag from the caller's values (an int64 length past 2^31 must not wrap into range)
         given = lengths.to(torch.int64)
-        bad_len = ((given < 0) | (given > T)).any().view(1).to(device=log_probs.device, dtype=torch.int64)
+        bad_len = (((given < 0) | (given > T)).any().view(1).to(torch.int64) if deferred_lengths
+                   else torch.zeros(1, dtype=torch.int64, device=log_probs.device))
         lengths = lengths.to(device=log_probs.device, dtype=torch.int32)
     # default: never cuts (a prefix has at most T tokens); even, so the kernels copy token slots as whole words
     max_seq_len = config.max_seq_len if config.max_seq_len is not None else max(2, T + (T & 1))
