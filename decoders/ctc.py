@@ -52,7 +52,7 @@ shared memory) is an opt-in of the one-warp kernel. Reproduce the numbers with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -150,7 +150,11 @@ def detokenize(ids: Sequence[int], tokens) -> str:
     raise TypeError(f"tokens must be a token table (list of str) or have decode(ids), got {type(tokens).__name__}")
 
 
-def log_prob_value_stats(log_probs: torch.Tensor, lengths: torch.Tensor, sample_frames: int = 64) -> torch.Tensor:
+_VALUE_SAMPLE_FRAMES = 64  # frames per row the value checks look at
+
+
+def log_prob_value_stats(log_probs: torch.Tensor, lengths: torch.Tensor,
+                         sample_frames: int = _VALUE_SAMPLE_FRAMES) -> torch.Tensor:
     """The counts `check_log_prob_values` judges, as a (4,) int64 tensor on log_probs' device, without a
     device->host copy: sampled valid frames, those that look like probability rows, those whose argmax is column
     V-1, and those whose argmax is column 0 (from the first `sample_frames` valid frames of each row)."""
@@ -185,7 +189,7 @@ def judge_log_prob_value_stats(stats: Sequence[int], vocab_size: int, blank_id: 
 
 
 def check_log_prob_values(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int,
-                          name: str = "log_probs", sample_frames: int = 64) -> None:
+                          name: str = "log_probs", sample_frames: int = _VALUE_SAMPLE_FRAMES) -> None:
     """Checks on the values, from the first `sample_frames` valid frames of each row (one small device->host copy):
 
     - ValueError when they are probabilities, not log-probabilities: every sampled row is >= 0 and sums to 1
@@ -221,6 +225,11 @@ def _register_fakes() -> None:
         def _offline(log_probs, lengths, beam_size, blank_id, blank_skip_threshold, nbest, max_seq_len, page_size,
                      num_pages):
             return outputs(log_probs, log_probs.shape[0], nbest, max_seq_len)
+
+        @torch.library.register_fake(lib + "ctc_decode_offline_packed")
+        def _offline_packed(log_probs, lengths, beam_size, blank_id, blank_skip_threshold, nbest, max_seq_len,
+                            page_size, num_pages, sample_frames):
+            return log_probs.new_empty((packed_words(log_probs.shape[0], nbest, max_seq_len),), dtype=torch.int32)
 
         @torch.library.register_fake(lib + "ctc_decode_chunk")
         def _chunk(state, log_probs, speech_mask, beam_size, blank_id, max_seq_len, page_size, num_pages):
@@ -273,29 +282,40 @@ def _check_log_probs(log_probs: torch.Tensor, name: str = "log_probs") -> None:
                          f"got {log_probs.shape[2]}")
 
 
-def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor,
-               deferred: Optional[Callable[[list[int]], None]] = None,
-               deferred_words: Optional[torch.Tensor] = None) -> CtcResult:
-    """One device->host copy of everything the caller reads (outputs, and `deferred_words`: int32 values of
-    input checks computed on the device behind the decode), then `deferred(words)` (which raises on bad input)
-    before the outputs' own checks."""
-    B, nbest, L = tokens.shape
-    parts = [tokens.reshape(-1), lengths.reshape(-1), scores.reshape(-1).view(torch.int32), status.reshape(-1)]
-    if deferred_words is not None:
-        parts.append(deferred_words.reshape(-1))
-    flat = torch.cat([p.to(torch.int32) for p in parts]).cpu() if tokens.is_cuda else None
-    if flat is not None:
-        sizes = [p.numel() for p in parts]
-        pieces = list(torch.split(flat, sizes))
-        tokens = pieces[0].view(B, nbest, L)
-        lengths = pieces[1].view(B, nbest)
-        scores = pieces[2].view(torch.float32).view(B, nbest)
-        status = pieces[3]
-        extra = pieces[4].tolist() if deferred_words is not None else []
-    else:
-        extra = deferred_words.tolist() if deferred_words is not None else []
-    if deferred is not None:
-        deferred(extra)
+PACKED_HEADER_WORDS = 8  # ctc_decode_offline_packed: the checks words before the outputs (csrc/ctc_ops.h)
+
+
+def packed_words(B: int, nbest: int, max_seq_len: int) -> int:
+    """Length of ctc_decode_offline_packed's int32 buffer: [checks | tokens | token lengths | scores | status]."""
+    return PACKED_HEADER_WORDS + B * nbest * max_seq_len + 2 * B * nbest + B
+
+
+def unpack_offline(packed: torch.Tensor, B: int, nbest: int, max_seq_len: int):
+    """Views of a (host) ctc_decode_offline_packed buffer: (checks, tokens, token lengths, scores, status)."""
+    n_tok, n_lb = B * nbest * max_seq_len, B * nbest
+    h = PACKED_HEADER_WORDS
+    if packed.numel() != packed_words(B, nbest, max_seq_len):
+        raise RuntimeError(f"ctc_decode_offline_packed returned {packed.numel()} words, expected "
+                           f"{packed_words(B, nbest, max_seq_len)}")
+    return (packed[:h], packed[h:h + n_tok].view(B, nbest, max_seq_len), packed[h + n_tok:h + n_tok + n_lb].view(B, nbest),
+            packed[h + n_tok + n_lb:h + n_tok + 2 * n_lb].view(torch.float32).view(B, nbest),
+            packed[h + n_tok + 2 * n_lb:])
+
+
+def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor) -> CtcResult:
+    """The outputs of an offline decode / finalize as a CtcResult: one device->host copy when they are on the GPU,
+    then the status checks (NaN / +inf inputs, lost paged tokens)."""
+    if tokens.is_cuda:
+        B, nbest, L = tokens.shape
+        flat = torch.cat([tokens.reshape(-1), lengths.reshape(-1), scores.reshape(-1).view(torch.int32),
+                          status.reshape(-1)]).cpu()
+        _, tokens, lengths, scores, status = unpack_offline(
+            torch.cat([torch.zeros(PACKED_HEADER_WORDS, dtype=torch.int32), flat]), B, nbest, L)
+    return _host_result(tokens, lengths, scores, status)
+
+
+def _host_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor) -> CtcResult:
+    B, nbest, _ = tokens.shape
     codes = status.tolist()  # the status words as Python ints: no tensor op per check
     if any(c & _STATUS_BAD_VALUE for c in codes):
         rows = [b for b, c in enumerate(codes) if c & _STATUS_BAD_VALUE]
@@ -322,10 +342,11 @@ def ctc_beam_search(
 ) -> CtcResult:
     """Offline batched CTC prefix beam search. CUDA kernels for GPU inputs, the CPU reference otherwise.
 
-    The CUDA path has one device->host synchronisation: the results' copy back. The input checks that need the
-    values on the device (lengths in [0, T] when lengths are on the GPU; `check_log_prob_values`) are launched
-    behind the decode and read back in that same copy; a failing check raises before anything is returned (the
-    kernels clamp lengths to [0, T] and never read past the input, so running them first is safe).
+    The CUDA path is one op (`ctc_decode_offline_packed`) and one device->host copy: the input checks that need the
+    values on the device (lengths in [0, T] when lengths are on the GPU; the counts of `check_log_prob_values`) run
+    in a kernel of that op and come back in the same copy as the results; a failing check raises before anything
+    is returned (the kernels decode lengths clamped to [0, T] and never read past the input, so decoding first is
+    safe). On the CPU the checks run before the decode.
     """
     config = config or CtcBeamSearchConfig()
     _check_log_probs(log_probs)
@@ -343,30 +364,25 @@ def ctc_beam_search(
         raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
     if not on_device:
         check_log_prob_values(log_probs, lengths, config.blank_id)
-    if on_device:
-        # the range flag from the caller's values (an int64 length past 2^31 must not wrap into range)
-        given = lengths.to(torch.int64)
-        bad_len = (((given < 0) | (given > T)).any().view(1).to(torch.int64) if deferred_lengths
-                   else torch.zeros(1, dtype=torch.int64, device=log_probs.device))
-        lengths = lengths.to(device=log_probs.device, dtype=torch.int32)
     # default: never cuts (a prefix has at most T tokens); even, so the kernels copy token slots as whole words
     max_seq_len = config.max_seq_len if config.max_seq_len is not None else max(2, T + (T & 1))
     ops = load_ops()
-    outs = ops.ctc_decode_offline(
-        log_probs.contiguous(), lengths, config.beam_size, config.blank_id,
-        float(config.blank_skip_threshold), config.nbest, max_seq_len, *config.storage_args(max_seq_len),
-    )
+    args = (config.beam_size, config.blank_id, float(config.blank_skip_threshold), config.nbest, max_seq_len,
+            *config.storage_args(max_seq_len))
     if not on_device:
-        return _to_result(*outs)
-    # the device-side input checks, queued behind the decode: [lengths out of range, 4 value stats]
-    words = torch.cat([bad_len, log_prob_value_stats(log_probs, lengths)])
-
-    def judge(w: list[int]) -> None:
-        if w[0]:  # the error path reads the lengths themselves
-            raise ValueError(f"lengths must be in [0, T={T}], got {given.tolist()}")
-        judge_log_prob_value_stats(w[1:5], V, config.blank_id, stacklevel=4)
-
-    return _to_result(*outs, deferred=judge, deferred_words=words)
+        return _to_result(*ops.ctc_decode_offline(log_probs.contiguous(), lengths, *args))
+    # one op: the input checks (lengths range from the caller's int32 / int64 values, so a length past 2^31 cannot
+    # wrap into range; the value counts of log_prob_value_stats), the decode and the n-best, in one int32 buffer
+    given = lengths
+    if lengths.dtype not in (torch.int32, torch.int64):
+        lengths = lengths.to(torch.int64)
+    packed = ops.ctc_decode_offline_packed(log_probs, lengths.to(log_probs.device), *args, _VALUE_SAMPLE_FRAMES)
+    checks, tokens, tok_len, scores, status = unpack_offline(packed.cpu(), B, config.nbest, max_seq_len)
+    w = checks.tolist()
+    if w[0]:  # the error path reads the lengths themselves
+        raise ValueError(f"lengths must be in [0, T={T}], got {given.tolist()}")
+    judge_log_prob_value_stats(w[1:5], V, config.blank_id, stacklevel=2)
+    return _host_result(tokens, tok_len, scores, status)
 
 
 def default_num_pages(beam_size: int, max_seq_len: int, page_size: int) -> int:

@@ -232,6 +232,7 @@ def test_opcheck_registered_ops(ops, paged):
     lengths = torch.tensor([6, 4])
     store = (4, 9) if paged else (0, 0)
     torch.library.opcheck(ops.ctc_decode_offline.default, (lp, lengths, 3, 0, 0.95, 2, 6, *store))
+    torch.library.opcheck(ops.ctc_decode_offline_packed.default, (lp, lengths, 3, 0, 0.95, 2, 6, *store, 64))
     dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=3, nbest=2, max_seq_len=8, paged=paged, page_size=4))
     store = dec.storage_args
     state = dec.create_state(2, 5)
@@ -447,27 +448,65 @@ def test_prefix_search_configs_share_their_option_checks(make):
     assert cls(beam_size=4, nbest=4, blank_skip_threshold=1.0).nbest == 4
 
 
-def test_result_read_back_runs_the_deferred_checks_first():
-    """_to_result (the one read-back of the CUDA path) calls the deferred input checks with their words before it
-    judges the outputs, and returns the outputs unchanged when they pass."""
+def packed_inputs(seed: int = 3):
+    """Inputs for ctc_decode_offline_packed's checks: log-prob rows, a probability row set, blank-last argmax rows, a
+    NaN row, all -inf and tied rows, lengths in and out of range (negative, past T, past 2^31)."""
+    B, T, V = 7, 70, 9
+    g = torch.Generator().manual_seed(seed)
+    lp = torch.randn(B, T, V, generator=g).log_softmax(-1)
+    lp[1] = lp[1].exp()  # probabilities
+    lp[2, :, V - 1] += 6.0  # argmax in the last column
+    lp[2] = lp[2].log_softmax(-1)
+    lp[3, 5, 2] = float("nan")  # (row 3 is not sampled: its length is -1)
+    lp[0, 5, 2] = float("nan")
+    lp[4, :30] = -math.inf
+    lp[5, 10:20] = 0.0  # ties: argmax is column 0
+    lengths = torch.tensor([T, T, 50, -1, T + 3, 2**40, 0])
+    return lp, lengths
+
+
+@pytest.mark.parametrize("sample_frames", [0, 1, 64, 100])
+@pytest.mark.parametrize("half", [False, True])
+def test_packed_offline_op_equals_the_op_and_the_value_stats(ops, sample_frames, half):
+    """ctc_decode_offline_packed (the CUDA public call's one op; its CPU form is the reference of the layout and the
+    checks): the outputs of ctc_decode_offline on lengths clamped to [0, T], lengths outside [0, T] counted, and the
+    value counts of log_prob_value_stats."""
+    from decoders.ctc import PACKED_HEADER_WORDS, log_prob_value_stats, unpack_offline
+
+    lp, lengths = packed_inputs()
+    if half:
+        lp = lp.half()
+    B, T, _ = lp.shape
+    args = (4, 0, 0.95, 2, T, 0, 0)
+    packed = ops.ctc_decode_offline_packed(lp, lengths, *args, sample_frames)
+    assert packed.dtype == torch.int32 and packed.dim() == 1
+    checks, tokens, tok_len, scores, status = unpack_offline(packed, B, 2, T)
+    want = ops.ctc_decode_offline(lp, lengths.clamp(0, T), *args)
+    for got, ref in zip((tokens, tok_len, scores, status), want):
+        torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True)  # row 0's NaN: NaN scores
+    assert checks[0] == 3 and checks[PACKED_HEADER_WORDS - 3:].tolist() == [0, 0, 0]
+    assert checks[1:5].tolist() == log_prob_value_stats(lp, lengths, sample_frames).tolist()
+    if sample_frames >= 64:
+        n, n_prob, n_last, n_first = checks[1:5].tolist()
+        t = min(T, sample_frames)
+        assert n == 4 * t + 50 and n_prob == t  # rows 0, 1, 4, 5 and row 2's 50 frames; row 1 is probabilities
+        assert n_last >= 45 and n_first >= 30 + 10  # row 2; row 4's -inf frames and row 5's tied ones
+    with pytest.raises(ValueError, match="sample_frames must be >= 0"):
+        ops.ctc_decode_offline_packed(lp, lengths, *args, -1)
+
+
+def test_result_conversion_checks_the_status_words():
+    """_host_result / _to_result: NaN or +inf inputs raise, lost paged tokens raise, good rows convert unchanged."""
     from decoders.ctc import _to_result
 
     tokens = torch.tensor([[[3, 4, 0]]], dtype=torch.int32)
     lengths = torch.tensor([[2]], dtype=torch.int32)
     scores = torch.tensor([[-1.5]])
-    status = torch.tensor([1], dtype=torch.int32)  # bad value: would raise after the deferred check
-    seen = []
-
-    def judge(words):
-        seen.append(words)
-        raise ValueError("deferred first")
-
-    with pytest.raises(ValueError, match="deferred first"):
-        _to_result(tokens, lengths, scores, status, deferred=judge, deferred_words=torch.tensor([7, 8]))
-    assert seen == [[7, 8]]
     with pytest.raises(ValueError, match="NaN or \\+inf"):
-        _to_result(tokens, lengths, scores, status, deferred=lambda w: None, deferred_words=torch.tensor([0]))
-    res = _to_result(tokens, lengths, scores, status * 0)
+        _to_result(tokens, lengths, scores, torch.tensor([1], dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="ran out of pages"):
+        _to_result(torch.tensor([[[3, -1, 0]]], dtype=torch.int32), lengths, scores, torch.tensor([4], dtype=torch.int32))
+    res = _to_result(tokens, lengths, scores, torch.tensor([0], dtype=torch.int32))
     assert res.tokens == [[[3, 4]]] and float(res.scores[0, 0]) == -1.5
 
 

@@ -252,6 +252,36 @@ def test_gpu_input_checks_read_back_with_the_results(ops):
     assert good.scores.dtype == torch.float32 and good.lengths.dtype == torch.int32
 
 
+@pytest.mark.parametrize("sample_frames", [0, 1, 64, 100])
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("int64", [False, True])
+def test_gpu_packed_offline_op_equals_cpu(ops, sample_frames, half, int64):
+    """ctc_decode_offline_packed on CUDA (the public call's one op: input-check kernel, decode, n-best in one
+    buffer): its checks equal its CPU form's word for word (lengths out of range, the value counts: NaN, probability,
+    -inf and tied rows; int32 and int64 lengths, past 2^31 included: never wrapped into range), its outputs equal
+    the CUDA ctc_decode_offline's bit for bit on the clamped lengths (that op is compared with the CPU reference
+    by the tests above)."""
+    from test_ctc_cpu import packed_inputs
+
+    lp, lengths = packed_inputs()
+    if half:
+        lp = lp.half()
+    if not int64:
+        lengths = lengths.clamp(-5, 2**31 - 1).to(torch.int32)
+    B, T, _ = lp.shape
+    for beam, nbest in ((4, 2), (40, 3)):  # the one-warp and the block kernel
+        args = (beam, 0, 0.95, nbest, T, 0, 0)
+        got = ops.ctc_decode_offline_packed(lp.cuda(), lengths.cuda(), *args, sample_frames).cpu()
+        want = ops.ctc_decode_offline_packed(lp, lengths, *args, sample_frames)
+        assert torch.equal(got[:8], want[:8]) and int(got[0]) == 3
+        from decoders.ctc import unpack_offline
+
+        clamped = lengths.to(torch.int64).clamp(0, T).to(torch.int32).cuda()
+        ref = [x.cpu() for x in ops.ctc_decode_offline(lp.cuda(), clamped, *args)]
+        for x, y in zip(unpack_offline(got, B, nbest, T)[1:], ref):
+            torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+
+
 def _round_inputs():
     """Inputs where the top-`beam` rounds decide on ties and sentinels: random, uniform rows (every candidate
     ties), a few log-prob levels (ties around the threshold), -inf columns, blank-dominant frames, and T = 1."""

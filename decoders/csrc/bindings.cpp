@@ -22,6 +22,10 @@ TORCH_LIBRARY(beamdec, m) {
       "float blank_skip_threshold, int nbest, int max_seq_len, int page_size, int num_pages) "
       "-> (Tensor, Tensor, Tensor, Tensor)");
   m.def(
+      "ctc_decode_offline_packed(Tensor log_probs, Tensor lengths, int beam_size, int blank_id, "
+      "float blank_skip_threshold, int nbest, int max_seq_len, int page_size, int num_pages, int sample_frames) "
+      "-> Tensor");
+  m.def(
       "ctc_decode_chunk(Tensor(a!) state, Tensor log_probs, Tensor? speech_mask, int beam_size, int blank_id, "
       "int max_seq_len, int page_size, int num_pages) -> ()");
   m.def(
@@ -87,6 +91,7 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
 #ifdef BEAMDEC_WITH_CTC
   // ---- CTC prefix beam search: CPU reference ----
   m.impl("ctc_decode_offline", &beamdec::ctc_decode_offline_cpu);
+  m.impl("ctc_decode_offline_packed", &beamdec::ctc_decode_offline_packed_cpu);
   m.impl("ctc_decode_chunk", &beamdec::ctc_decode_chunk_cpu);
   m.impl("ctc_decode_chunk_batched", &beamdec::ctc_decode_chunk_batched_cpu);
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cpu);
@@ -109,6 +114,7 @@ TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
 #ifdef BEAMDEC_WITH_CTC
   // ---- CTC prefix beam search: CUDA ----
   m.impl("ctc_decode_offline", &beamdec::ctc_decode_offline_cuda);
+  m.impl("ctc_decode_offline_packed", &beamdec::ctc_decode_offline_packed_cuda);
   m.impl("ctc_decode_chunk", &beamdec::ctc_decode_chunk_cuda);
   m.impl("ctc_decode_chunk_batched", &beamdec::ctc_decode_chunk_batched_cuda);
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cuda);

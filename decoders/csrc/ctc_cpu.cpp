@@ -404,6 +404,57 @@ CtcOutputs ctc_decode_offline_cpu(const at::Tensor& log_probs, const at::Tensor&
   return {tokens, tok_len, scores, status};
 }
 
+// The packed form of ctc_decode_offline (ctc_ops.h): the CPU reference of the CUDA op's layout and checks, so the
+// public call's parsing and the device-side checks are tested against one definition. Never refuses a length or
+// a value: lengths are clamped to [0, T] and counted in checks[0].
+at::Tensor ctc_decode_offline_packed_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
+                                         int64_t blank_id, double blank_skip_threshold, int64_t nbest,
+                                         int64_t max_seq_len, int64_t page_size, int64_t num_pages,
+                                         int64_t sample_frames) {
+  using ctcmsg::s;
+  CTC_CHECK_LOG_PROBS(log_probs, "log_probs");
+  const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
+  CTC_ARG_CHECK(lengths.dim() == 1 && lengths.size(0) == B,
+                "lengths must have shape (B=" + s(B) + ",), got " + s(lengths.sizes()));
+  CTC_ARG_CHECK(!at::isFloatingType(lengths.scalar_type()) && lengths.scalar_type() != at::kBool,
+                "lengths must be an integer tensor, got " + s(lengths.scalar_type()));
+  CTC_ARG_CHECK(sample_frames >= 0, "sample_frames must be >= 0, got " + s(sample_frames));
+  const at::Tensor given = lengths.to(at::kCPU).to(at::kLong).contiguous();
+  const at::Tensor clamped = given.clamp(0, T);
+  auto [tokens, tok_len, scores, status] = ctc_decode_offline_cpu(log_probs, clamped, beam_size, blank_id,
+                                                                  blank_skip_threshold, nbest, max_seq_len,
+                                                                  page_size, num_pages);
+  std::vector<int32_t> checks((size_t)kPackedHeaderWords, 0);
+  const int64_t* g = given.data_ptr<int64_t>();
+  const at::Tensor lp = as_float_cpu(log_probs);
+  const float* x = lp.data_ptr<float>();
+  const int64_t t = std::min(T, sample_frames);
+  for (int64_t b = 0; b < B; ++b) {
+    if (g[b] < 0 || g[b] > T) ++checks[0];
+    const int64_t n = std::min(t, std::max<int64_t>(g[b], 0));
+    for (int64_t f = 0; f < n; ++f) {
+      const float* row = x + (b * T + f) * V;
+      float mn = INFINITY, sum = 0.0f, best = row[0];
+      int64_t arg = 0;  // torch.argmax: the first maximum; a NaN counts as the maximum
+      for (int64_t v = 0; v < V; ++v) {
+        mn = std::fmin(mn, row[v]);
+        sum += row[v];
+        if (v > 0 && ((row[v] > best) || (std::isnan(row[v]) && !std::isnan(best)))) {
+          best = row[v];
+          arg = v;
+        }
+      }
+      ++checks[1];
+      if (mn >= 0.0f && std::fabs(sum - 1.0f) < 1e-2f) ++checks[2];
+      if (arg == V - 1) ++checks[3];
+      if (arg == 0) ++checks[4];
+    }
+  }
+  const at::Tensor head = at::tensor(checks, at::TensorOptions().dtype(at::kInt));
+  return at::cat({head, tokens.reshape(-1), tok_len.reshape(-1), scores.reshape(-1).view(at::kInt),
+                  status.reshape(-1)});
+}
+
 namespace {
 ctc::StateStamp cpu_stamp(int64_t beam_size, int64_t blank_id, int64_t vocab_size, int64_t max_seq_len,
                           int64_t page_size, int64_t num_pages) {

@@ -161,6 +161,64 @@ CtcOutputs ctc_decode_offline_cuda(const at::Tensor& log_probs, const at::Tensor
   return finalize_rows(state, beam_size, nbest, max_seq_len, page_size, num_pages);
 }
 
+// The public call's op (decoders/ctc.py ctc_beam_search on CUDA): the decode of ctc_decode_offline_cuda plus its
+// input checks on the device, everything in one int32 buffer (layout: ctc_ops.h) so the caller makes one
+// device->host copy. Launches: the input-check kernel (lengths to int32, the value counts), the decode tiles, the
+// finalize; the zeroing / -1 fill are memsets. The checks run before the decode (it reads their int32 lengths).
+at::Tensor ctc_decode_offline_packed_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
+                                          int64_t blank_id, double blank_skip_threshold, int64_t nbest,
+                                          int64_t max_seq_len, int64_t page_size, int64_t num_pages,
+                                          int64_t sample_frames) {
+  using ctcmsg::s;
+  CTC_CHECK_LOG_PROBS(log_probs, "log_probs");
+  CTC_CHECK_ON_CUDA(log_probs, "log_probs");
+  CTC_CHECK_ON_CUDA(lengths, "lengths");
+  const int64_t B = log_probs.size(0), T = log_probs.size(1), V = log_probs.size(2);
+  CTC_CHECK_CONFIG(beam_size, blank_id, V, nbest, max_seq_len, page_size, num_pages);
+  CTC_ARG_CHECK(lengths.dim() == 1 && lengths.size(0) == B,
+                "lengths must have shape (B=" + s(B) + ",), got " + s(lengths.sizes()));
+  CTC_ARG_CHECK(lengths.scalar_type() == at::kInt || lengths.scalar_type() == at::kLong,
+                "lengths must be int32 or int64 for the CUDA op, got " + s(lengths.scalar_type()));
+  CTC_ARG_CHECK(lengths.device() == log_probs.device(),
+                "lengths are on " + lengths.device().str() + " but log_probs are on " + log_probs.device().str());
+  CTC_ARG_CHECK(!(blank_skip_threshold != blank_skip_threshold), "blank_skip_threshold must not be NaN");
+  CTC_ARG_CHECK(B >= 1 && B <= 65535, "log_probs: batch must be in [1, 65535], got " + s(B));
+  CTC_ARG_CHECK(sample_frames >= 0, "sample_frames must be >= 0, got " + s(sample_frames));
+  c10::cuda::CUDAGuard guard(log_probs.device());
+  at::Tensor lp = log_probs.stride(2) == 1 ? log_probs : log_probs.contiguous();
+  at::Tensor lens = lengths.contiguous();
+  auto stream = at::cuda::getCurrentCUDAStream();
+  auto i32 = lp.options().dtype(at::kInt);
+  const int64_t n_tok = B * nbest * max_seq_len, n_lb = B * nbest;
+  at::Tensor packed = at::empty({packed_words(B, nbest, max_seq_len)}, i32);
+  const int64_t words = ctc::state_words((int)beam_size, (int)max_seq_len, (int)page_size, (int)num_pages);
+  at::Tensor state = at::empty({B, words}, i32);
+  at::Tensor lens32 = at::empty({B}, i32);
+  at::Tensor ws = workspace(lp, (int)B, beam_size, V);
+  int32_t* out = packed.data_ptr<int32_t>();
+  CTC_CUDA_OK(cudaMemsetAsync(out, 0, kPackedHeaderWords * sizeof(int32_t), stream), "packed (checks)");
+  CTC_CUDA_OK(cudaMemsetAsync(out + kPackedHeaderWords, 0xFF, n_tok * sizeof(int32_t), stream), "packed (tokens)");
+  CTC_CUDA_OK(cudaMemsetAsync(state.data_ptr<int32_t>(), 0, B * words * sizeof(int32_t), stream), "state");
+  CTC_CUDA_OK(ctc::ctc_input_check(lp.data_ptr(), lp.scalar_type() == at::kHalf, lp.stride(0), lp.stride(1), (int)B,
+                                   (int)T, (int)V, lens.data_ptr(), lens.scalar_type() == at::kLong,
+                                   lens32.data_ptr<int32_t>(), (int)std::min<int64_t>(sample_frames, 1 << 30), out,
+                                   stream),
+              "input checks");
+  ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages);
+  d.lengths = lens32.data_ptr<int32_t>();
+  d.blank_skip_threshold = (float)blank_skip_threshold;
+  d.state = state.data_ptr<int32_t>();
+  d.state_row_words = words;
+  d.workspace = ws.data_ptr();
+  CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode");
+  int32_t* tok = out + kPackedHeaderWords;
+  CTC_CUDA_OK(ctc::ctc_finalize_rows(state.data_ptr<int32_t>(), words, (int)B, (int)beam_size, (int)max_seq_len,
+                                     (int)page_size, (int)num_pages, (int)nbest, tok, tok + n_tok,
+                                     reinterpret_cast<float*>(tok + n_tok + n_lb), tok + n_tok + 2 * n_lb, stream),
+              "finalize");
+  return packed;
+}
+
 void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
                            const std::optional<at::Tensor>& speech_mask, int64_t beam_size, int64_t blank_id,
                            int64_t max_seq_len, int64_t page_size, int64_t num_pages) {

@@ -141,6 +141,34 @@ cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows,
   return cudaGetLastError();
 }
 
+cudaError_t ctc_input_check(const void* log_probs, bool half, int64_t b_stride, int64_t t_stride, int rows, int T, int V,
+                            const void* lengths, bool lengths64, int32_t* lengths_out, int sample_frames,
+                            int32_t* checks, cudaStream_t stream) {
+  if (rows < 1) return cudaSuccess;
+  const int t = T < sample_frames ? T : sample_frames;
+  const dim3 grid(rows, t > 0 ? (t + kInputCheckFramesPerBlock - 1) / kInputCheckFramesPerBlock : 1);
+  if (half) {
+    if (lengths64)
+      ctc_input_check_kernel<__half, int64_t><<<grid, kInputCheckThreads, 0, stream>>>(
+          static_cast<const __half*>(log_probs), b_stride, t_stride, T, V, static_cast<const int64_t*>(lengths),
+          lengths_out, sample_frames, checks);
+    else
+      ctc_input_check_kernel<__half, int32_t><<<grid, kInputCheckThreads, 0, stream>>>(
+          static_cast<const __half*>(log_probs), b_stride, t_stride, T, V, static_cast<const int32_t*>(lengths),
+          lengths_out, sample_frames, checks);
+  } else {
+    if (lengths64)
+      ctc_input_check_kernel<float, int64_t><<<grid, kInputCheckThreads, 0, stream>>>(
+          static_cast<const float*>(log_probs), b_stride, t_stride, T, V, static_cast<const int64_t*>(lengths),
+          lengths_out, sample_frames, checks);
+    else
+      ctc_input_check_kernel<float, int32_t><<<grid, kInputCheckThreads, 0, stream>>>(
+          static_cast<const float*>(log_probs), b_stride, t_stride, T, V, static_cast<const int32_t*>(lengths),
+          lengths_out, sample_frames, checks);
+  }
+  return cudaGetLastError();
+}
+
 namespace {
 bool make_refs(StateRefs& refs, int32_t* state, int64_t row_words, int32_t* const* stream_states, int rows) {
   refs.base = state;

@@ -64,6 +64,14 @@ cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows,
                               int num_pages, int nbest, int32_t* out_tokens, int32_t* out_len, float* out_scores,
                               int32_t* out_status, cudaStream_t stream);
 
+// The offline call's input checks (ctc_kernels.cuh ctc_input_check_kernel): lengths (int32, or int64 when
+// lengths64) to int32 clamped to [0, T] in lengths_out, and into checks[0..5) (zeroed by the caller): lengths
+// outside [0, T], then the value counts of decoders/ctc.py log_prob_value_stats over the first sample_frames
+// frames of each row.
+cudaError_t ctc_input_check(const void* log_probs, bool half, int64_t b_stride, int64_t t_stride, int rows, int T, int V,
+                            const void* lengths, bool lengths64, int32_t* lengths_out, int sample_frames,
+                            int32_t* checks, cudaStream_t stream);
+
 // Streaming state integrity (ctc_common.cuh). Rows: `state` with `state_row_words` per row, or
 // `stream_states[rows]` (<= kMaxStreamsPerLaunch). ctc_check_states writes err (rows, kStateErrorWords):
 // code 0 or the first refused field per row. ctc_seal_states recomputes each row's checksum (skipping rows

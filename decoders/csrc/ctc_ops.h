@@ -11,6 +11,12 @@
 //   ctc_init_state(state! (B,W), beam, blank, vocab, max_len, page_size, num_pages): zero, stamp and seal rows
 // Every op that takes a state checks each row's stamp, header fields, per-beam words and checksum
 // (ctc_common.cuh: validate_state_fields) before reading it, and re-seals the rows it wrote.
+//   ctc_decode_offline_packed(the arguments of ctc_decode_offline, sample_frames) -> one int32 tensor on the input's
+//       device: [checks (kPackedHeaderWords) | tokens | token_lengths | scores (float bits) | status], the four
+//       outputs of ctc_decode_offline flattened. checks = [lengths outside [0, T], then the value counts of
+//       decoders/ctc.py log_prob_value_stats over the first sample_frames frames: sampled, probability-like, argmax
+//       V-1, argmax 0, 0, 0, 0]. Never refuses a length or a value (lengths are clamped to [0, T] and flagged;
+//       the caller judges the checks): the public call's one device->host copy (decoders/ctc.py).
 //   ctc_debug_raise(x, mode): raises a ValueError from the backend of x (error-path diagnostics, tests only)
 // page_size 0: flat token storage; > 0: paged (num_pages physical pages per row; layout in ctc_common.cuh).
 // status bit 0: the log-probs held NaN or +inf (the Python layer raises; kernels cannot);
@@ -43,6 +49,10 @@
 namespace beamdec {
 
 using CtcOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+constexpr int64_t kPackedHeaderWords = 8;  // ctc_decode_offline_packed: the checks words before the outputs
+inline int64_t packed_words(int64_t B, int64_t nbest, int64_t max_len) {
+  return kPackedHeaderWords + B * nbest * max_len + 2 * B * nbest + B;
+}
 
 // CPU reference (ctc_cpu.cpp)
 CtcOutputs ctc_decode_offline_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
@@ -56,6 +66,10 @@ void ctc_decode_chunk_batched_cpu(at::TensorList states, const at::Tensor& log_p
                                   int64_t blank_id, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
 CtcOutputs ctc_finalize_cpu(const at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
                             int64_t nbest, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
+at::Tensor ctc_decode_offline_packed_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
+                                         int64_t blank_id, double blank_skip_threshold, int64_t nbest,
+                                         int64_t max_seq_len, int64_t page_size, int64_t num_pages,
+                                         int64_t sample_frames);
 void ctc_debug_raise_cpu(const at::Tensor& x, int64_t mode);
 // defined in ctc_cpu.cpp, never inlined: the "helper in another translation unit" variant of ctc_debug_raise
 void ctc_debug_throw_from_helper(int64_t mode);
@@ -72,6 +86,10 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
                                    int64_t blank_id, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
 CtcOutputs ctc_finalize_cuda(const at::Tensor& state, int64_t beam_size, int64_t blank_id, int64_t vocab_size,
                              int64_t nbest, int64_t max_seq_len, int64_t page_size, int64_t num_pages);
+at::Tensor ctc_decode_offline_packed_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
+                                          int64_t blank_id, double blank_skip_threshold, int64_t nbest,
+                                          int64_t max_seq_len, int64_t page_size, int64_t num_pages,
+                                          int64_t sample_frames);
 void ctc_debug_raise_cuda(const at::Tensor& x, int64_t mode);
 
 namespace ctcmsg = msg;  // string-only message formatting (common_check.h)

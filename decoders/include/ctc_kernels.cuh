@@ -1454,11 +1454,15 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
 // ---------------------------------------------------------------------------------------------------
 // State integrity (ctc_common.cuh): one block per row. The checksum terms are summed by every thread (any
 // order: the sum is mod 2^64), the O(beam) field checks run on thread 0 meanwhile.
-constexpr int kStateCheckThreads = 256;
+// 1024 threads, 4 terms in flight per thread (2026-12-06): with 256 threads and one term at a time, the check and
+// the seal of one stream's row (beam 10, max_seq_len 2048: ~10k words) took 11.6 and 9.9 us of a 16-frame chunk's
+// 88 us on the H100 (torch.profiler, eval.bench.ctc_api_profile): each term is a dependent chain of 64-bit mixes.
+constexpr int kStateCheckThreads = 1024;
 
 __device__ __forceinline__ unsigned long long block_row_checksum(const int32_t* w, int64_t words,
                                                                  typename cub::BlockReduce<unsigned long long, kStateCheckThreads>::TempStorage& tmp) {
   unsigned long long part = 0;
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < words; i += kStateCheckThreads) part += checksum_term(i, w[i]);
   // valid in thread 0 only
   return cub::BlockReduce<unsigned long long, kStateCheckThreads>(tmp).Sum(part) + checksum_seed(words);
@@ -1560,6 +1564,75 @@ ctc_finalize_kernel(StateRefs states, int beam, int max_len, int page_size, int 
     int32_t* dst = out_tokens + ((int64_t)row * nbest + r) * max_len;
     for (int p = tid; p < n; p += kFinalizeThreads) dst[p] = src[p];
   }
+}
+
+
+// ---------------------------------------------------------------------------------------------------
+// Input checks of the offline call, on the device (decoders/ctc.py log_prob_value_stats, the same counts): grid
+// (rows, ceil(t / 8)) with t = min(T, sample_frames), one warp per sampled frame. Block (b, 0) also converts row b's
+// length to int32 (clamped to [0, T]; the decode reads those) and flags one outside [0, T] (checks[0] += 1). A
+// sampled frame f < min(length_b, t) counts in checks[1]; checks[2] when it looks like a probability row (min >= 0
+// and |sum - 1| < 1e-2; a NaN fails both), checks[3] / checks[4] when its argmax (first maximum, a NaN counting as
+// the maximum, as torch.argmax) is column V-1 / column 0. `checks` (5 words) must be zero before the launch.
+constexpr int kInputCheckThreads = 256;
+constexpr int kInputCheckFramesPerBlock = kInputCheckThreads / 32;
+
+template <typename T, typename L>
+__global__ void __launch_bounds__(kInputCheckThreads)
+ctc_input_check_kernel(const T* __restrict__ lp, int64_t b_stride, int64_t t_stride, int n_frames, int V,
+                       const L* __restrict__ lengths, int32_t* __restrict__ lengths_out, int sample_frames,
+                       int32_t* __restrict__ checks) {
+  constexpr unsigned kFull = 0xFFFFFFFFu;
+  __shared__ int counts[4];
+  const int b = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const long long given = (long long)lengths[b];
+  const int len = given < 0 ? 0 : (given > n_frames ? n_frames : (int)given);
+  if (threadIdx.x < 4) counts[threadIdx.x] = 0;
+  if (blockIdx.y == 0 && threadIdx.x == 0) {
+    lengths_out[b] = len;
+    if (given < 0 || given > n_frames) atomicAdd(&checks[0], 1);
+  }
+  __syncthreads();
+  const int t = n_frames < sample_frames ? n_frames : sample_frames;
+  const int f = blockIdx.y * kInputCheckFramesPerBlock + warp;
+  if (f < t && f < len) {
+    const T* row = lp + (int64_t)b * b_stride + (int64_t)f * t_stride;
+    float mn = INFINITY, sum = 0.0f, best = -INFINITY;
+    int arg = -1;  // -1: none yet (the first element is taken whatever its value)
+    for (int v = lane; v < V; v += 32) {
+      const float x = load_lp(row + v);
+      mn = fminf(mn, x);  // ignores NaN; a NaN row fails the sum test instead
+      sum += x;
+      const bool nan_x = x != x, nan_b = best != best;
+      if (arg < 0 || x > best || (nan_x && !nan_b)) {
+        best = x;
+        arg = v;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      mn = fminf(mn, __shfl_xor_sync(kFull, mn, off));
+      sum += __shfl_xor_sync(kFull, sum, off);
+      const float ob = __shfl_xor_sync(kFull, best, off);
+      const int oa = __shfl_xor_sync(kFull, arg, off);
+      // the first maximum: a NaN beats every number, equal values (or two NaNs) keep the lower column
+      const bool nan_s = best != best, nan_o = ob != ob;
+      const bool take = oa >= 0 && (arg < 0 || (nan_o && !nan_s) || (!nan_s && !nan_o && ob > best) ||
+                                    ((nan_s == nan_o) && (nan_s || ob == best) && oa < arg));
+      if (take) {
+        best = ob;
+        arg = oa;
+      }
+    }
+    if (lane == 0) {
+      atomicAdd(&counts[0], 1);
+      if (mn >= 0.0f && fabsf(sum - 1.0f) < 1e-2f) atomicAdd(&counts[1], 1);
+      if (arg == V - 1) atomicAdd(&counts[2], 1);
+      if (arg == 0) atomicAdd(&counts[3], 1);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < 4 && counts[threadIdx.x] != 0) atomicAdd(&checks[1 + threadIdx.x], counts[threadIdx.x]);
 }
 
 }  // namespace ctc
