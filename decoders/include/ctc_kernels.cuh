@@ -1525,8 +1525,16 @@ ctc_finalize_kernel(StateRefs states, int beam, int max_len, int page_size, int 
   __syncthreads();
   if (tid < nb) {
     const float sj = s_score[tid];
+    // a total order, so the ranks are distinct and every slot below min(nb, nbest) is written: score descending,
+    // NaN last (a NaN input's row; the Python layer raises on it, but its outputs must still be defined), ties
+    // and NaNs by beam index
+    const bool nan_j = sj != sj;
     int rank = 0;
-    for (int i = 0; i < nb; ++i) rank += s_score[i] > sj || (s_score[i] == sj && i < tid);
+    for (int i = 0; i < nb; ++i) {
+      const float si = s_score[i];
+      const bool nan_i = si != si;
+      rank += (nan_i == nan_j) ? (si > sj || ((si == sj || nan_i) && i < tid)) : nan_j;
+    }
     if (rank < nbest) {
       out_len[(int64_t)row * nbest + rank] = step == 0 ? 0 : w[L.len() + tid];
       out_scores[(int64_t)row * nbest + rank] = sj;
