@@ -51,6 +51,7 @@ shared memory) is an opt-in of the one-warp kernel. Reproduce the numbers with
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -325,13 +326,16 @@ def _host_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tens
     used = max((n for row in lens for n in row), default=0)
     tok = tokens[..., :used].tolist()
     out = [[tok[b][n][: lens[b][n]] for n in range(nbest)] for b in range(B)]
-    pool = (status & _STATUS_POOL_FULL) != 0
+    # the flag tensors from the Python ints: one tensor constructor each (this runs on the host after the sync, so
+    # every tensor op here is latency the caller waits for)
+    pool = torch.tensor([bool(c & _STATUS_POOL_FULL) for c in codes], dtype=torch.bool)
     if any(c & _STATUS_POOL_FULL for c in codes):
         lost = [b for b, c in enumerate(codes) if c & _STATUS_POOL_FULL and any(-1 in h for h in out[b])]
         if lost:
             raise RuntimeError(f"paged token storage ran out of pages (rows {lost[:8]}): a returned hypothesis "
                                f"lost tokens; raise CtcBeamSearchConfig.num_pages (None = never runs out)")
-    return CtcResult(tokens=out, scores=scores, lengths=lengths, hit_max_seq_len=(status & _STATUS_CAP_HIT) != 0,
+    return CtcResult(tokens=out, scores=scores, lengths=lengths,
+                     hit_max_seq_len=torch.tensor([bool(c & _STATUS_CAP_HIT) for c in codes], dtype=torch.bool),
                      page_pool_exhausted=pool)
 
 
@@ -371,6 +375,8 @@ def ctc_beam_search(
             *config.storage_args(max_seq_len))
     if not on_device:
         return _to_result(*ops.ctc_decode_offline(log_probs.contiguous(), lengths, *args))
+    if os.environ.get("BEAMDEC_CTC_API") == "unpacked":  # the form before 2026-12-06, for in-process A/B runs
+        return _beam_search_unpacked(ops, log_probs, lengths, args, config)
     # one op: the input checks (lengths range from the caller's int32 / int64 values, so a length past 2^31 cannot
     # wrap into range; the value counts of log_prob_value_stats), the decode and the n-best, in one int32 buffer
     given = lengths
@@ -382,6 +388,29 @@ def ctc_beam_search(
     if w[0]:  # the error path reads the lengths themselves
         raise ValueError(f"lengths must be in [0, T={T}], got {given.tolist()}")
     judge_log_prob_value_stats(w[1:5], V, config.blank_id, stacklevel=2)
+    return _host_result(tokens, tok_len, scores, status)
+
+
+def _beam_search_unpacked(ops, log_probs: torch.Tensor, lengths: torch.Tensor, args: tuple,
+                          config: CtcBeamSearchConfig) -> CtcResult:
+    """The CUDA public call as it was before 2026-12-06 (BEAMDEC_CTC_API=unpacked; kept for in-process A/B runs,
+    `eval.bench.ctc_bench --ab-env`): torch ops for the lengths range and the value counts around
+    ctc_decode_offline, the outputs concatenated by torch before the one copy. The same results and errors."""
+    B, T, V = log_probs.shape
+    given = lengths.to(torch.int64)
+    bad_len = ((given < 0) | (given > T)).any().view(1).to(torch.int64).to(log_probs.device)
+    lens32 = lengths.to(device=log_probs.device, dtype=torch.int32)
+    tokens, tok_len, scores, status = ops.ctc_decode_offline(log_probs.contiguous(), lens32, *args)
+    words = torch.cat([bad_len, log_prob_value_stats(log_probs, lens32)])
+    pad = torch.zeros(PACKED_HEADER_WORDS - words.numel(), dtype=torch.int32, device=words.device)
+    parts = [words, pad, tokens.reshape(-1), tok_len.reshape(-1), scores.reshape(-1).view(torch.int32),
+             status.reshape(-1)]
+    flat = torch.cat([p.to(torch.int32) for p in parts]).cpu()
+    checks, tokens, tok_len, scores, status = unpack_offline(flat, B, config.nbest, tokens.shape[2])
+    w = checks.tolist()
+    if w[0]:
+        raise ValueError(f"lengths must be in [0, T={T}], got {given.tolist()}")
+    judge_log_prob_value_stats(w[1:5], V, config.blank_id, stacklevel=3)
     return _host_result(tokens, tok_len, scores, status)
 
 

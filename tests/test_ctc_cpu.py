@@ -495,6 +495,23 @@ def test_packed_offline_op_equals_the_op_and_the_value_stats(ops, sample_frames,
         ops.ctc_decode_offline_packed(lp, lengths, *args, -1)
 
 
+def test_unpacked_call_form_equals_the_reference(ops):
+    """BEAMDEC_CTC_API=unpacked's body (the CUDA call's form before the packed op, kept for A/B runs) on CPU tensors
+    returns what ctc_beam_search returns, and judges the same checks (probabilities refused)."""
+    from decoders.ctc import _beam_search_unpacked
+
+    lp = random_log_probs(3, 20, 7, seed=4)
+    lengths = torch.tensor([20, 9, 0])
+    cfg = CtcBeamSearchConfig(beam_size=4, nbest=2, max_seq_len=20)
+    args = (4, 0, float(cfg.blank_skip_threshold), 2, 20, *cfg.storage_args(20))
+    got = _beam_search_unpacked(ops, lp, lengths, args, cfg)
+    ref = ctc_beam_search(lp, lengths, cfg)
+    assert got.tokens == ref.tokens and torch.equal(got.scores, ref.scores) and torch.equal(got.lengths, ref.lengths)
+    assert torch.equal(got.hit_max_seq_len, ref.hit_max_seq_len)
+    with pytest.raises(ValueError, match="look like probabilities"):
+        _beam_search_unpacked(ops, lp.exp(), lengths, args, cfg)
+
+
 def test_result_conversion_checks_the_status_words():
     """_host_result / _to_result: NaN or +inf inputs raise, lost paged tokens raise, good rows convert unchanged."""
     from decoders.ctc import _to_result

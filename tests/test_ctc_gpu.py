@@ -231,9 +231,13 @@ def test_gpu_warp_kernel_equals_block_kernel(ops, beam, monkeypatch):
         assert_results_match(warp, block)
 
 
-def test_gpu_input_checks_read_back_with_the_results(ops):
-    """The CUDA path checks lengths (on the GPU) and the log-prob values behind the decode and reads them back in
-    the results' one copy: the same one-line errors and warning as the CPU path, nothing returned."""
+@pytest.mark.parametrize("api", ["packed", "unpacked"])
+def test_gpu_input_checks_read_back_with_the_results(ops, api, monkeypatch):
+    """The CUDA path checks lengths (on the GPU) and the log-prob values on the device and reads them back in
+    the results' one copy: the same one-line errors and warning as the CPU path, nothing returned. Both forms of the
+    call: the packed op (default) and BEAMDEC_CTC_API=unpacked (torch ops around ctc_decode_offline)."""
+    if api == "unpacked":
+        monkeypatch.setenv("BEAMDEC_CTC_API", "unpacked")
     lp = random_log_probs(2, 40, 7, seed=1).cuda()
     cfg = CtcBeamSearchConfig(beam_size=3)
     for bad in ([41, 3], [-1, 3], [2**40, 3]):  # an int64 past 2^31 must not wrap into range
@@ -494,6 +498,28 @@ def test_gpu_corrupted_state_row_is_skipped_and_reported_at_finalize(ops, paged)
     good = CtcStreamState(tensor=st.tensor[[0, 2]].clone(), vocab_size=V)
     ref = ctc_beam_search(lp[[0, 2]].cpu(), torch.tensor([32, 32]), cfg)
     assert_results_match(dec.finalize(good), ref)
+
+
+@pytest.mark.parametrize("first,second", [("256", "1024"), ("1024", "256")])
+def test_gpu_state_check_forms_write_and_accept_the_same_checksums(ops, first, second, monkeypatch):
+    """The state check / seal kernels at 1024 threads (default) and 256 (BEAMDEC_CTC_CHECK_THREADS=256, the earlier
+    form) compute the same checksum: a row sealed by one form passes the other's check, the decode continues as if
+    one form had run throughout, and a flipped word is refused by both."""
+    V = 40
+    lp = random_log_probs(2, 48, V, seed=9).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=6, nbest=2, max_seq_len=2048, blank_skip_threshold=1.0)
+    dec = CtcStreamingDecoder(cfg)
+    st = dec.create_state(2, V, device="cuda")
+    for i, form in enumerate((first, second, first)):
+        monkeypatch.setenv("BEAMDEC_CTC_CHECK_THREADS", form)
+        dec.decode_chunk(lp[:, 16 * i:16 * (i + 1)], state=st)
+    monkeypatch.setenv("BEAMDEC_CTC_CHECK_THREADS", second)
+    assert_results_match(dec.finalize(st), ctc_beam_search(lp.cpu(), torch.tensor([48, 48]), cfg))
+    st.tensor[0, st.tensor.shape[1] - 1] ^= 1  # a token word: only the checksum can see it
+    for form in ("256", "1024"):
+        monkeypatch.setenv("BEAMDEC_CTC_CHECK_THREADS", form)
+        with pytest.raises(ValueError, match="row 0: .*checksum"):
+            dec.finalize(st)
 
 
 def test_gpu_state_stamp_refuses_cpu_state_and_same_state_twice(ops):

@@ -1454,29 +1454,36 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
 // ---------------------------------------------------------------------------------------------------
 // State integrity (ctc_common.cuh): one block per row. The checksum terms are summed by every thread (any
 // order: the sum is mod 2^64), the O(beam) field checks run on thread 0 meanwhile.
-// 1024 threads, 4 terms in flight per thread (2026-12-06): with 256 threads and one term at a time, the check and
-// the seal of one stream's row (beam 10, max_seq_len 2048: ~10k words) took 11.6 and 9.9 us of a 16-frame chunk's
-// 88 us on the H100 (torch.profiler, eval.bench.ctc_api_profile): each term is a dependent chain of 64-bit mixes.
+// kStateCheckThreads threads, 4 terms in flight per thread (2026-12-06; BEAMDEC_CTC_CHECK_THREADS=256 launches the
+// earlier form: 256 threads, one term at a time). The earlier form's check and seal of one stream's row (beam 10,
+// max_seq_len 2048: ~10k words) took 11.6 and 9.9 us of a 16-frame chunk's 88 us on the H100, 6.7 and 5.0 us with
+// 1024 threads (torch.profiler, eval.bench.ctc_api_profile): each term is a dependent chain of 64-bit mixes.
 constexpr int kStateCheckThreads = 1024;
 
+template <int NT, bool kUnroll>
 __device__ __forceinline__ unsigned long long block_row_checksum(const int32_t* w, int64_t words,
-                                                                 typename cub::BlockReduce<unsigned long long, kStateCheckThreads>::TempStorage& tmp) {
+                                                                 typename cub::BlockReduce<unsigned long long, NT>::TempStorage& tmp) {
   unsigned long long part = 0;
+  if constexpr (kUnroll) {
 #pragma unroll 4
-  for (int64_t i = threadIdx.x; i < words; i += kStateCheckThreads) part += checksum_term(i, w[i]);
+    for (int64_t i = threadIdx.x; i < words; i += NT) part += checksum_term(i, w[i]);
+  } else {
+    for (int64_t i = threadIdx.x; i < words; i += NT) part += checksum_term(i, w[i]);
+  }
   // valid in thread 0 only
-  return cub::BlockReduce<unsigned long long, kStateCheckThreads>(tmp).Sum(part) + checksum_seed(words);
+  return cub::BlockReduce<unsigned long long, NT>(tmp).Sum(part) + checksum_seed(words);
 }
 
 // err (rows, kStateErrorWords): 0 or the first refused field of each row (StateError). Reads only the
 // header before it knows beam-indexed reads are in range: the field checks read fixed offsets of a row
 // whose width the op already checked against the layout, so nothing here can go out of bounds.
-__global__ void __launch_bounds__(kStateCheckThreads)
+template <int NT>
+__global__ void __launch_bounds__(NT)
 ctc_state_check_kernel(StateRefs states, int64_t words, StateStamp want, int32_t* err) {
-  __shared__ typename cub::BlockReduce<unsigned long long, kStateCheckThreads>::TempStorage tmp;
+  __shared__ typename cub::BlockReduce<unsigned long long, NT>::TempStorage tmp;
   const int row = blockIdx.x;
   const int32_t* w = states.row(row);
-  const unsigned long long h = block_row_checksum(w, words, tmp);
+  const unsigned long long h = block_row_checksum<NT, NT == kStateCheckThreads>(w, words, tmp);
   if (threadIdx.x != 0) return;
   StateError e = validate_state_fields(w, want);
   const unsigned long long stored = stored_checksum(w);
@@ -1492,15 +1499,16 @@ ctc_state_check_kernel(StateRefs states, int64_t words, StateStamp want, int32_t
 
 // Re-seals each row the decode wrote (skipping rows refused by `err`, if given); with `stamp` it first
 // writes the stamp words of freshly zeroed rows (ctc_init_state).
-__global__ void __launch_bounds__(kStateCheckThreads)
+template <int NT>
+__global__ void __launch_bounds__(NT)
 ctc_state_seal_kernel(StateRefs states, int64_t words, const int32_t* err, int do_stamp, StateStamp stamp) {
-  __shared__ typename cub::BlockReduce<unsigned long long, kStateCheckThreads>::TempStorage tmp;
+  __shared__ typename cub::BlockReduce<unsigned long long, NT>::TempStorage tmp;
   const int row = blockIdx.x;
   if (err && err[(int64_t)row * kStateErrorWords] != 0) return;  // block-uniform
   int32_t* w = states.row(row);
   if (do_stamp && threadIdx.x == 0) stamp_row(w, stamp);
   __syncthreads();  // the stamp words are part of the sum
-  const unsigned long long h = block_row_checksum(w, words, tmp);
+  const unsigned long long h = block_row_checksum<NT, NT == kStateCheckThreads>(w, words, tmp);
   if (threadIdx.x == 0) {
     w[kHdrChecksumLo] = (int32_t)(uint32_t)(h & 0xFFFFFFFFull);
     w[kHdrChecksumHi] = (int32_t)(uint32_t)(h >> 32);
