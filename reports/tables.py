@@ -428,6 +428,29 @@ def run_mate_pairs(rows: Sequence[Any]) -> list[tuple[str, str]]:
     return out
 
 
+def ab_pairs_table(rows: Sequence[Any]) -> str:
+    """Markdown: the in-process A/B rows (a benchmark's `--ab-env` arm: params["ab_env"] set, label "<label> [ab
+    K=V ...]") beside the same run's row of <label> (the defaults), timed interleaved in one process: both RTFx and
+    default / A/B arm. Empty when the rows hold no A/B arm."""
+    rows = ok_rows(rows)
+    by_label = {(r.experiment, r.run, r.decoder): r for r in rows}
+    body = []
+    for r in rows:
+        env = (r.params or {}).get("ab_env")
+        suffix = f" [ab {env}]"
+        if not env or not r.decoder.endswith(suffix):
+            continue
+        base = by_label.get((r.experiment, r.run, r.decoder[: -len(suffix)]))
+        if base is None or base.boundary != r.boundary:
+            continue
+        ratio = (base.rtfx_decoder / r.rtfx_decoder) if base.rtfx_decoder and r.rtfx_decoder else None
+        body.append([base.decoder, r.boundary, env, _fmt_rtfx(base.rtfx_decoder), _fmt_rtfx(r.rtfx_decoder),
+                     "–" if ratio is None else f"{ratio:.2f}x"])
+    if not body:
+        return ""
+    return _table(["decoder", "boundary", "A/B arm", "defaults RTFx", "arm RTFx", "defaults / arm"], body, n_text=3)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The whole report
 # ---------------------------------------------------------------------------------------------------------
@@ -438,6 +461,9 @@ def markdown_report(rows: Sequence[Any], title: str = "Decoder comparison") -> s
     parts = [f"# {title}", "", results_table(rows), ""]
     for ours, theirs in run_mate_pairs(rows):
         parts += [f"## {ours} vs {theirs} (same run, same inputs)", "", side_by_side_table(rows, ours, theirs), ""]
+    ab = ab_pairs_table(rows)
+    if ab:
+        parts += ["## In-process A/B (the arm's switches vs the defaults, interleaved per repeat)", "", ab, ""]
     extra = unavailable_table(rows)
     if extra:
         parts += ["Not run:", "", extra, ""]

@@ -105,3 +105,17 @@ def test_ab_rows_are_ours_with_the_switches_in_label_and_params(tmp_path):
     (row,) = load_rows(run.close())
     assert row.decoder == "ctc_beam@cuda[kernel x] [ab BEAMDEC_CTC_ROUNDS=branch]" and row.decoder_name == "ctc_beam"
     assert row.params == {"B": 1, "ab_env": "BEAMDEC_CTC_ROUNDS=branch"} and row.boundary == "kernel"
+
+
+def test_interleaved_rotates_the_contenders_order_per_repeat():
+    """Each contender runs once per repeat, and across repeats in every position equally often (no contender always
+    runs right after the same other one)."""
+    from eval.bench.ctc_bench import interleaved, rotated
+
+    assert rotated(["a", "b", "c"], 0) == ["a", "b", "c"] and rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
+    assert rotated([], 3) == []
+    seen: list[str] = []
+    fns = {k: (lambda k=k: seen.append(k)) for k in ("a", "b", "c")}
+    watches = interleaved(fns, warmup=0, repeats=3, device="cpu")
+    assert seen == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert all(w.regions == 3 for w in watches.values())

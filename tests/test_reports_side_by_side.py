@@ -120,3 +120,23 @@ def test_cli_renders_side_by_side_for_run_mate_pairs(tmp_path, capsys):
     assert main([str(bench)]) == 0
     cap = capsys.readouterr()
     assert "## ctc_beam vs seed" in cap.out and "no wer_vs_rtfx.png" in cap.err
+
+
+def test_in_process_ab_rows_pair_with_the_defaults_row():
+    """ab_pairs_table: an `--ab-env` arm's row beside the same run's row of the base label (same boundary), the
+    ratio defaults / arm; rows without an arm, or whose base is missing, are not listed; the report carries it."""
+    from reports.tables import ab_pairs_table, markdown_report
+
+    env = "BEAMDEC_CTC_API=unpacked"
+    rows = [result_row("ctc_beam@cuda[api B=1]", rtfx=5000.0, device="cuda", no_wer=True),
+            result_row(f"ctc_beam@cuda[api B=1] [ab {env}]", rtfx=4000.0, device="cuda", no_wer=True,
+                       params={"ab_env": env}),
+            result_row(f"ctc_beam@cuda[api B=2] [ab {env}]", rtfx=1.0, device="cuda", no_wer=True,
+                       params={"ab_env": env}),  # no base row: not listed
+            result_row("ctc_beam@cuda[kernel B=1]", rtfx=9000.0, device="cuda", no_wer=True)]
+    table = ab_pairs_table(rows)
+    assert len(table.splitlines()) == 3
+    line = _line(table, "| ctc_beam@cuda[api B=1] |")
+    assert env in line[2] and line[3] == "5,000" and line[4] == "4,000" and line[5].startswith("1.25x")
+    assert ab_pairs_table(rows[:1] + rows[3:]) == ""
+    assert "In-process A/B" in markdown_report(rows)

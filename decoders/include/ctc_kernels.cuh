@@ -1454,10 +1454,14 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
 // ---------------------------------------------------------------------------------------------------
 // State integrity (ctc_common.cuh): one block per row. The checksum terms are summed by every thread (any
 // order: the sum is mod 2^64), the O(beam) field checks run on thread 0 meanwhile.
-// kStateCheckThreads threads, 4 terms in flight per thread (2026-12-06; BEAMDEC_CTC_CHECK_THREADS=256 launches the
-// earlier form: 256 threads, one term at a time). The earlier form's check and seal of one stream's row (beam 10,
-// max_seq_len 2048: ~10k words) took 11.6 and 9.9 us of a 16-frame chunk's 88 us on the H100, 6.7 and 5.0 us with
-// 1024 threads (torch.profiler, eval.bench.ctc_api_profile): each term is a dependent chain of 64-bit mixes.
+// Two forms (BEAMDEC_CTC_CHECK_THREADS): 256 threads, one checksum term at a time (the default), or =1024: 1024
+// threads, 4 terms in flight per thread. The kernels alone: the check and the seal of one stream's row (beam 10,
+// max_seq_len 2048: ~10k words) take 11.6 and 9.9 us of a 16-frame chunk's 88 us with 256 threads, 6.7 and 5.0 us
+// with 1024 (H100, torch.profiler, eval.bench.ctc_api_profile; each term is a dependent chain of 64-bit mixes). In
+// ctc_bench's interleaved A/B (2026-12-06, H100) 1024 was faster for 256 rows (0.065 vs 0.075 us per stream-frame)
+// and a 32-frame stream (8.3 vs 9.4 us per frame) but slower for one stream at 1,000 and 2,000 frames (10.9 vs 9.3,
+// 12.4 vs 9.6), with the contenders in a fixed order per repeat; so 256 stays the default until a rotated-order A/B
+// (reports/measurements/README.md, pending runs) settles it.
 constexpr int kStateCheckThreads = 1024;
 
 template <int NT, bool kUnroll>

@@ -125,18 +125,26 @@ def add_alt(run: BenchRun, watches: dict[str, Stopwatch], key: str, label: str, 
                  boundary=boundary, params={**params, "ab_env": tag}, warmup_batches=0)
 
 
+def rotated(keys: list[str], i: int) -> list[str]:
+    """The contenders' order in repeat i: rotated by one each repeat, so every contender runs in every position
+    (first, after each other one) equally often. A fixed order biased the host-bound streaming rows (2026-12-06: the
+    contender that always ran right after OASR, whose state grows with the stream, lost ~10 % at 2,000 frames)."""
+    r = i % len(keys) if keys else 0
+    return keys[r:] + keys[:r]
+
+
 def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: int,
                 device: str = "cuda") -> dict[str, Stopwatch]:
     """One Stopwatch per callable; warm-up calls untimed, then per repeat each callable once (A/B interleaved,
-    so clock drift and thermal state hit every contender alike)."""
+    so clock drift and thermal state hit every contender alike; the order rotated per repeat, `rotated`)."""
     for f in fns.values():
         for _ in range(warmup):
             f()
     watches = {k: Stopwatch(device) for k in fns}
-    for _ in range(repeats):
-        for k, f in fns.items():
+    for i in range(repeats):
+        for k in rotated(list(fns), i):
             with watches[k]:
-                f()
+                fns[k]()
     return watches
 
 
@@ -306,13 +314,13 @@ def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repea
                 fns["oasr_per_stream"] = lambda ost=ost: [od.decode_chunk(c, state=ost) for c in chunks]
             watches = {k: Stopwatch("cuda") for k in fns}
             for i in range(warmup + repeats):
-                for k, f in fns.items():
+                for k in rotated(list(fns), i):
                     restore["oasr" if k.startswith("oasr") else "ours"]()
                     if i < warmup:
-                        f()
+                        fns[k]()
                         continue
                     with watches[k]:
-                        f()
+                        fns[k]()
             frames = n * CHUNKS * CHUNK_FRAMES
             base = {"V": V, "beam": beam, "streams": n, "chunk_frames": CHUNK_FRAMES, "stream_len": length,
                     "max_seq_len": max_seq_len}
