@@ -112,6 +112,20 @@ at::Tensor state_errors(const at::Tensor& like, int64_t rows) {
 }
 }  // namespace
 
+// Decodes every frame of `lp` into `state`'s rows (zeroed: offline), lengths (rows,) int32 on the device.
+static void decode_fresh_rows(const at::Tensor& lp, const int32_t* lengths, at::Tensor& state, int64_t beam_size,
+                              int64_t blank_id, double blank_skip_threshold, int64_t max_seq_len, int64_t page_size,
+                              int64_t num_pages, cudaStream_t stream) {
+  at::Tensor ws = workspace(lp, (int)lp.size(0), beam_size, lp.size(2));
+  ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages);
+  d.lengths = lengths;
+  d.blank_skip_threshold = (float)blank_skip_threshold;
+  d.state = state.data_ptr<int32_t>();
+  d.state_row_words = state.size(1);
+  d.workspace = ws.data_ptr();
+  CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode");
+}
+
 static CtcOutputs finalize_rows(const at::Tensor& state, int64_t beam, int64_t nbest, int64_t max_len,
                                 int64_t page_size, int64_t num_pages) {
   const int64_t B = state.size(0);
@@ -149,15 +163,9 @@ CtcOutputs ctc_decode_offline_cuda(const at::Tensor& log_probs, const at::Tensor
   at::Tensor lp = log_probs.stride(2) == 1 ? log_probs : log_probs.contiguous();
   const int64_t words = ctc::state_words((int)beam_size, (int)max_seq_len, (int)page_size, (int)num_pages);
   at::Tensor state = at::zeros({B, words}, lp.options().dtype(at::kInt));
-  at::Tensor ws = workspace(lp, (int)B, beam_size, V);
   at::Tensor lens = lengths.contiguous();
-  ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages);
-  d.lengths = lens.data_ptr<int32_t>();
-  d.blank_skip_threshold = (float)blank_skip_threshold;
-  d.state = state.data_ptr<int32_t>();
-  d.state_row_words = words;
-  d.workspace = ws.data_ptr();
-  CTC_CUDA_OK(ctc::ctc_decode_frames(d, at::cuda::getCurrentCUDAStream()), "decode");
+  decode_fresh_rows(lp, lens.data_ptr<int32_t>(), state, beam_size, blank_id, blank_skip_threshold, max_seq_len,
+                    page_size, num_pages, at::cuda::getCurrentCUDAStream());
   return finalize_rows(state, beam_size, nbest, max_seq_len, page_size, num_pages);
 }
 
@@ -194,7 +202,6 @@ at::Tensor ctc_decode_offline_packed_cuda(const at::Tensor& log_probs, const at:
   const int64_t words = ctc::state_words((int)beam_size, (int)max_seq_len, (int)page_size, (int)num_pages);
   at::Tensor state = at::empty({B, words}, i32);
   at::Tensor lens32 = at::empty({B}, i32);
-  at::Tensor ws = workspace(lp, (int)B, beam_size, V);
   int32_t* out = packed.data_ptr<int32_t>();
   CTC_CUDA_OK(cudaMemsetAsync(out, 0, kPackedHeaderWords * sizeof(int32_t), stream), "packed (checks)");
   CTC_CUDA_OK(cudaMemsetAsync(out + kPackedHeaderWords, 0xFF, n_tok * sizeof(int32_t), stream), "packed (tokens)");
@@ -204,13 +211,8 @@ at::Tensor ctc_decode_offline_packed_cuda(const at::Tensor& log_probs, const at:
                                    lens32.data_ptr<int32_t>(), (int)std::min<int64_t>(sample_frames, 1 << 30), out,
                                    stream),
               "input checks");
-  ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages);
-  d.lengths = lens32.data_ptr<int32_t>();
-  d.blank_skip_threshold = (float)blank_skip_threshold;
-  d.state = state.data_ptr<int32_t>();
-  d.state_row_words = words;
-  d.workspace = ws.data_ptr();
-  CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode");
+  decode_fresh_rows(lp, lens32.data_ptr<int32_t>(), state, beam_size, blank_id, blank_skip_threshold, max_seq_len,
+                    page_size, num_pages, stream);
   int32_t* tok = out + kPackedHeaderWords;
   CTC_CUDA_OK(ctc::ctc_finalize_rows(state.data_ptr<int32_t>(), words, (int)B, (int)beam_size, (int)max_seq_len,
                                      (int)page_size, (int)num_pages, (int)nbest, tok, tok + n_tok,
