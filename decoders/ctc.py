@@ -298,7 +298,8 @@ def unpack_offline(packed: torch.Tensor, B: int, nbest: int, max_seq_len: int):
     if packed.numel() != packed_words(B, nbest, max_seq_len):
         raise RuntimeError(f"ctc_decode_offline_packed returned {packed.numel()} words, expected "
                            f"{packed_words(B, nbest, max_seq_len)}")
-    return (packed[:h], packed[h:h + n_tok].view(B, nbest, max_seq_len), packed[h + n_tok:h + n_tok + n_lb].view(B, nbest),
+    return (packed[:h], packed[h:h + n_tok].view(B, nbest, max_seq_len),
+            packed[h + n_tok:h + n_tok + n_lb].view(B, nbest),
             packed[h + n_tok + n_lb:h + n_tok + 2 * n_lb].view(torch.float32).view(B, nbest),
             packed[h + n_tok + 2 * n_lb:])
 

@@ -522,7 +522,8 @@ def test_result_conversion_checks_the_status_words():
     with pytest.raises(ValueError, match="NaN or \\+inf"):
         _to_result(tokens, lengths, scores, torch.tensor([1], dtype=torch.int32))
     with pytest.raises(RuntimeError, match="ran out of pages"):
-        _to_result(torch.tensor([[[3, -1, 0]]], dtype=torch.int32), lengths, scores, torch.tensor([4], dtype=torch.int32))
+        lost = torch.tensor([[[3, -1, 0]]], dtype=torch.int32)
+        _to_result(lost, lengths, scores, torch.tensor([4], dtype=torch.int32))
     res = _to_result(tokens, lengths, scores, torch.tensor([0], dtype=torch.int32))
     assert res.tokens == [[[3, 4]]] and float(res.scores[0, 0]) == -1.5
 

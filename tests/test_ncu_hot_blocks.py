@@ -3,7 +3,8 @@ import pytest
 
 from eval.bench.ncu_hot_blocks import hot_blocks, main, read_kernels
 
-HEADER = '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","# Samples","Instructions Executed"\n'
+HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+          '"# Samples","Instructions Executed"\n')
 
 
 def _csv(tmp_path, body_rows, kernels=1):
@@ -23,7 +24,8 @@ def test_blocks_are_runs_of_equal_counts_ranked_by_instructions(tmp_path):
     kernels = read_kernels(_csv(tmp_path, rows, kernels=2))
     assert [k for k, _ in kernels] == ["kern0", "kern1"] and len(kernels[0][1]) == 7
     blocks = hot_blocks(kernels[0][1])
-    assert [(b.start, b.length, b.count, b.instructions) for b in blocks] == [(2, 3, 100, 300), (0, 2, 1, 2), (5, 1, 1, 1)]
+    got = [(b.start, b.length, b.count, b.instructions) for b in blocks]
+    assert got == [(2, 3, 100, 300), (0, 2, 1, 2), (5, 1, 1, 1)]
     assert blocks[0].samples == 8 and blocks[0].ops["BRA"] == 1 and blocks[0].ops["ISETP"] == 1
 
 

@@ -40,7 +40,8 @@ def _cases(ops, CtcBeamSearchConfig, ctc_beam_search, CtcStreamingDecoder):
 
 def _timeline(prof, calls: int) -> str:
     """GPU busy vs the span from the first host op to the last kernel's end, per call (microseconds)."""
-    evs = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0]
+    evs = [e for e in prof.events()
+           if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0]
     host = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
     if not evs or not host:
         return "no CUDA events recorded"

@@ -79,7 +79,8 @@ def report(name: str, rows: list[dict[str, str]], per: float = 1.0, top: int = 1
     blocks = hot_blocks(rows)
     total = sum(b.instructions for b in blocks)
     samples = sum(b.samples for b in blocks)
-    lines = [f"{name}", f"warp instructions executed: {total:,} ({total / per:,.0f} per unit), stall samples: {samples:,}",
+    lines = [f"{name}",
+             f"warp instructions executed: {total:,} ({total / per:,.0f} per unit), stall samples: {samples:,}",
              "   start  len      count  instr/unit  share  cum   samples  opcodes"]
     cum = 0
     for b in blocks[:top]:
