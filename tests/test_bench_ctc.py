@@ -119,3 +119,18 @@ def test_interleaved_rotates_the_contenders_order_per_repeat():
     watches = interleaved(fns, warmup=0, repeats=3, device="cpu")
     assert seen == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert all(w.regions == 3 for w in watches.values())
+
+
+def test_api_profile_needs_a_gpu_and_says_so(capsys):
+    """eval.bench.ctc_api_profile is a GPU-host diagnostic: without CUDA it exits 2 with one line, nothing else."""
+    import torch
+
+    from eval.bench.ctc_api_profile import main
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("this machine has CUDA")
+    assert main([]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "needs a CUDA device" in err and "\n" not in err
