@@ -291,17 +291,21 @@ def packed_words(B: int, nbest: int, max_seq_len: int) -> int:
     return PACKED_HEADER_WORDS + B * nbest * max_seq_len + 2 * B * nbest + B
 
 
+def _split_outputs(flat: torch.Tensor, B: int, nbest: int, max_seq_len: int):
+    """Views of the four offline outputs laid end to end in one int32 tensor: (tokens, token lengths, scores,
+    status) -- the layout after ctc_decode_offline_packed's checks words."""
+    n_tok, n_lb = B * nbest * max_seq_len, B * nbest
+    return (flat[:n_tok].view(B, nbest, max_seq_len), flat[n_tok:n_tok + n_lb].view(B, nbest),
+            flat[n_tok + n_lb:n_tok + 2 * n_lb].view(torch.float32).view(B, nbest), flat[n_tok + 2 * n_lb:])
+
+
 def unpack_offline(packed: torch.Tensor, B: int, nbest: int, max_seq_len: int):
     """Views of a (host) ctc_decode_offline_packed buffer: (checks, tokens, token lengths, scores, status)."""
-    n_tok, n_lb = B * nbest * max_seq_len, B * nbest
-    h = PACKED_HEADER_WORDS
     if packed.numel() != packed_words(B, nbest, max_seq_len):
         raise RuntimeError(f"ctc_decode_offline_packed returned {packed.numel()} words, expected "
                            f"{packed_words(B, nbest, max_seq_len)}")
-    return (packed[:h], packed[h:h + n_tok].view(B, nbest, max_seq_len),
-            packed[h + n_tok:h + n_tok + n_lb].view(B, nbest),
-            packed[h + n_tok + n_lb:h + n_tok + 2 * n_lb].view(torch.float32).view(B, nbest),
-            packed[h + n_tok + 2 * n_lb:])
+    h = PACKED_HEADER_WORDS
+    return (packed[:h], *_split_outputs(packed[h:], B, nbest, max_seq_len))
 
 
 def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor) -> CtcResult:
@@ -311,8 +315,7 @@ def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor
         B, nbest, L = tokens.shape
         flat = torch.cat([tokens.reshape(-1), lengths.reshape(-1), scores.reshape(-1).view(torch.int32),
                           status.reshape(-1)]).cpu()
-        _, tokens, lengths, scores, status = unpack_offline(
-            torch.cat([torch.zeros(PACKED_HEADER_WORDS, dtype=torch.int32), flat]), B, nbest, L)
+        tokens, lengths, scores, status = _split_outputs(flat, B, nbest, L)
     return _host_result(tokens, lengths, scores, status)
 
 
@@ -363,7 +366,7 @@ def ctc_beam_search(
     if not config.blank_id < V:
         raise ValueError(f"blank_id={config.blank_id} is outside the vocabulary [0, V={V})")
     on_device = log_probs.is_cuda
-    # lengths are checked here unless both live on the GPU (then behind the decode, below)
+    # lengths are checked here unless both live on the GPU (then by the op's input-check kernel, below)
     deferred_lengths = on_device and lengths.is_cuda
     if not deferred_lengths and bool(((lengths < 0) | (lengths > T)).any()):
         raise ValueError(f"lengths must be in [0, T={T}], got {lengths.tolist()}")
@@ -384,12 +387,18 @@ def ctc_beam_search(
     if lengths.dtype not in (torch.int32, torch.int64):
         lengths = lengths.to(torch.int64)
     packed = ops.ctc_decode_offline_packed(log_probs, lengths.to(log_probs.device), *args, _VALUE_SAMPLE_FRAMES)
-    checks, tokens, tok_len, scores, status = unpack_offline(packed.cpu(), B, config.nbest, max_seq_len)
-    w = checks.tolist()
-    if w[0]:  # the error path reads the lengths themselves
+    checks, *outs = unpack_offline(packed.cpu(), B, config.nbest, max_seq_len)
+    return _judged_result(checks.tolist(), outs, given, T, V, config, stacklevel=3)
+
+
+def _judged_result(checks: list[int], outs: Sequence[torch.Tensor], given: torch.Tensor, T: int, V: int,
+                   config: CtcBeamSearchConfig, stacklevel: int) -> CtcResult:
+    """The CUDA call's host side after its one copy: the device-side checks judged ([lengths outside [0, T], then
+    the value counts]; raises / warns at the caller `stacklevel` frames up), then the outputs converted."""
+    if checks[0]:  # the error path reads the lengths themselves
         raise ValueError(f"lengths must be in [0, T={T}], got {given.tolist()}")
-    judge_log_prob_value_stats(w[1:5], V, config.blank_id, stacklevel=2)
-    return _host_result(tokens, tok_len, scores, status)
+    judge_log_prob_value_stats(checks[1:5], V, config.blank_id, stacklevel=stacklevel)
+    return _host_result(*outs)
 
 
 def _beam_search_unpacked(ops, log_probs: torch.Tensor, lengths: torch.Tensor, args: tuple,
@@ -403,16 +412,11 @@ def _beam_search_unpacked(ops, log_probs: torch.Tensor, lengths: torch.Tensor, a
     lens32 = lengths.to(device=log_probs.device, dtype=torch.int32)
     tokens, tok_len, scores, status = ops.ctc_decode_offline(log_probs.contiguous(), lens32, *args)
     words = torch.cat([bad_len, log_prob_value_stats(log_probs, lens32)])
-    pad = torch.zeros(PACKED_HEADER_WORDS - words.numel(), dtype=torch.int32, device=words.device)
-    parts = [words, pad, tokens.reshape(-1), tok_len.reshape(-1), scores.reshape(-1).view(torch.int32),
-             status.reshape(-1)]
+    parts = [words, tokens.reshape(-1), tok_len.reshape(-1), scores.reshape(-1).view(torch.int32), status.reshape(-1)]
     flat = torch.cat([p.to(torch.int32) for p in parts]).cpu()
-    checks, tokens, tok_len, scores, status = unpack_offline(flat, B, config.nbest, tokens.shape[2])
-    w = checks.tolist()
-    if w[0]:
-        raise ValueError(f"lengths must be in [0, T={T}], got {given.tolist()}")
-    judge_log_prob_value_stats(w[1:5], V, config.blank_id, stacklevel=3)
-    return _host_result(tokens, tok_len, scores, status)
+    n = words.numel()
+    outs = _split_outputs(flat[n:], B, config.nbest, tokens.shape[2])
+    return _judged_result(flat[:n].tolist(), outs, given, T, V, config, stacklevel=4)
 
 
 def default_num_pages(beam_size: int, max_seq_len: int, page_size: int) -> int:
