@@ -119,6 +119,11 @@ def test_interleaved_rotates_the_contenders_order_per_repeat():
     watches = interleaved(fns, warmup=0, repeats=3, device="cpu")
     assert seen == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert all(w.regions == 3 for w in watches.values())
+    # `before(key)` runs before every call of that key, warm-up included (the stream-length rows restore states)
+    seen.clear()
+    interleaved(fns, warmup=1, repeats=2, device="cpu", before=lambda k: seen.append("<" + k))
+    warm = ["<a", "a", "<b", "b", "<c", "c"]
+    assert seen == warm + ["<a", "a", "<b", "b", "<c", "c", "<b", "b", "<c", "c", "<a", "a"]
 
 
 def test_api_profile_needs_a_gpu_and_says_so(capsys):

@@ -133,16 +133,24 @@ def rotated(keys: list[str], i: int) -> list[str]:
     return keys[r:] + keys[:r]
 
 
-def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: int,
-                device: str = "cuda") -> dict[str, Stopwatch]:
+def interleaved(fns: dict[str, Callable[[], object]], warmup: int, repeats: int, device: str = "cuda",
+                before: Optional[Callable[[str], object]] = None) -> dict[str, Stopwatch]:
     """One Stopwatch per callable; warm-up calls untimed, then per repeat each callable once (A/B interleaved,
-    so clock drift and thermal state hit every contender alike; the order rotated per repeat, `rotated`)."""
-    for f in fns.values():
-        for _ in range(warmup):
-            f()
+    so clock drift and thermal state hit every contender alike; the order rotated per repeat, `rotated`).
+    `before(key)`, when given, runs untimed before every call of that callable (e.g. restoring a state)."""
+    def call(k: str) -> None:
+        if before is not None:
+            before(k)
+        fns[k]()
+
+    for i in range(warmup):
+        for k in rotated(list(fns), i):
+            call(k)
     watches = {k: Stopwatch(device) for k in fns}
     for i in range(repeats):
         for k in rotated(list(fns), i):
+            if before is not None:
+                before(k)
             with watches[k]:
                 fns[k]()
     return watches
@@ -312,36 +320,31 @@ def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repea
 
                 restore["oasr"] = oasr_restore
                 fns["oasr_per_stream"] = lambda ost=ost: [od.decode_chunk(c, state=ost) for c in chunks]
-            watches = {k: Stopwatch("cuda") for k in fns}
-            for i in range(warmup + repeats):
-                for k in rotated(list(fns), i):
-                    restore["oasr" if k.startswith("oasr") else "ours"]()
-                    if i < warmup:
-                        fns[k]()
-                        continue
-                    with watches[k]:
-                        fns[k]()
+            watches = interleaved(fns, warmup, repeats,
+                                  before=lambda k: restore["oasr" if k.startswith("oasr") else "ours"]())
             frames = n * CHUNKS * CHUNK_FRAMES
             base = {"V": V, "beam": beam, "streams": n, "chunk_frames": CHUNK_FRAMES, "stream_len": length,
                     "max_seq_len": max_seq_len}
             tag = f"V={V} beam={beam} streams={n} len={length}"
+            # each of our calls' mode and row label (an A/B arm's row is labelled after its default form's)
+            modes = {"per_stream": "per_stream", "rows": "batched_rows", "batched": "batched"}
+            label = {m: f"{OURS}@cuda[stream {tag}]" if m == "per_stream" else f"{OURS}@cuda[stream {m} {tag}]"
+                     for m in modes.values()}
             if n == 1:
-                add_pair(run, watches, {"ours": ("ours_per_stream", f"{OURS}@cuda[stream {tag}]"),
+                add_pair(run, watches, {"ours": ("ours_per_stream", label["per_stream"]),
                                         "theirs": ("oasr_per_stream", f"{THEIRS}@cuda[stream {tag}]")},
                          {**base, "mode": "per_stream"}, "api", n, frames, oasr_reason)
             else:
                 for key, mode in (("ours_rows", "batched_rows"), ("ours_batched", "batched")):
                     wall, cuda = per_call(watches[key])
-                    run.measured(decoder=f"{OURS}@cuda[stream {mode} {tag}]", decoder_name=OURS, device="cuda",
+                    run.measured(decoder=label[mode], decoder_name=OURS, device="cuda",
                                  dataset=DATASET, wer=WerStats(utterances=n), references=False,
                                  audio_seconds=frames * FRAME_SECONDS, decoder_seconds=wall,
                                  decoder_cuda_seconds=cuda, frames=frames, batch_size=n, boundary="api",
                                  params={**base, "mode": mode})
-            if ab_env:
-                for k in [k for k in watches if k.startswith("alt_")]:
-                    mode = {"per_stream": "per_stream", "rows": "batched_rows", "batched": "batched"}[k[4:]]
-                    label = f"{OURS}@cuda[stream {tag}]" if mode == "per_stream" else f"{OURS}@cuda[stream {mode} {tag}]"
-                    add_alt(run, watches, k, label, {**base, "mode": mode}, "api", n, frames, ab_env)
+            for k in [k for k in watches if k.startswith("alt_")]:
+                mode = modes[k[4:]]
+                add_alt(run, watches, k, label[mode], {**base, "mode": mode}, "api", n, frames, ab_env)
             run.checkpoint()
             print(f"stream length {tag}: " + ", ".join(
                 f"{k} {1e6 * w.cuda_seconds / w.regions / frames:.3f} us/stream-frame" for k, w in watches.items()),
