@@ -142,31 +142,26 @@ cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows,
   return cudaGetLastError();
 }
 
+namespace {
+template <typename T, typename L>
+void launch_input_check(dim3 grid, const void* log_probs, int64_t b_stride, int64_t t_stride, int T_, int V,
+                        const void* lengths, int32_t* lengths_out, int sample_frames, int32_t* checks,
+                        cudaStream_t stream) {
+  ctc_input_check_kernel<T, L><<<grid, kInputCheckThreads, 0, stream>>>(
+      static_cast<const T*>(log_probs), b_stride, t_stride, T_, V, static_cast<const L*>(lengths), lengths_out,
+      sample_frames, checks);
+}
+}  // namespace
+
 cudaError_t ctc_input_check(const void* log_probs, bool half, int64_t b_stride, int64_t t_stride, int rows, int T, int V,
                             const void* lengths, bool lengths64, int32_t* lengths_out, int sample_frames,
                             int32_t* checks, cudaStream_t stream) {
   if (rows < 1) return cudaSuccess;
   const int t = T < sample_frames ? T : sample_frames;
   const dim3 grid(rows, t > 0 ? (t + kInputCheckFramesPerBlock - 1) / kInputCheckFramesPerBlock : 1);
-  if (half) {
-    if (lengths64)
-      ctc_input_check_kernel<__half, int64_t><<<grid, kInputCheckThreads, 0, stream>>>(
-          static_cast<const __half*>(log_probs), b_stride, t_stride, T, V, static_cast<const int64_t*>(lengths),
-          lengths_out, sample_frames, checks);
-    else
-      ctc_input_check_kernel<__half, int32_t><<<grid, kInputCheckThreads, 0, stream>>>(
-          static_cast<const __half*>(log_probs), b_stride, t_stride, T, V, static_cast<const int32_t*>(lengths),
-          lengths_out, sample_frames, checks);
-  } else {
-    if (lengths64)
-      ctc_input_check_kernel<float, int64_t><<<grid, kInputCheckThreads, 0, stream>>>(
-          static_cast<const float*>(log_probs), b_stride, t_stride, T, V, static_cast<const int64_t*>(lengths),
-          lengths_out, sample_frames, checks);
-    else
-      ctc_input_check_kernel<float, int32_t><<<grid, kInputCheckThreads, 0, stream>>>(
-          static_cast<const float*>(log_probs), b_stride, t_stride, T, V, static_cast<const int32_t*>(lengths),
-          lengths_out, sample_frames, checks);
-  }
+  auto launch = half ? (lengths64 ? launch_input_check<__half, int64_t> : launch_input_check<__half, int32_t>)
+                     : (lengths64 ? launch_input_check<float, int64_t> : launch_input_check<float, int32_t>);
+  launch(grid, log_probs, b_stride, t_stride, T, V, lengths, lengths_out, sample_frames, checks, stream);
   return cudaGetLastError();
 }
 
