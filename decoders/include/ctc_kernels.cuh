@@ -893,18 +893,10 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
-// kRounds (BEAMDEC_CTC_ROUNDS): 0 the branch form, 1 the select form, 2 the lists form (each lane's top `beam`
-// heads merged into a list in shared memory before the rounds; see "rounds, lists form" below). 1 and 2 write
-// the same winner codes (kSelExt).
-template <typename T, bool kOptIn, int kRounds = 0>
+template <typename T, bool kOptIn, bool kSelect = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
-  constexpr bool kSelect = kRounds == 1, kSelCodes = kRounds >= 1;
   __shared__ WarpShared s;
-  // lists form: per lane (column) its heads in its own order, keys and winner codes, then a 0 key (the end); a
-  // lane reads two rows past its last winner, so beam + 2 <= 34 rows
-  __shared__ uint32_t l_key[kRounds == 2 ? 34 : 1][32];
-  __shared__ unsigned l_code[kRounds == 2 ? 34 : 1][32];
   const int row = blockIdx.x, lane = threadIdx.x;
   if (a.refused(row)) return;  // warp-uniform
   const int beam = a.beam, C = a.C, max_len = a.max_len, P = a.page_size, NP = a.num_pages;
@@ -1117,161 +1109,104 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       }
       return cnt;
     };
+    int oi = pop_ord();
+    uint32_t k_ord = 0u;
+    if (oi < cnt) {
+      const float sc = lps[oi] + A;
+      k_ord = sc == -INFINITY ? 0u : float_key(sc);
+    }
+    int oi2 = oi < cnt ? pop_ord() : cnt;  // the next one, its lp loaded a round ahead
+    float lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
+    const unsigned code_base = (unsigned)(beam + lane * C);
+    // my head: the best of my stay, last-char extension and next ordinary extension (ties: lowest slot code)
+    uint32_t bk = 0u;
+    unsigned bc = 0u;
+    int bt = 0;
+    auto head = [&]() {
+      bk = k_stay;
+      bc = (unsigned)lane;
+      bt = 0;
+      if (k_last > bk) {
+        bk = k_last;
+        bc = code_base + lastpos;
+        bt = 1;
+      }
+      if (k_ord > bk || (k_ord == bk && k_ord != 0u && bt == 1 && oi < lastpos)) {
+        bk = k_ord;
+        bc = code_base + oi;
+        bt = 2;
+      }
+    };
+    head();
     int nw = 0;
-    if constexpr (kRounds == 2) {
-      // Rounds, lists form. A lane wins at most `beam` times, so only its first `beam` heads in its own order
-      // (key, then stay before extensions, then list position: the order head() serves them in) can win. Each
-      // lane first writes them into its column of l_key / l_code, with no cross-lane step: its ordinary
-      // extensions pop in list (= score) order and its stay and last-char extension are placed among them by
-      // counting. A round is then the warp max, the tie vote and, on the winning lane only, its next entry,
-      // loaded a round ahead. Same winners in the same order as the two forms below.
-      const uint32_t ks = k_stay, kl = k_last;
-      const int n_ord = __popc(rem0) + __popc(rem1) + __popc(rem2);
-      const int jn = min(beam, (int)__reduce_max_sync(kFull, (unsigned)n_ord));  // warp-uniform trip count
-      int ps = kl > ks ? 1 : 0;                 // my entries before my stay
-      int pl = ks != 0u && ks >= kl ? 1 : 0;    // ... before my last-char extension
-      int n = (ks != 0u ? 1 : 0) + (kl != 0u ? 1 : 0);  // my entries
-      const unsigned ext = kSelExt | ((unsigned)lane << 8);
-      for (int j = 0; j < jn; ++j) {
-        const int o = pop_ord_sel(true);  // cnt once none is left
-        const float sc = (o < cnt ? lps[o] : 0.0f) + A;
-        const uint32_t ko = o < cnt && sc != -INFINITY ? float_key(sc) : 0u;
-        const int p = j + (ks != 0u && ks >= ko ? 1 : 0) + (kl > ko || (kl == ko && lastpos < o) ? 1 : 0);
-        if (ko != 0u && p < beam) {
-          l_key[p][lane] = ko;
-          l_code[p][lane] = ext | (unsigned)o;
-        }
-        ps += ko > ks ? 1 : 0;
-        pl += ko > kl || (ko == kl && o < lastpos) ? 1 : 0;
-        n += ko != 0u ? 1 : 0;
-      }
-      if (ks != 0u && ps < beam) {
-        l_key[ps][lane] = ks;
-        l_code[ps][lane] = (unsigned)lane;
-      }
-      if (kl != 0u && pl < beam) {
-        l_key[pl][lane] = kl;
-        l_code[pl][lane] = ext | (unsigned)lastpos;
-      }
-      l_key[min(n, beam)][lane] = 0u;  // the end
-      // each lane reads only its own column (no warp barrier needed before the rounds); the entry after the
-      // end is never used (a zero head never wins)
-      uint32_t bk = l_key[0][lane], nk = l_key[1][lane];
-      unsigned bc = l_code[0][lane], nc = l_code[1][lane];
-      int li = 0;
-      for (; nw < beam; ++nw) {
-        const uint32_t m = __reduce_max_sync(kFull, bk);
-        if (m == 0u) break;
-        const bool at = bk == m;
-        const unsigned tie = __ballot_sync(kFull, at), tie_stay = __ballot_sync(kFull, at && !(bc & kSelExt));
-        if (lane == __ffs(tie_stay ? tie_stay : tie) - 1) {
-          s.win[nw] = (int)bc;
-          bk = nk;
-          bc = nc;
-          ++li;
-          nk = l_key[li + 1][lane];
-          nc = l_code[li + 1][lane];
-        }
-      }
-    } else {
-      int oi = pop_ord();
-      uint32_t k_ord = 0u;
-      if (oi < cnt) {
-        const float sc = lps[oi] + A;
-        k_ord = sc == -INFINITY ? 0u : float_key(sc);
-      }
-      int oi2 = oi < cnt ? pop_ord() : cnt;  // the next one, its lp loaded a round ahead
-      float lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
-      const unsigned code_base = (unsigned)(beam + lane * C);
-      // my head: the best of my stay, last-char extension and next ordinary extension (ties: lowest slot code)
-      uint32_t bk = 0u;
-      unsigned bc = 0u;
-      int bt = 0;
-      auto head = [&]() {
-        bk = k_stay;
-        bc = (unsigned)lane;
-        bt = 0;
-        if (k_last > bk) {
-          bk = k_last;
-          bc = code_base + lastpos;
-          bt = 1;
-        }
-        if (k_ord > bk || (k_ord == bk && k_ord != 0u && bt == 1 && oi < lastpos)) {
-          bk = k_ord;
-          bc = code_base + oi;
-          bt = 2;
-        }
+    if constexpr (kSelect) {
+      // Rounds, select form. The branch form below makes the winner's update a divergent branch on the
+      // round's critical path (reduce -> vote -> winner's update -> reduce). Here the head is chosen with
+      // selects, the key of each lane's ordinary extension after the next one is kept a round ahead (k_ord2),
+      // so the winner's new head is a few selects after the vote, and the refill that replaces a consumed
+      // k_ord2 (pop, shared load, key) runs after the next round's reduce is issued, overlapping it.
+      auto key_of = [&](int i) -> uint32_t {
+        const float sc = (i < cnt ? lps[i] : 0.0f) + A;
+        return i < cnt && sc != -INFINITY ? float_key(sc) : 0u;
       };
-      head();
-      if constexpr (kSelect) {
-        // Rounds, select form. The branch form below makes the winner's update a divergent branch on the
-        // round's critical path (reduce -> vote -> winner's update -> reduce). Here the head is chosen with
-        // selects, the key of each lane's ordinary extension after the next one is kept a round ahead (k_ord2),
-        // so the winner's new head is a few selects after the vote, and the refill that replaces a consumed
-        // k_ord2 (pop, shared load, key) runs after the next round's reduce is issued, overlapping it.
-        auto key_of = [&](int i) -> uint32_t {
-          const float sc = (i < cnt ? lps[i] : 0.0f) + A;
-          return i < cnt && sc != -INFINITY ? float_key(sc) : 0u;
-        };
-        auto head_sel = [&]() {
-          const bool l = k_last > k_stay;
-          const uint32_t k = l ? k_last : k_stay;
-          const int t = l ? 1 : 0;
-          const bool o = k_ord > k || (k_ord == k && k_ord != 0u && t == 1 && oi < lastpos);
-          bk = o ? k_ord : k;
-          // s.win only carries the code to step 5 (ties are decided by lane and head type, never by code), so the
-          // select form writes the winner's source and list position directly (kSelExt: an extension)
-          const unsigned ext = kSelExt | ((unsigned)lane << 8);
-          bc = o ? ext | (unsigned)oi : (l ? ext | (unsigned)lastpos : (unsigned)lane);
-          bt = o ? 2 : t;
-        };
-        head_sel();  // the same head as head() above, with the select form's codes
-        uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
-        bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
-        for (; nw < beam; ++nw) {
-          const uint32_t m = __reduce_max_sync(kFull, bk);
-          {  // last round's refill, independent of m
-            const int o2 = oi < cnt ? pop_ord_sel(pend) : cnt;
-            const uint32_t k2 = key_of(o2);
-            oi2 = pend ? o2 : oi2;
-            k_ord2 = pend ? k2 : k_ord2;
-          }
-          if (m == 0u) break;
-          const unsigned tie = __ballot_sync(kFull, bk == m), tie_stay = __ballot_sync(kFull, bk == m && bt == 0);
-          const bool won = lane == __ffs(tie_stay ? tie_stay : tie) - 1;
-          if (won) s.win[nw] = (int)bc;
-          pend = won && bt == 2;
-          k_stay = won && bt == 0 ? 0u : k_stay;
-          k_last = won && bt == 1 ? 0u : k_last;
-          oi = pend ? oi2 : oi;
-          k_ord = pend ? k_ord2 : k_ord;
-          head_sel();
-        }
-      } else
+      auto head_sel = [&]() {
+        const bool l = k_last > k_stay;
+        const uint32_t k = l ? k_last : k_stay;
+        const int t = l ? 1 : 0;
+        const bool o = k_ord > k || (k_ord == k && k_ord != 0u && t == 1 && oi < lastpos);
+        bk = o ? k_ord : k;
+        // s.win only carries the code to step 5 (ties are decided by lane and head type, never by code), so the
+        // select form writes the winner's source and list position directly (kSelExt: an extension)
+        const unsigned ext = kSelExt | ((unsigned)lane << 8);
+        bc = o ? ext | (unsigned)oi : (l ? ext | (unsigned)lastpos : (unsigned)lane);
+        bt = o ? 2 : t;
+      };
+      head_sel();  // the same head as head() above, with the select form's codes
+      uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
+      bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
       for (; nw < beam; ++nw) {
         const uint32_t m = __reduce_max_sync(kFull, bk);
-        if (m == 0u) break;
-        // the lowest slot code among the heads at the maximum: stays (codes < beam) before extensions, then the
-        // lower beam (a lane offers one head; extension codes are beam + lane * C + position)
-        const unsigned tie = __ballot_sync(kFull, bk == m), tie_stay = __ballot_sync(kFull, bk == m && bt == 0);
-        if (lane == __ffs(tie_stay ? tie_stay : tie) - 1) {
-          s.win[nw] = (int)bc;
-          if (bt == 0) {
-            k_stay = 0u;
-          } else if (bt == 1) {
-            k_last = 0u;
-          } else {
-            oi = oi2;
-            k_ord = 0u;
-            if (oi < cnt) {
-              const float sc = lp2 + A;
-              k_ord = sc == -INFINITY ? 0u : float_key(sc);
-            }
-            oi2 = oi < cnt ? pop_ord() : cnt;
-            lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
-          }
-          head();
+        {  // last round's refill, independent of m
+          const int o2 = oi < cnt ? pop_ord_sel(pend) : cnt;
+          const uint32_t k2 = key_of(o2);
+          oi2 = pend ? o2 : oi2;
+          k_ord2 = pend ? k2 : k_ord2;
         }
+        if (m == 0u) break;
+        const unsigned tie = __ballot_sync(kFull, bk == m), tie_stay = __ballot_sync(kFull, bk == m && bt == 0);
+        const bool won = lane == __ffs(tie_stay ? tie_stay : tie) - 1;
+        if (won) s.win[nw] = (int)bc;
+        pend = won && bt == 2;
+        k_stay = won && bt == 0 ? 0u : k_stay;
+        k_last = won && bt == 1 ? 0u : k_last;
+        oi = pend ? oi2 : oi;
+        k_ord = pend ? k_ord2 : k_ord;
+        head_sel();
+      }
+    } else
+    for (; nw < beam; ++nw) {
+      const uint32_t m = __reduce_max_sync(kFull, bk);
+      if (m == 0u) break;
+      // the lowest slot code among the heads at the maximum: stays (codes < beam) before extensions, then the
+      // lower beam (a lane offers one head; extension codes are beam + lane * C + position)
+      const unsigned tie = __ballot_sync(kFull, bk == m), tie_stay = __ballot_sync(kFull, bk == m && bt == 0);
+      if (lane == __ffs(tie_stay ? tie_stay : tie) - 1) {
+        s.win[nw] = (int)bc;
+        if (bt == 0) {
+          k_stay = 0u;
+        } else if (bt == 1) {
+          k_last = 0u;
+        } else {
+          oi = oi2;
+          k_ord = 0u;
+          if (oi < cnt) {
+            const float sc = lp2 + A;
+            k_ord = sc == -INFINITY ? 0u : float_key(sc);
+          }
+          oi2 = oi < cnt ? pop_ord() : cnt;
+          lp2 = oi2 < cnt ? lps[oi2] : 0.0f;
+        }
+        head();
       }
     }
     __syncwarp();
@@ -1282,7 +1217,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     float lpv = 0.0f;
     if (is_w) {
       const int code = s.win[lane];
-      if constexpr (kSelCodes) {  // extension codes are kSelExt | source << 8 | list position: no division
+      if constexpr (kSelect) {  // extension codes are kSelExt | source << 8 | list position: no division
         if (code & kSelExt) {
           src = (code >> 8) & 0xFF;
           const int i = code & 0xFF;
