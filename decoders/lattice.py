@@ -32,9 +32,11 @@ CUDA (decoders/include/wfst_lattice_kernels.cuh): the same forward pass on the d
 same backward output-beam prune on the device (one block per lane, frames backwards, epsilon arcs level by level);
 only the kept tokens and arcs are copied to the host, where they get the CPU reference's canonical numbering, so both
 backends return identical lattices (CPU tensors). Capacities (per-frame tokens, per-step arcs, the
-token and arc arenas: `lattice_capacities`) are sized from the config; an utterance that hits one is flagged
-(`overflow`, wfst_defs.h bits) and re-decoded with `rescue_factor` x larger capacities up to `max_rescues` times, as
-the 1-best path does. BEAMDEC_WFST_LATTICE_BACKEND=cpu makes a CUDA decoder use the CPU reference instead.
+token and arc arenas: `lattice_capacities`) are sized from the config and, for the arenas, from the per-step use the
+decoder has measured; an utterance that hits one is flagged (`overflow`, wfst_defs.h bits) and re-decoded up to
+`max_rescues` times (`rescue_plan`: `rescue_factor` x larger search capacities after a search overflow, as the 1-best
+path does; after an overflow of the batch's shared arenas only, larger arenas with the same search capacities).
+BEAMDEC_WFST_LATTICE_BACKEND=cpu makes a CUDA decoder use the CPU reference instead.
 """
 from __future__ import annotations
 
@@ -570,21 +572,75 @@ def count_state_maps(stats: dict, lats: "WfstLattices") -> None:
         stats[key] = stats.get(key, 0) + 1
 
 
-def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1) -> dict:
-    """GPU lattice capacities: the 1-best search's per-lane frontier / per-step candidates, and arenas sized by the
-    decoded steps (tokens: up to 1024 per step, arcs: up to 2048; the embedded TLGs keep ~50 arcs per step before
-    the prune, measured). `factor` scales everything (the rescue)."""
+def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: int = 1,
+                       per_step: Optional[tuple[int, int]] = None) -> dict:
+    """GPU lattice capacities: the 1-best search's per-lane frontier / per-step candidates (times `factor`, the
+    rescue of a search overflow), and the token and arc arenas, shared by the batch, sized by the decoded steps times
+    `per_step` = (tokens, arcs) per step (at most the frontier / candidates per step; default: the config's
+    lattice_tokens_per_step / lattice_arcs_per_step, else 1024 / 2048, times `factor`)."""
     from decoders.wfst import gpu_capacities
 
     caps = gpu_capacities(cfg, batch, frames, total_steps)
     F = min(caps["frontier_capacity"] * factor, 2**27)
     C = min(caps["candidate_capacity"] * factor, 2**29)
+    if per_step is None:
+        per_step = ((cfg.lattice_tokens_per_step or 1024) * factor, (cfg.lattice_arcs_per_step or 2048) * factor)
+    steps = max(total_steps, 1)
     return {
         "frontier_capacity": F,
         "candidate_capacity": C,
-        "token_capacity": int(min(max(total_steps, 1) * min(F, 1024 * factor), 2**31 - 1)),
-        "arc_capacity": int(min(max(total_steps, 1) * min(C, 2048 * factor), 2**30)),
+        "token_capacity": int(min(steps * min(F, per_step[0]), 2**31 - 1)),
+        "arc_capacity": int(min(steps * min(C, per_step[1]), 2**30)),
     }
+
+
+ARENA_MARGIN = 1.25  # arenas sized from a measured per-step use get this much room
+
+
+def arena_use(header: torch.Tensor, steps: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per utterance, the tokens and arcs per decoded step its forward pass put in the arenas (header columns 3 and
+    2: the counts before the output-beam prune; steps = length + 1); NaN where the arena overflowed (bit 4), whose
+    counts stop at the overflow and say nothing of the need."""
+    from decoders.wfst import OVERFLOW_ARENA
+
+    tok, arc = [], []
+    for (ov, _, n_arc, n_tok), st in zip(header.tolist(), steps.tolist()):
+        ok = not (int(ov) & OVERFLOW_ARENA)
+        tok.append(n_tok / max(st, 1) if ok else math.nan)
+        arc.append(n_arc / max(st, 1) if ok else math.nan)
+    return tok, arc
+
+
+def rescue_plan(overflow: Sequence[int], use: tuple[list[float], list[float]], lanes: list[tuple[int, tuple, int]],
+                rescue_factor: int) -> dict:
+    """The next rescue of the lattice path: `lanes[b]` = (search factor, arena (tokens, arcs) per step, epsilon
+    passes) that utterance b last ran with, updated in place for the flagged ones and grouped by those settings
+    ({settings: [utterances]}, one op call per group). A search capacity hit (frontier, candidates, hash, epsilon:
+    any bit but the arena's) multiplies the search capacities and the arenas by `rescue_factor` and doubles the
+    epsilon passes, as before; an arena hit alone, which only says the batch's shared arenas ran out, keeps the
+    search capacities and sizes the arenas per step from the densest utterance of `use` that did not overflow
+    (ARENA_MARGIN x), at least doubling them (x rescue_factor when no utterance measured one)."""
+    from decoders.wfst import OVERFLOW_ARENA
+
+    def densest(vals: list[float]) -> float:
+        known = [v for v in vals if not math.isnan(v)]
+        return max(known) if known else math.nan
+
+    d_tok, d_arc = densest(use[0]), densest(use[1])
+    groups: dict = {}
+    for b, ov in enumerate(overflow):
+        if not ov:
+            continue
+        fac, (pt, pa), eps = lanes[b]
+        if ov & ~OVERFLOW_ARENA:
+            lanes[b] = (fac * rescue_factor, (pt * rescue_factor, pa * rescue_factor), eps * 2)
+        elif math.isnan(d_tok):
+            lanes[b] = (fac, (pt * rescue_factor, pa * rescue_factor), eps)
+        else:
+            lanes[b] = (fac, (max(2 * pt, math.ceil(ARENA_MARGIN * d_tok)),
+                              max(2 * pa, math.ceil(ARENA_MARGIN * d_arc))), eps)
+        groups.setdefault(lanes[b], []).append(b)
+    return groups
 
 
 def _take(lats: WfstLattices, pieces: list[tuple["WfstLattices", int]]) -> WfstLattices:
@@ -640,8 +696,9 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
 
     maps: list[str] = []  # run() appends the state map of each op call
 
-    def run(lp_, lengths_, keys_, values_, cfg_, factor) -> WfstLattices:
-        caps = lattice_capacities(cfg_, lp_.shape[0], lp_.shape[1], int(lengths_.sum()) + int(lengths_.numel()), factor) \
+    def run(lp_, lengths_, keys_, values_, cfg_, factor, per_step) -> WfstLattices:
+        caps = lattice_capacities(cfg_, lp_.shape[0], lp_.shape[1], int(lengths_.sum()) + int(lengths_.numel()), factor,
+                                  per_step) \
             if on_gpu else {"frontier_capacity": 1, "candidate_capacity": 1, "token_capacity": 1, "arc_capacity": 1}
         out = _ops().wfst_lattice(
             lp_, lengths_, g["row_splits"], g["eps_begin"], g["final_begin"], g["dest"], g["ilabel"], g["aux_splits"],
@@ -656,23 +713,49 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
                                                                 graph.num_states) else "dense")
         return WfstLattices(graph, *out, decoder._blank_id, oov)
 
-    lats = run(lp, lengths, keys, values, cfg, 1)
+    # the arenas' size per decoded step: the config's (or 1024 / 2048 tokens / arcs), raised to ARENA_MARGIN x the
+    # densest batch mean this decoder has measured (grow-only, per decoder: a workload denser than the defaults pays
+    # one rescue, on its first batch)
+    seen = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))
+    per_step = (max(cfg.lattice_tokens_per_step or 1024, math.ceil(ARENA_MARGIN * seen[0])),
+                max(cfg.lattice_arcs_per_step or 2048, math.ceil(ARENA_MARGIN * seen[1])))
+
+    def learn(lats_: WfstLattices, lengths_: torch.Tensor) -> tuple[list[float], list[float]]:
+        steps = lengths_.cpu().to(torch.int64) + 1
+        use = arena_use(lats_.header, steps)
+        ok = [i for i, v in enumerate(use[0]) if not math.isnan(v)]
+        if ok:
+            n = float(steps[ok].sum())
+            mean = (sum(use[0][i] * int(steps[i]) for i in ok) / n, sum(use[1][i] * int(steps[i]) for i in ok) / n)
+            old = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))
+            decoder._lattice_arena_seen = (max(old[0], mean[0]), max(old[1], mean[1]))
+        return use
+
+    lats = run(lp, lengths, keys, values, cfg, 1, per_step if on_gpu else None)
     timer.mark("op + WfstLattices")
-    if on_gpu:  # rescue: re-decode utterances whose lattice hit a capacity, with rescue_factor x larger ones
-        cfg_r, factor = cfg, 1
+    if on_gpu:  # rescue: re-decode utterances whose lattice hit a capacity (rescue_plan says with what)
+        use = learn(lats, lengths)
+        lanes = [(1, per_step, cfg.eps_iterations)] * B
         for _ in range(cfg.max_rescues):
-            flagged = [i for i, o in enumerate(lats.overflow) if o]
-            if not flagged:
+            groups = rescue_plan(lats.overflow, use, lanes, cfg.rescue_factor)
+            if not groups:
                 break
-            factor *= cfg.rescue_factor
-            idx = torch.tensor(flagged)
-            cfg_r = replace(cfg_r, eps_iterations=cfg_r.eps_iterations * 2)
-            sub = run(lp.index_select(0, idx.to(lp.device)).contiguous(), lengths.index_select(0, idx),
-                      keys.index_select(0, idx) if keys.shape[1] else keys[: len(flagged)],
-                      values.index_select(0, idx) if values.shape[1] else values[: len(flagged)], cfg_r, factor)
-            where = {b: k for k, b in enumerate(flagged)}
-            lats = _take(lats, [(sub, where[b]) if b in where else (lats, b) for b in range(B)])
+            where, use_next = {}, (list(use[0]), list(use[1]))  # the rescued lanes' measures replace theirs
+            for (fac, ps, eps), members in groups.items():
+                idx = torch.tensor(members)
+                sub_len = lengths.index_select(0, idx)
+                sub = run(lp.index_select(0, idx.to(lp.device)).contiguous(), sub_len,
+                          keys.index_select(0, idx) if keys.shape[1] else keys[: len(members)],
+                          values.index_select(0, idx) if values.shape[1] else values[: len(members)],
+                          replace(cfg, eps_iterations=eps), fac, ps)
+                sub_use = learn(sub, sub_len)
+                for k, b in enumerate(members):
+                    where[b] = (sub, k)
+                    use_next[0][b], use_next[1][b] = sub_use[0][k], sub_use[1][k]
+            lats = _take(lats, [where[b] if b in where else (lats, b) for b in range(B)])
             lats.oov_boost_words = oov  # the sub-batch carried the whole batch's list
-            timer.mark(f"rescue of {len(flagged)} (factor {factor})")
+            use = use_next
+            timer.mark("rescue of " + " + ".join(f"{len(m)} (factor {f}, arena {ps[0]} / {ps[1]} per step)"
+                                                 for (f, ps, _), m in groups.items()))
     lats.state_maps = maps
     return lats

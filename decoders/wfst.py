@@ -124,6 +124,11 @@ class WfstDecoderConfig:
     arena_capacity: Optional[int] = None  # word links for the batch (default ~512 per decoded step)
     words_capacity: Optional[int] = None  # words per utterance (default T + 16)
     eps_iterations: int = 8  # epsilon-closure passes per frame (TLG)
+    # Lattice mode (CUDA): the token and arc arenas, shared by the batch, are sized per decoded step. None: 1024
+    # tokens / 2048 arcs to start with; either way the decoder raises them to 1.25x the densest per-step use it has
+    # seen (decoders/lattice.py lattice_capacities), so a workload that needs more pays one rescue, not one per call.
+    lattice_tokens_per_step: Optional[int] = None
+    lattice_arcs_per_step: Optional[int] = None
     rescue_factor: int = 8
     max_rescues: int = 2
     check_finite: bool = True  # reject NaN/+inf inside the valid frames (-inf, log 0, is valid)
@@ -156,10 +161,11 @@ class WfstDecoderConfig:
             raise ValueError(f"blank_id must be a column index >= 0 or None, got {self.blank_id!r}")
         if self.eps_iterations < 1:
             raise ValueError(f"eps_iterations must be >= 1, got {self.eps_iterations}")
-        for name in ("frontier_capacity", "arena_capacity", "words_capacity"):
+        for name in ("frontier_capacity", "arena_capacity", "words_capacity", "lattice_tokens_per_step",
+                     "lattice_arcs_per_step"):
             v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {v}")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
         if self.candidate_factor < 1 or self.rescue_factor < 2 or self.max_rescues < 0:
             raise ValueError("candidate_factor must be >= 1, rescue_factor >= 2, max_rescues >= 0")
 

@@ -577,3 +577,55 @@ def test_batched_best_equals_the_python_path_rules(shape, multiword):
                 ref = lats._path_hypothesis(lats._utt(i), lats.best_path(i), float(lats.scores[i]))
                 assert fast[i] == ref, (gi, blank, i)
                 assert len(fast[i].word_end_frames) == len(fast[i].words)
+
+
+def test_lattice_arena_settings_and_capacities():
+    """lattice_tokens_per_step / lattice_arcs_per_step: integers >= 1 or None (one-line errors otherwise); the
+    arenas are the decoded steps times the per-step sizes, at most the frontier / candidates per step, scaled by
+    the rescue factor only when no per-step size is given."""
+    from decoders.lattice import lattice_capacities
+
+    for bad in (0, -3, 2.5, True, "8"):
+        with pytest.raises(ValueError, match="lattice_arcs_per_step must be an integer >= 1 or None"):
+            WfstDecoderConfig(lattice_arcs_per_step=bad)
+    with pytest.raises(ValueError, match="lattice_tokens_per_step"):
+        WfstDecoderConfig(lattice_tokens_per_step=0)
+    cfg = WfstDecoderConfig(max_active=1000)  # frontier 4096, candidates 8192
+    c = lattice_capacities(cfg, 2, 50, 100)
+    assert (c["token_capacity"], c["arc_capacity"]) == (100 * 1024, 100 * 2048)
+    c8 = lattice_capacities(cfg, 2, 50, 100, factor=8)
+    assert (c8["token_capacity"], c8["arc_capacity"]) == (100 * 8192, 100 * 16384)  # 1024 / 2048 x 8
+    c = lattice_capacities(WfstDecoderConfig(max_active=1000, lattice_tokens_per_step=7, lattice_arcs_per_step=9),
+                           2, 50, 100)
+    assert (c["token_capacity"], c["arc_capacity"]) == (700, 900)
+    c = lattice_capacities(cfg, 2, 50, 100, factor=1, per_step=(5000, 3000))
+    assert (c["token_capacity"], c["arc_capacity"]) == (100 * 4096, 100 * 3000)  # tokens capped by the frontier
+
+
+def test_rescue_plan_grows_what_overflowed():
+    """The lattice rescue's plan (decoders/lattice.py rescue_plan): a search overflow (frontier 8, candidates 1,
+    hash 2, epsilon 16, with or without the arena bit) scales the search capacities and the arenas by the rescue
+    factor and doubles the epsilon passes; an arena overflow alone keeps the search capacities and sizes the arenas
+    from the densest measured utterance (x1.25, at least doubled; x the factor when none was measured); utterances
+    with the same new settings form one group; nothing flagged, no group."""
+    from decoders.lattice import arena_use, rescue_plan
+
+    steps = torch.tensor([11, 21, 5, 9, 3])
+    # header: [overflow, flags, arcs before the prune, tokens before]
+    header = torch.tensor([[0, 3, 440, 110], [4, 3, 50, 20], [8, 3, 10, 5], [4 | 8, 3, 7, 7], [0, 3, 3000, 300]])
+    use = arena_use(header, steps)
+    assert use[0][0] == 10.0 and use[1][0] == 40.0 and use[1][4] == 1000.0 and use[0][4] == 100.0
+    assert math.isnan(use[0][1]) and math.isnan(use[1][3]) and use[1][2] == 2.0
+    lanes = [(1, (1024, 2048), 8)] * 5
+    groups = rescue_plan([int(x) for x in header[:, 0]], use, lanes, 8)
+    assert lanes[0] == lanes[4] == (1, (1024, 2048), 8)  # not flagged: unchanged
+    assert lanes[1] == (1, (2048, 4096), 8)  # arena only: the densest (100 / 1000 per step) x 1.25 < doubling
+    assert lanes[2] == lanes[3] == (8, (8192, 16384), 16)
+    assert groups == {(1, (2048, 4096), 8): [1], (8, (8192, 16384), 16): [2, 3]}
+    lanes = [(1, (4, 6), 8)] * 5
+    rescue_plan([0, 4, 0, 0, 0], use, lanes, 8)
+    assert lanes[1] == (1, (125, 1250), 8)  # ceil(1.25 x 100), ceil(1.25 x 1000)
+    nothing = ([math.nan] * 2, [math.nan] * 2)
+    lanes = [(1, (4, 6), 8)] * 2
+    assert rescue_plan([4, 4], nothing, lanes, 8) == {(1, (32, 48), 8): [0, 1]}
+    assert rescue_plan([0, 0], use, lanes, 8) == {}

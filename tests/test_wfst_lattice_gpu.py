@@ -243,6 +243,34 @@ def test_gpu_capacity_overflow_is_flagged_and_rescued():
     assert any(o & (1 | 8) for o in raw.overflow)  # candidates / frontier bits, reported when not rescued
 
 
+def test_gpu_arena_overflow_rescued_with_larger_arenas_then_learned(monkeypatch, capfd):
+    """Arenas of 1 token and 1 arc per decoded step: the batch's shared arenas overflow (the arena bit alone, the
+    search capacities are ample), the rescue re-decodes those utterances with larger arenas only (rescue_plan) and
+    the lattices equal the CPU's; the decoder keeps the per-step use it measured, so its next call on the same batch
+    sizes the arenas from it and needs no rescue."""
+    rng = np.random.default_rng(9)
+    g = acyclic_eps_graph(rng, num_states=80, num_tokens=29, num_words=20, finals="all")
+    lp = random_log_probs(rng, 4, 25, g.num_tokens, peaky=0.5)
+    lengths = torch.tensor([25, 24, 3, 0])
+    base = dict(search_beam=30.0, output_beam=4.0, lattice_tokens_per_step=1, lattice_arcs_per_step=1)
+    cpu = WfstDecoder(g, WfstDecoderConfig(**base), "cpu").decode_lattice(lp, lengths)
+    raw = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=0), "cuda").decode_lattice(lp.cuda(), lengths)
+    assert any(raw.overflow) and all(o in (0, 4) for o in raw.overflow), raw.overflow
+    dec = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=4), "cuda")
+    monkeypatch.setenv("BEAMDEC_LATTICE_TIMING", "1")
+    capfd.readouterr()
+    first = dec.decode_lattice(lp.cuda(), lengths)
+    err = capfd.readouterr().err
+    assert "rescue of" in err and "factor 1, arena" in err, err
+    assert all(o == 0 for o in first.overflow), first.overflow
+    assert_same_lattices(first, cpu)
+    again = dec.decode_lattice(lp.cuda(), lengths)
+    err = capfd.readouterr().err
+    assert "rescue of" not in err, err
+    assert all(o == 0 for o in again.overflow) and dec._lattice_arena_seen[1] > 1.0
+    assert_same_lattices(again, cpu)
+
+
 def test_gpu_empty_lattices_and_cpu_backend_switch(monkeypatch):
     rng = np.random.default_rng(10)
     g = random_graph(rng, num_states=20, num_tokens=5, finals="none")

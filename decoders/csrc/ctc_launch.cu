@@ -166,11 +166,11 @@ cudaError_t ctc_input_check(const void* log_probs, bool half, int64_t b_stride, 
 }
 
 namespace {
-// BEAMDEC_CTC_CHECK_THREADS=1024: the state check / seal kernels 1024 threads wide (kStateCheckThreads); unset or
-// 256: 256 threads, one checksum term at a time (ctc_kernels.cuh says why that is the default). Same checksums.
+// BEAMDEC_CTC_CHECK_THREADS=256: the state check / seal kernels 256 threads wide, one checksum term at a time;
+// unset or 1024: 1024 threads (kStateCheckThreads; ctc_kernels.cuh says why that is the default). Same checksums.
 bool narrow_state_check() {
   const char* e = std::getenv("BEAMDEC_CTC_CHECK_THREADS");
-  return !(e && e[0] == '1' && e[1] == '0' && e[2] == '2' && e[3] == '4' && e[4] == '\0');
+  return e && e[0] == '2' && e[1] == '5' && e[2] == '6' && e[3] == '\0';
 }
 
 bool make_refs(StateRefs& refs, int32_t* state, int64_t row_words, int32_t* const* stream_states, int rows) {

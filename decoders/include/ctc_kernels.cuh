@@ -1454,14 +1454,15 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
 // ---------------------------------------------------------------------------------------------------
 // State integrity (ctc_common.cuh): one block per row. The checksum terms are summed by every thread (any
 // order: the sum is mod 2^64), the O(beam) field checks run on thread 0 meanwhile.
-// Two forms (BEAMDEC_CTC_CHECK_THREADS): 256 threads, one checksum term at a time (the default), or =1024: 1024
-// threads, 4 terms in flight per thread. The kernels alone: the check and the seal of one stream's row (beam 10,
-// max_seq_len 2048: ~10k words) take 11.6 and 9.9 us of a 16-frame chunk's 88 us with 256 threads, 6.7 and 5.0 us
-// with 1024 (H100, torch.profiler, eval.bench.ctc_api_profile; each term is a dependent chain of 64-bit mixes). In
-// ctc_bench's interleaved A/B (2026-12-06, H100) 1024 was faster for 256 rows (0.065 vs 0.075 us per stream-frame)
-// and a 32-frame stream (8.3 vs 9.4 us per frame) but slower for one stream at 1,000 and 2,000 frames (10.9 vs 9.3,
-// 12.4 vs 9.6), with the contenders in a fixed order per repeat; so 256 stays the default until a rotated-order A/B
-// (reports/measurements/README.md, pending runs) settles it.
+// Two forms (BEAMDEC_CTC_CHECK_THREADS): 1024 threads with 4 terms in flight per thread (the default since
+// 2026-12-06), or =256: 256 threads, one checksum term at a time. The kernels alone: the check and the seal of one
+// stream's row (beam 10, max_seq_len 2048: ~10k words) take 11.6 and 9.9 us of a 16-frame chunk's 88 us with 256
+// threads, 6.7 and 5.0 us with 1024 (H100, torch.profiler, eval.bench.ctc_api_profile; each term is a dependent
+// chain of 64-bit mixes). ctc_bench's interleaved A/B with the contenders' order rotated per repeat (H100, 20
+// repeats, reports/measurements/h100_2026-12-06/ctc_s16/): one stream 7.66 / 8.10 / 8.72 us per frame at 32 /
+// 1,000 / 2,000 frames with 1024 vs 7.83 / 8.91 / 9.39 with 256 (2-9 %); 256 streams 0-4 % slower with 1024 (rows
+// 0.064-0.065 us per stream-frame either way). The one-stream latency is the open goal, so 1024. (An earlier A/B
+// with a fixed order had 1024 slower at 1,000-2,000 frames: it always ran right after OASR.)
 constexpr int kStateCheckThreads = 1024;
 
 template <int NT, bool kUnroll>
