@@ -619,7 +619,8 @@ def rescue_plan(overflow: Sequence[int], use: tuple[list[float], list[float]], l
     any bit but the arena's) multiplies the search capacities and the arenas by `rescue_factor` and doubles the
     epsilon passes, as before; an arena hit alone, which only says the batch's shared arenas ran out, keeps the
     search capacities and sizes the arenas per step from the densest utterance of `use` that did not overflow
-    (ARENA_MARGIN x), at least doubling them (x rescue_factor when no utterance measured one)."""
+    (ARENA_MARGIN x), at least doubling them (x rescue_factor when no measured utterance was denser than the arenas
+    it ran with: then the measured ones say nothing of the flagged ones)."""
     from decoders.wfst import OVERFLOW_ARENA
 
     def densest(vals: list[float]) -> float:
@@ -627,6 +628,14 @@ def rescue_plan(overflow: Sequence[int], use: tuple[list[float], list[float]], l
         return max(known) if known else math.nan
 
     d_tok, d_arc = densest(use[0]), densest(use[1])
+
+    def grown(prev: int, dense: float) -> int:
+        # a measured utterance denser than the arenas were: its density (with the margin), at least doubled; none
+        # (or none denser: the measured ones are not like the flagged ones, e.g. short ones): x rescue_factor
+        if math.isnan(dense) or dense <= prev:
+            return prev * rescue_factor
+        return max(2 * prev, math.ceil(ARENA_MARGIN * dense))
+
     groups: dict = {}
     for b, ov in enumerate(overflow):
         if not ov:
@@ -634,11 +643,8 @@ def rescue_plan(overflow: Sequence[int], use: tuple[list[float], list[float]], l
         fac, (pt, pa), eps = lanes[b]
         if ov & ~OVERFLOW_ARENA:
             lanes[b] = (fac * rescue_factor, (pt * rescue_factor, pa * rescue_factor), eps * 2)
-        elif math.isnan(d_tok):
-            lanes[b] = (fac, (pt * rescue_factor, pa * rescue_factor), eps)
         else:
-            lanes[b] = (fac, (max(2 * pt, math.ceil(ARENA_MARGIN * d_tok)),
-                              max(2 * pa, math.ceil(ARENA_MARGIN * d_arc))), eps)
+            lanes[b] = (fac, (grown(pt, d_tok), grown(pa, d_arc)), eps)
         groups.setdefault(lanes[b], []).append(b)
     return groups
 

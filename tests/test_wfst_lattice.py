@@ -606,7 +606,8 @@ def test_rescue_plan_grows_what_overflowed():
     """The lattice rescue's plan (decoders/lattice.py rescue_plan): a search overflow (frontier 8, candidates 1,
     hash 2, epsilon 16, with or without the arena bit) scales the search capacities and the arenas by the rescue
     factor and doubles the epsilon passes; an arena overflow alone keeps the search capacities and sizes the arenas
-    from the densest measured utterance (x1.25, at least doubled; x the factor when none was measured); utterances
+    from the densest measured utterance (x1.25, at least doubled; x the factor when none measured denser than the
+    arenas were); utterances
     with the same new settings form one group; nothing flagged, no group."""
     from decoders.lattice import arena_use, rescue_plan
 
@@ -619,12 +620,15 @@ def test_rescue_plan_grows_what_overflowed():
     lanes = [(1, (1024, 2048), 8)] * 5
     groups = rescue_plan([int(x) for x in header[:, 0]], use, lanes, 8)
     assert lanes[0] == lanes[4] == (1, (1024, 2048), 8)  # not flagged: unchanged
-    assert lanes[1] == (1, (2048, 4096), 8)  # arena only: the densest (100 / 1000 per step) x 1.25 < doubling
+    assert lanes[1] == (1, (8192, 16384), 8)  # arena only: none measured denser than 1024 / 2048 -> x8, same search
     assert lanes[2] == lanes[3] == (8, (8192, 16384), 16)
-    assert groups == {(1, (2048, 4096), 8): [1], (8, (8192, 16384), 16): [2, 3]}
+    assert groups == {(1, (8192, 16384), 8): [1], (8, (8192, 16384), 16): [2, 3]}
     lanes = [(1, (4, 6), 8)] * 5
     rescue_plan([0, 4, 0, 0, 0], use, lanes, 8)
     assert lanes[1] == (1, (125, 1250), 8)  # ceil(1.25 x 100), ceil(1.25 x 1000)
+    lanes = [(1, (100, 900), 8)] * 5
+    rescue_plan([0, 4, 0, 0, 0], use, lanes, 8)
+    assert lanes[1] == (1, (800, 1800), 8)  # tokens: nothing measured denser than 100 -> x8; arcs: 1,000 > 900
     nothing = ([math.nan] * 2, [math.nan] * 2)
     lanes = [(1, (4, 6), 8)] * 2
     assert rescue_plan([4, 4], nothing, lanes, 8) == {(1, (32, 48), 8): [0, 1]}

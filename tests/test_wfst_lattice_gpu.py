@@ -256,7 +256,7 @@ def test_gpu_arena_overflow_rescued_with_larger_arenas_then_learned(monkeypatch,
     cpu = WfstDecoder(g, WfstDecoderConfig(**base), "cpu").decode_lattice(lp, lengths)
     raw = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=0), "cuda").decode_lattice(lp.cuda(), lengths)
     assert any(raw.overflow) and all(o in (0, 4) for o in raw.overflow), raw.overflow
-    dec = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=4), "cuda")
+    dec = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=6), "cuda")
     monkeypatch.setenv("BEAMDEC_LATTICE_TIMING", "1")
     capfd.readouterr()
     first = dec.decode_lattice(lp.cuda(), lengths)
