@@ -633,3 +633,37 @@ def test_rescue_plan_grows_what_overflowed():
     lanes = [(1, (4, 6), 8)] * 2
     assert rescue_plan([4, 4], nothing, lanes, 8) == {(1, (32, 48), 8): [0, 1]}
     assert rescue_plan([0, 0], use, lanes, 8) == {}
+
+
+def test_take_splices_utterances_from_several_batches():
+    """_take (the rescue's splice) equals taking each utterance's rows one by one, for pieces from three sources in
+    any order, repeated utterances, empty utterances and a single source."""
+    from decoders.lattice import WfstLattices, _take
+
+    def synth(B, seed):
+        g = np.random.default_rng(seed)
+        na, ns = g.integers(0, 6, B), g.integers(0, 5, B)
+        asp = torch.tensor(np.concatenate([[0], np.cumsum(na)]), dtype=torch.int64)
+        ssp = torch.tensor(np.concatenate([[0], np.cumsum(ns)]), dtype=torch.int64)
+        A, S = int(asp[-1]), int(ssp[-1])
+        return WfstLattices(None, torch.randn(B), torch.randint(0, 9, (B, 4)), ssp,
+                            torch.randint(0, 99, (S, 2), dtype=torch.int32), torch.randn(S, 2), asp,
+                            torch.randint(0, 99, (A, 3), dtype=torch.int32), torch.randn(A), None,
+                            [[f"w{seed}_{b}"] for b in range(B)])
+
+    srcs = [synth(9, 1), synth(4, 2), synth(3, 3)]
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        n = int(rng.integers(1, 12))
+        pieces = [(srcs[int(k)], int(rng.integers(0, len(srcs[int(k)])))) for k in rng.integers(0, 3 if trial else 1, n)]
+        got = _take(srcs[0], pieces)
+        assert torch.equal(got.scores, torch.stack([l.scores[j] for l, j in pieces]))
+        assert torch.equal(got.header, torch.stack([l.header[j] for l, j in pieces]))
+        for split, names in (("state_splits", ("states", "state_scores")), ("arc_splits", ("arcs", "arc_scores"))):
+            want_counts = [int(getattr(l, split)[j + 1] - getattr(l, split)[j]) for l, j in pieces]
+            assert getattr(got, split).tolist() == np.concatenate([[0], np.cumsum(want_counts)]).tolist()
+            for name in names:
+                want = torch.cat([getattr(l, name)[int(getattr(l, split)[j]):int(getattr(l, split)[j + 1])]
+                                  for l, j in pieces])
+                assert torch.equal(getattr(got, name), want), (trial, name)
+        assert got.oov_boost_words == [l.oov_boost_words[j] for l, j in pieces]
