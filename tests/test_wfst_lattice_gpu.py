@@ -228,13 +228,17 @@ def test_gpu_lattices_equal_cpu_on_long_inputs_and_wide_beams(shape):
         assert gpu.arcs.shape[0] > 0
 
 
+def _overflow_case():
+    """A graph with epsilon arcs and every state final, 4 utterances of 25, 24, 3 and 0 frames (the capacity tests)."""
+    rng = np.random.default_rng(9)
+    g = acyclic_eps_graph(rng, num_states=80, num_tokens=29, num_words=20, finals="all")
+    return g, random_log_probs(rng, 4, 25, g.num_tokens, peaky=0.5), torch.tensor([25, 24, 3, 0])
+
+
 def test_gpu_capacity_overflow_is_flagged_and_rescued():
     """Tiny capacities (frontier 8 states, 16 arcs per step): the first pass overflows, the rescue (x8, x64)
     re-decodes those utterances and the result equals the CPU lattice; without rescues the bits are reported."""
-    rng = np.random.default_rng(9)
-    g = acyclic_eps_graph(rng, num_states=80, num_tokens=29, num_words=20, finals="all")
-    lp = random_log_probs(rng, 4, 25, g.num_tokens, peaky=0.5)
-    lengths = torch.tensor([25, 24, 3, 0])
+    g, lp, lengths = _overflow_case()
     base = dict(search_beam=30.0, output_beam=4.0, frontier_capacity=8, candidate_factor=2)
     cpu = WfstDecoder(g, WfstDecoderConfig(**base), "cpu").decode_lattice(lp, lengths)
     gpu = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=2), "cuda").decode_lattice(lp.cuda(), lengths)
@@ -248,10 +252,7 @@ def test_gpu_arena_overflow_rescued_with_larger_arenas_then_learned(monkeypatch,
     search capacities are ample), the rescue re-decodes those utterances with larger arenas only (rescue_plan) and
     the lattices equal the CPU's; the decoder keeps the per-step use it measured, so its next call on the same batch
     sizes the arenas from it and needs no rescue."""
-    rng = np.random.default_rng(9)
-    g = acyclic_eps_graph(rng, num_states=80, num_tokens=29, num_words=20, finals="all")
-    lp = random_log_probs(rng, 4, 25, g.num_tokens, peaky=0.5)
-    lengths = torch.tensor([25, 24, 3, 0])
+    g, lp, lengths = _overflow_case()
     base = dict(search_beam=30.0, output_beam=4.0, lattice_tokens_per_step=1, lattice_arcs_per_step=1)
     cpu = WfstDecoder(g, WfstDecoderConfig(**base), "cpu").decode_lattice(lp, lengths)
     raw = WfstDecoder(g, WfstDecoderConfig(**base, max_rescues=0), "cuda").decode_lattice(lp.cuda(), lengths)
