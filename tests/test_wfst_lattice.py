@@ -667,3 +667,30 @@ def test_take_splices_utterances_from_several_batches():
                                   for l, j in pieces])
                 assert torch.equal(getattr(got, name), want), (trial, name)
         assert got.oov_boost_words == [l.oov_boost_words[j] for l, j in pieces]
+
+
+def test_group_by_lane_is_a_stable_counting_sort():
+    """wfst_lattice_group_by_lane (the CUDA lattice op's grouping of kept tokens and arcs by utterance with
+    BEAMDEC_LATTICE_GROUP=device; the same torch ops on any device): the tokens by lane in their kept order, each
+    token's rank within its lane, the arcs by their source's lane in kept order, and the lanes' begin offsets; empty
+    lanes, no tokens, no arcs; bad lanes or sources are one-line errors."""
+    from decoders.wfst import _ops
+
+    op = _ops().wfst_lattice_group_by_lane
+    rng = np.random.default_rng(3)
+    for K, M, B in ((0, 0, 3), (1, 0, 1), (7, 12, 4), (500, 1300, 37), (64, 0, 200)):
+        lane = rng.integers(0, B, K).astype(np.int32)
+        src = rng.integers(0, max(K, 1), M) if K else np.zeros(0, dtype=np.int64)
+        tok_order, tok_begin, local, arc_order, arc_begin = op(torch.from_numpy(lane), torch.from_numpy(src), B)
+        want_order = np.argsort(lane, kind="stable")
+        assert tok_order.tolist() == want_order.tolist()
+        assert tok_begin.tolist() == [0] + np.cumsum(np.bincount(lane, minlength=B)).tolist()
+        for p in range(K):
+            assert local[p] == sum(1 for q in range(p) if lane[q] == lane[p])
+        arc_lane = lane[src] if M else np.zeros(0, dtype=np.int32)
+        assert arc_order.tolist() == np.argsort(arc_lane, kind="stable").tolist()
+        assert arc_begin.tolist() == [0] + np.cumsum(np.bincount(arc_lane, minlength=B)).tolist()
+    with pytest.raises(RuntimeError, match="lanes must be in"):
+        op(torch.tensor([0, 3], dtype=torch.int32), torch.zeros(0, dtype=torch.int64), 3)
+    with pytest.raises(RuntimeError, match="arc sources must be in"):
+        op(torch.tensor([0, 1], dtype=torch.int32), torch.tensor([2]), 3)

@@ -272,6 +272,33 @@ def test_gpu_arena_overflow_rescued_with_larger_arenas_then_learned(monkeypatch,
     assert_same_lattices(again, cpu)
 
 
+def test_gpu_device_grouping_equals_host_grouping(monkeypatch):
+    """BEAMDEC_LATTICE_GROUP=device (the kept tokens and arcs grouped by utterance with a stable sort on the device,
+    opt-in) gives the same lattices as the host loop (the default) and the CPU reference: utterances of different
+    lengths, an empty one, epsilon arcs, a capacity rescue in between."""
+    g, lp, lengths = _overflow_case()
+    base = dict(search_beam=30.0, output_beam=4.0, frontier_capacity=8, candidate_factor=2, max_rescues=2)
+    cpu = WfstDecoder(g, WfstDecoderConfig(**base), "cpu").decode_lattice(lp, lengths)
+    monkeypatch.delenv("BEAMDEC_LATTICE_GROUP", raising=False)
+    host = WfstDecoder(g, WfstDecoderConfig(**base), "cuda").decode_lattice(lp.cuda(), lengths)
+    monkeypatch.setenv("BEAMDEC_LATTICE_GROUP", "device")
+    dev = WfstDecoder(g, WfstDecoderConfig(**base), "cuda").decode_lattice(lp.cuda(), lengths)
+    for name in ("scores", "header", "state_splits", "states", "state_scores", "arc_splits", "arcs", "arc_scores"):
+        assert torch.equal(getattr(dev, name), getattr(host, name)), name
+    assert_same_lattices(dev, cpu)
+    rng = np.random.default_rng(31)
+    big = random_graph(rng, num_states=400, num_tokens=17)
+    lp2 = random_log_probs(rng, 9, 30, 17)
+    lens2 = torch.tensor([30, 1, 0, 17, 30, 29, 5, 30, 12])
+    cfg = WfstDecoderConfig(search_beam=8.0, output_beam=5.0)
+    monkeypatch.delenv("BEAMDEC_LATTICE_GROUP")
+    a = WfstDecoder(big, cfg, "cuda").decode_lattice(lp2.cuda(), lens2)
+    monkeypatch.setenv("BEAMDEC_LATTICE_GROUP", "device")
+    b = WfstDecoder(big, cfg, "cuda").decode_lattice(lp2.cuda(), lens2)
+    assert torch.equal(a.arcs, b.arcs) and torch.equal(a.states, b.states) and torch.equal(a.arc_scores, b.arc_scores)
+    assert_same_lattices(b, WfstDecoder(big, cfg, "cpu").decode_lattice(lp2, lens2))
+
+
 def test_gpu_empty_lattices_and_cpu_backend_switch(monkeypatch):
     rng = np.random.default_rng(10)
     g = random_graph(rng, num_states=20, num_tokens=5, finals="none")

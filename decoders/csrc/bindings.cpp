@@ -9,6 +9,7 @@
 #endif
 #ifdef BEAMDEC_WITH_WFST
 #include "wfst_ops.h"
+#include "wfst_lattice_host.h"
 #include "wfst_lattice_ops.h"
 #endif
 
@@ -77,6 +78,9 @@ TORCH_LIBRARY(beamdec, m) {
   m.def("wfst_lattice_map_slots(int batch, int frontier_capacity, int num_states) -> int",
         &beamdec::wfst_lattice_map_slots_op);
   m.def("wfst_lattice_persistent_batch() -> int", &beamdec::wfst_lattice_persistent_batch_op);
+  // the CUDA lattice op's grouping of kept tokens / arcs by utterance (wfst_lattice_host.h), exposed for its tests
+  m.def("wfst_lattice_group_by_lane(Tensor tok_lane, Tensor arc_src, int batch) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+        &beamdec::lattice::wfst_lattice_group_by_lane_op);
   m.def(
       "wfst_lattice_best(Tensor state_splits, Tensor states, Tensor state_scores, Tensor arc_splits, Tensor arcs, "
       "Tensor arc_scores, Tensor ilabel, Tensor aux_splits, Tensor aux_words, int blank_id) "

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "wfst_defs.h"
@@ -131,7 +132,21 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   at::Tensor h_pos = n_tok > 0 ? at::stack({ends(0), ends(1)}, 1).cpu()
                                : at::full({kept_arcs.size(0), 2}, -1, at::TensorOptions().dtype(at::kInt));
   // kept tokens, by arena id: [id, lane, frame, graph state, eps level, forward bits, ordered backward]
-  at::Tensor h_tok = at::stack({tidx.to(at::kInt), tok_lane.index_select(0, tidx), tok_frame.index_select(0, tidx),
+  const at::Tensor klane = tok_lane.index_select(0, tidx);
+  // BEAMDEC_LATTICE_GROUP=device (opt-in, written 2026-12-06 without a GPU run: the default stays the host loop
+  // below until the gpu tests and a timing have run): the grouping by utterance as a stable sort on the device
+  // (wfst_lattice_host.h group_by_lane; the host loop took ~53 ms of a bench batch-200 call on one thread)
+  const char* group_env = std::getenv("BEAMDEC_LATTICE_GROUP");
+  const bool device_group = group_env != nullptr && std::strcmp(group_env, "device") == 0;
+  std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> groups;
+  if (device_group) {
+    const at::Tensor src = n_tok > 0 ? ends(0).clamp(0, std::max<int64_t>(tidx.size(0) - 1, 0))
+                                     : at::zeros({kept_arcs.size(0)}, on(at::kLong));
+    const auto g = lattice::group_by_lane(klane, tidx.size(0) > 0 ? src : src.narrow(0, 0, 0), B);
+    groups = {std::get<0>(g).cpu(), std::get<1>(g).cpu(), std::get<2>(g).cpu(), std::get<3>(g).cpu(),
+              std::get<4>(g).cpu()};
+  }
+  at::Tensor h_tok = at::stack({tidx.to(at::kInt), klane, tok_frame.index_select(0, tidx),
                                 kstate, levels.index_select(0, kstate), tok_score.index_select(0, tidx).view(at::kInt),
                                 bwd.index_select(0, tidx)},
                                1)
@@ -149,30 +164,47 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   // group by lane: tokens (kept in arena-id order) and arcs
   std::vector<int32_t> local(static_cast<size_t>(K));
   std::vector<int64_t> tok_begin(static_cast<size_t>(B) + 1, 0), arc_begin(static_cast<size_t>(B) + 1, 0);
-  for (int64_t p = 0; p < K; ++p) local[p] = static_cast<int32_t>(tok_begin[kt[7 * p + 1] + 1]++);
-  for (int64_t b = 0; b < B; ++b) tok_begin[b + 1] += tok_begin[b];
   std::vector<int64_t> tok_order(static_cast<size_t>(K));
-  for (int64_t p = 0; p < K; ++p) tok_order[tok_begin[kt[7 * p + 1]] + local[p]] = p;
   auto position = [&](int32_t p, int32_t id) -> int64_t {  // the device's position, checked against the arena id
     BEAMDEC_CHECK(p >= 0 && p < K && kt[7 * static_cast<int64_t>(p)] == id,
                   "wfst_lattice_cuda: a kept arc ends in an unkept token (internal)");
     return p;
   };
   std::vector<int64_t> arc_src_pos(static_cast<size_t>(M)), arc_dst_pos(static_cast<size_t>(M));
-  std::vector<int32_t> arc_lane(static_cast<size_t>(M));
-  for (int64_t k = 0; k < M; ++k) {
-    arc_src_pos[k] = position(kp[2 * k], ka[k].src);
-    arc_dst_pos[k] = position(kp[2 * k + 1], ka[k].dst);
-    arc_lane[k] = kt[7 * arc_src_pos[k] + 1];
-    ++arc_begin[arc_lane[k] + 1];
-  }
-  for (int64_t b = 0; b < B; ++b) arc_begin[b + 1] += arc_begin[b];
   std::vector<int64_t> arc_order(static_cast<size_t>(M));
-  {
+  if (device_group) {  // the orders came from the device; the positions are checked here, on every thread
+    const auto copy = [](const at::Tensor& t, auto& v) {
+      const int64_t* p = t.data_ptr<int64_t>();
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::remove_reference_t<decltype(v[0])>>(p[i]);
+    };
+    at::parallel_for(0, M, 1 << 14, [&](int64_t lo, int64_t hi) {  // first: no arc without a kept source (K = 0)
+      for (int64_t k = lo; k < hi; ++k) {
+        arc_src_pos[k] = position(kp[2 * k], ka[k].src);
+        arc_dst_pos[k] = position(kp[2 * k + 1], ka[k].dst);
+      }
+    });
+    copy(std::get<0>(groups), tok_order);
+    copy(std::get<1>(groups), tok_begin);
+    copy(std::get<2>(groups), local);
+    copy(std::get<3>(groups), arc_order);
+    copy(std::get<4>(groups), arc_begin);
+    timer.mark("group by lane (device sort)");
+  } else {
+    for (int64_t p = 0; p < K; ++p) local[p] = static_cast<int32_t>(tok_begin[kt[7 * p + 1] + 1]++);
+    for (int64_t b = 0; b < B; ++b) tok_begin[b + 1] += tok_begin[b];
+    for (int64_t p = 0; p < K; ++p) tok_order[tok_begin[kt[7 * p + 1]] + local[p]] = p;
+    std::vector<int32_t> arc_lane(static_cast<size_t>(M));
+    for (int64_t k = 0; k < M; ++k) {
+      arc_src_pos[k] = position(kp[2 * k], ka[k].src);
+      arc_dst_pos[k] = position(kp[2 * k + 1], ka[k].dst);
+      arc_lane[k] = kt[7 * arc_src_pos[k] + 1];
+      ++arc_begin[arc_lane[k] + 1];
+    }
+    for (int64_t b = 0; b < B; ++b) arc_begin[b + 1] += arc_begin[b];
     std::vector<int64_t> fill(arc_begin.begin(), arc_begin.end() - 1);
     for (int64_t k = 0; k < M; ++k) arc_order[fill[arc_lane[k]]++] = k;
+    timer.mark("group by lane (one thread)");
   }
-  timer.mark("group by lane (one thread)");
   std::vector<lattice::UttLattice> lats(static_cast<size_t>(B));
   lattice::parallel_largest_first(B, [&](int64_t b) { return arc_begin[b + 1] - arc_begin[b]; }, [&](int64_t b) {
     lattice::UttLattice& L = lats[b];

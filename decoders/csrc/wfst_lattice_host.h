@@ -74,6 +74,40 @@ inline void parallel_largest_first(int64_t B, Cost cost, F f) {
   });
 }
 
+// The kept tokens and arcs of a batch grouped by utterance (lane), as stable counting-sort orders, with torch ops
+// on whatever device the inputs are on (the CUDA op can group on the device; its host loop did this on one thread).
+// tok_lane: (K,) lane of each kept token (in arena-id order); arc_src: (M,) int64 position among the kept tokens of
+// each kept arc's source (in [0, K)). Returns (tok_order (K,) int64: the tokens by lane, arena-id order within;
+// tok_begin (B+1,) int64; local (K,) int64: each token's rank within its lane; arc_order (M,) int64: the arcs by
+// their source's lane, kept order within; arc_begin (B+1,) int64).
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> group_by_lane(const at::Tensor& tok_lane,
+                                                                                          const at::Tensor& arc_src,
+                                                                                          int64_t B) {
+  const at::Tensor lane = tok_lane.to(at::kLong);
+  const at::Tensor tok_order = std::get<1>(at::sort(lane, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const at::Tensor zero = at::zeros({1}, lane.options());
+  const at::Tensor tok_begin = at::cat({zero, at::bincount(lane, {}, B).cumsum(0)});
+  const at::Tensor ranks = at::arange(lane.size(0), lane.options()) -
+                           tok_begin.index_select(0, lane.index_select(0, tok_order));
+  const at::Tensor local = at::empty_like(lane).index_copy_(0, tok_order, ranks);
+  const at::Tensor arc_lane = lane.index_select(0, arc_src.to(at::kLong));
+  const at::Tensor arc_order = std::get<1>(at::sort(arc_lane, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const at::Tensor arc_begin = at::cat({zero, at::bincount(arc_lane, {}, B).cumsum(0)});
+  return {tok_order, tok_begin, local, arc_order, arc_begin};
+}
+
+// The op form of group_by_lane (any device), for its tests: lanes must be in [0, B), sources in [0, K).
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_group_by_lane_op(
+    const at::Tensor& tok_lane, const at::Tensor& arc_src, int64_t B) {
+  TORCH_CHECK(tok_lane.dim() == 1 && arc_src.dim() == 1 && B >= 0, "wfst_lattice_group_by_lane: 1-D inputs, B >= 0");
+  TORCH_CHECK(tok_lane.numel() == 0 || (tok_lane.min().item<int64_t>() >= 0 && tok_lane.max().item<int64_t>() < B),
+              "wfst_lattice_group_by_lane: lanes must be in [0, B)");
+  TORCH_CHECK(arc_src.numel() == 0 || (arc_src.min().item<int64_t>() >= 0 &&
+                                       arc_src.max().item<int64_t>() < tok_lane.numel()),
+              "wfst_lattice_group_by_lane: arc sources must be in [0, K)");
+  return group_by_lane(tok_lane, arc_src, B);
+}
+
 struct RawArc {
   int32_t src;  // token ids of the utterance (index into RawLattice::tok_*)
   int32_t dst;
