@@ -156,6 +156,8 @@ class WfstLattices:
     # the CUDA op's state map per call that made these lattices (the batch's, then each rescue's): "dense" or
     # "hash" (decoders/csrc/wfst_lattice_ops.h lattice_map_slots); empty on the CPU
     state_maps: list = field(default_factory=list)
+    # utterances the CUDA op re-decoded with larger capacities (decode_lattice's rescue), as WfstResult.rescued
+    rescued: list = field(default_factory=list)
     _mbr_cache: Optional[tuple] = field(default=None, repr=False)
 
     # ---- per-utterance facts ---------------------------------------------------------------------------
@@ -757,11 +759,13 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
     if on_gpu:  # rescue: re-decode utterances whose lattice hit a capacity (rescue_plan says with what)
         use = learn(lats, lengths)
         lanes = [(1, per_step, cfg.eps_iterations)] * B
+        rescued: set[int] = set()
         for _ in range(cfg.max_rescues):
             groups = rescue_plan(lats.overflow, use, lanes, cfg.rescue_factor)
             if not groups:
                 break
             where, use_next = {}, (list(use[0]), list(use[1]))  # the rescued lanes' measures replace theirs
+            rescued.update(b for members in groups.values() for b in members)
             for (fac, ps, eps), members in groups.items():
                 idx = torch.tensor(members)
                 sub_len = lengths.index_select(0, idx)
@@ -778,5 +782,6 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
             use = use_next
             timer.mark("rescue of " + " + ".join(f"{len(m)} (factor {f}, arena {ps[0]} / {ps[1]} per step)"
                                                  for (f, ps, _), m in groups.items()))
+        lats.rescued = sorted(rescued)
     lats.state_maps = maps
     return lats

@@ -600,6 +600,9 @@ def test_lattice_arena_settings_and_capacities():
     assert (c["token_capacity"], c["arc_capacity"]) == (700, 900)
     c = lattice_capacities(cfg, 2, 50, 100, factor=1, per_step=(5000, 3000))
     assert (c["token_capacity"], c["arc_capacity"]) == (100 * 4096, 100 * 3000)  # tokens capped by the frontier
+    lats = WfstDecoder(_three_path_graph(), WfstDecoderConfig(search_beam=50.0, output_beam=50.0)).decode_lattice(
+        torch.zeros(1, 2, 1), torch.tensor([2]))
+    assert lats.rescued == [] and lats.overflow == [0]  # the CPU reference has no capacities to rescue
 
 
 def test_rescue_plan_grows_what_overflowed():

@@ -264,10 +264,12 @@ def test_gpu_arena_overflow_rescued_with_larger_arenas_then_learned(monkeypatch,
     err = capfd.readouterr().err
     assert "rescue of" in err and "factor 1, arena" in err, err
     assert all(o == 0 for o in first.overflow), first.overflow
+    assert set(first.rescued) >= {i for i, o in enumerate(raw.overflow) if o}, (first.rescued, raw.overflow)
     assert_same_lattices(first, cpu)
     again = dec.decode_lattice(lp.cuda(), lengths)
     err = capfd.readouterr().err
     assert "rescue of" not in err, err
+    assert again.rescued == [] and raw.rescued == [] and cpu.rescued == []
     assert all(o == 0 for o in again.overflow) and dec._lattice_arena_seen[1] > 1.0
     assert_same_lattices(again, cpu)
 

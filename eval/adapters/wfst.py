@@ -124,6 +124,7 @@ class WfstAdapter:
         lats = self.decoder.decode_lattice(log_probs, lengths.cpu(), boosts=boosts)
         self.last_result = lats
         self._stats["overflow_count"] += sum(1 for o in lats.overflow if o)
+        self._stats["rescued_count"] += len(lats.rescued)
         self._stats["partial_count"] += sum(1 for hp, rf in zip(lats.has_path, lats.reached_final) if hp and not rf)
         self._stats["oov_boost_words"] += sum(len(o) for o in lats.oov_boost_words)
         self._stats["lattice_arcs"] += int(lats.arcs.shape[0])

@@ -88,12 +88,14 @@ class WfstLatticeBestAdapter:
         self._stats: dict = {}
 
     def pop_stats(self) -> dict:
-        out, self._stats = {"lattice_bytes": 0, **self._stats}, {}
+        out, self._stats = {"lattice_bytes": 0, "overflow_count": 0, "rescued_count": 0, **self._stats}, {}
         return out
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts=None) -> list[Hypothesis]:
         lats = self.inner.decoder.decode_lattice(log_probs.to(self.inner.device), lengths.cpu(), boosts=boosts)
         self._stats["lattice_bytes"] = self._stats.get("lattice_bytes", 0) + lats.memory_bytes()
+        self._stats["overflow_count"] = self._stats.get("overflow_count", 0) + sum(1 for o in lats.overflow if o)
+        self._stats["rescued_count"] = self._stats.get("rescued_count", 0) + len(lats.rescued)
         count_state_maps(self._stats, lats)
         return lats.best()
 
