@@ -301,12 +301,15 @@ def _round_inputs():
     return lp, torch.tensor([T, T, T, T, T, 1])
 
 
-@pytest.mark.parametrize("beam", [1, 2, 3, 10, 16, 31, 32])
+@pytest.mark.parametrize("beam", [1, 2, 3, 10, 15, 16, 31, 32])
 @pytest.mark.parametrize("half", [False, True])
-def test_gpu_select_rounds_equal_branch_rounds_and_cpu(ops, beam, half, monkeypatch):
+def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
     """BEAMDEC_CTC_ROUNDS=select (the one-warp kernel's top-`beam` rounds as selects, the next ordinary
-    extension's key kept a round ahead) picks the same winners in the same order as the branch form: bit-equal
-    tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to the CPU reference."""
+    extension's key kept a round ahead) and =split (beam l's stay and last-char extension on lane 16 + l, its
+    ordinary extensions on lane l; beam <= 15, the select form above) pick the same winners in the same order as the
+    branch form: bit-equal tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to
+    the CPU reference. The inputs (_round_inputs) hold exact ties between beams, stays and extensions, -inf tails
+    and 1-frame rows."""
     monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
     lp, lengths = _round_inputs()
     if half:
@@ -317,25 +320,27 @@ def test_gpu_select_rounds_equal_branch_rounds_and_cpu(ops, beam, half, monkeypa
                                       page_size=8)
             monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "branch")
             branch = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
-            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "select")
-            sel = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
-            assert sel.tokens == branch.tokens and torch.equal(sel.scores, branch.scores), (paged, thr)
-            assert_results_match(sel, ctc_beam_search(lp.float(), lengths, cfg))
+            for mode in ("select", "split"):
+                monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
+                got = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
+                assert got.tokens == branch.tokens and torch.equal(got.scores, branch.scores), (mode, paged, thr)
+                assert_results_match(got, ctc_beam_search(lp.float(), lengths, cfg))
         dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), paged=paged, page_size=8))
         outs = []
-        for mode in ("branch", "select"):
+        for mode in ("branch", "select", "split"):
             monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
             st = dec.create_state(lp.shape[0] - 1, lp.shape[2], device="cuda")
             for t0 in range(0, lp.shape[1], 7):
                 dec.decode_chunk(lp[:-1, t0:t0 + 7].cuda(), state=st)
             outs.append(dec.finalize(st))
-        assert outs[0].tokens == outs[1].tokens and torch.equal(outs[0].scores, outs[1].scores)
+        for o in outs[1:]:
+            assert o.tokens == outs[0].tokens and torch.equal(o.scores, outs[0].scores)
 
 
-@pytest.mark.parametrize("mode", ["branch", "select"])
-@pytest.mark.parametrize("beam", [4, 10, 32])
+@pytest.mark.parametrize("mode", ["branch", "select", "split"])
+@pytest.mark.parametrize("beam", [4, 10, 15, 32])
 def test_gpu_round_forms_random_long(ops, mode, beam, monkeypatch):
-    """Both forms of the one-warp kernel's rounds against the CPU reference on random log-probs: Gaussian (OASR's
+    """Every form of the one-warp kernel's rounds against the CPU reference on random log-probs: Gaussian (OASR's
     benchmark inputs are of this kind: many extensions per beam compete) and all-equal non-blank values (ties
     everywhere), 300 frames, V 97 and 5000."""
     monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
