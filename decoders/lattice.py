@@ -738,26 +738,29 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
 
     # the arenas' size per decoded step: the config's (or 1024 / 2048 tokens / arcs), raised to ARENA_MARGIN x the
     # densest batch mean this decoder has measured (grow-only, per decoder: a workload denser than the defaults pays
-    # one rescue, on its first batch)
+    # one rescue, on its first batch). The mean is the whole batch's, each utterance measured where it finally ran
+    # without an arena overflow (its rescue's measure for a rescued one): a rescue's sub-batch alone holds the unusual
+    # utterances, and one dense outlier must not size every later batch's arenas.
     seen = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))
     per_step = (max(cfg.lattice_tokens_per_step or 1024, math.ceil(ARENA_MARGIN * seen[0])),
                 max(cfg.lattice_arcs_per_step or 2048, math.ceil(ARENA_MARGIN * seen[1])))
 
-    def learn(lats_: WfstLattices, lengths_: torch.Tensor) -> tuple[list[float], list[float]]:
-        steps = lengths_.cpu().to(torch.int64) + 1
-        use = arena_use(lats_.header, steps)
+    def measure(lats_: WfstLattices, lengths_: torch.Tensor) -> tuple[list[float], list[float]]:
+        return arena_use(lats_.header, lengths_.cpu().to(torch.int64) + 1)
+
+    def remember(use: tuple[list[float], list[float]]) -> None:
+        steps = (lengths.cpu().to(torch.int64) + 1).tolist()
         ok = [i for i, v in enumerate(use[0]) if not math.isnan(v)]
         if ok:
-            n = float(steps[ok].sum())
-            mean = (sum(use[0][i] * int(steps[i]) for i in ok) / n, sum(use[1][i] * int(steps[i]) for i in ok) / n)
+            n = float(sum(steps[i] for i in ok))
+            mean = (sum(use[0][i] * steps[i] for i in ok) / n, sum(use[1][i] * steps[i] for i in ok) / n)
             old = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))
             decoder._lattice_arena_seen = (max(old[0], mean[0]), max(old[1], mean[1]))
-        return use
 
     lats = run(lp, lengths, keys, values, cfg, 1, per_step if on_gpu else None)
     timer.mark("op + WfstLattices")
     if on_gpu:  # rescue: re-decode utterances whose lattice hit a capacity (rescue_plan says with what)
-        use = learn(lats, lengths)
+        use = measure(lats, lengths)
         lanes = [(1, per_step, cfg.eps_iterations)] * B
         rescued: set[int] = set()
         for _ in range(cfg.max_rescues):
@@ -773,7 +776,7 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
                           keys.index_select(0, idx) if keys.shape[1] else keys[: len(members)],
                           values.index_select(0, idx) if values.shape[1] else values[: len(members)],
                           replace(cfg, eps_iterations=eps), fac, ps)
-                sub_use = learn(sub, sub_len)
+                sub_use = measure(sub, sub_len)
                 for k, b in enumerate(members):
                     where[b] = (sub, k)
                     use_next[0][b], use_next[1][b] = sub_use[0][k], sub_use[1][k]
@@ -783,5 +786,6 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
             timer.mark("rescue of " + " + ".join(f"{len(m)} (factor {f}, arena {ps[0]} / {ps[1]} per step)"
                                                  for (f, ps, _), m in groups.items()))
         lats.rescued = sorted(rescued)
+        remember(use)
     lats.state_maps = maps
     return lats
