@@ -613,6 +613,16 @@ def arena_use(header: torch.Tensor, steps: torch.Tensor) -> tuple[list[float], l
     return tok, arc
 
 
+def batch_arena_mean(use: tuple[list[float], list[float]], steps: Sequence[int]) -> Optional[tuple[float, float]]:
+    """The batch's tokens and arcs per decoded step, over the utterances `use` measured (NaN: not measured), each
+    weighted by its steps; None when none was measured."""
+    ok = [i for i, v in enumerate(use[0]) if not math.isnan(v)]
+    if not ok:
+        return None
+    n = float(sum(steps[i] for i in ok))
+    return sum(use[0][i] * steps[i] for i in ok) / n, sum(use[1][i] * steps[i] for i in ok) / n
+
+
 def rescue_plan(overflow: Sequence[int], use: tuple[list[float], list[float]], lanes: list[tuple[int, tuple, int]],
                 rescue_factor: int) -> dict:
     """The next rescue of the lattice path: `lanes[b]` = (search factor, arena (tokens, arcs) per step, epsilon
@@ -749,11 +759,8 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
         return arena_use(lats_.header, lengths_.cpu().to(torch.int64) + 1)
 
     def remember(use: tuple[list[float], list[float]]) -> None:
-        steps = (lengths.cpu().to(torch.int64) + 1).tolist()
-        ok = [i for i, v in enumerate(use[0]) if not math.isnan(v)]
-        if ok:
-            n = float(sum(steps[i] for i in ok))
-            mean = (sum(use[0][i] * steps[i] for i in ok) / n, sum(use[1][i] * steps[i] for i in ok) / n)
+        mean = batch_arena_mean(use, (lengths.cpu().to(torch.int64) + 1).tolist())
+        if mean is not None:
             old = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))
             decoder._lattice_arena_seen = (max(old[0], mean[0]), max(old[1], mean[1]))
 

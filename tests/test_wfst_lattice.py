@@ -611,7 +611,8 @@ def test_rescue_plan_grows_what_overflowed():
     factor and doubles the epsilon passes; an arena overflow alone keeps the search capacities and sizes the arenas
     from the densest measured utterance (x1.25, at least doubled; x the factor when none measured denser than the
     arenas were); utterances
-    with the same new settings form one group; nothing flagged, no group."""
+    with the same new settings form one group; nothing flagged, no group. batch_arena_mean (what a decoder records
+    for its next batches): the steps-weighted mean over the measured utterances."""
     from decoders.lattice import arena_use, rescue_plan
 
     steps = torch.tensor([11, 21, 5, 9, 3])
@@ -632,6 +633,10 @@ def test_rescue_plan_grows_what_overflowed():
     lanes = [(1, (100, 900), 8)] * 5
     rescue_plan([0, 4, 0, 0, 0], use, lanes, 8)
     assert lanes[1] == (1, (800, 1800), 8)  # tokens: nothing measured denser than 100 -> x8; arcs: 1,000 > 900
+    from decoders.lattice import batch_arena_mean
+
+    assert batch_arena_mean(use, steps.tolist()) == pytest.approx(((110 + 5 + 300) / 19, (440 + 10 + 3000) / 19))  # 0, 2, 4
+    assert batch_arena_mean(([math.nan], [math.nan]), [5]) is None
     nothing = ([math.nan] * 2, [math.nan] * 2)
     lanes = [(1, (4, 6), 8)] * 2
     assert rescue_plan([4, 4], nothing, lanes, 8) == {(1, (32, 48), 8): [0, 1]}
