@@ -566,9 +566,14 @@ def lattice_knobs() -> dict:
             or f"below {_ops().wfst_lattice_persistent_batch()} lanes"}
 
 
-def count_state_maps(stats: dict, lats: "WfstLattices") -> None:
-    """Adds the CUDA op calls behind `lats` to a benchmark's counters, by the state map each used (the size rule's
-    choice is per call: a row records how many of its batches ran on the dense maps and how many on the hashed)."""
+def count_lattice_stats(stats: dict, lats: "WfstLattices") -> None:
+    """Adds a lattice batch to a benchmark row's counters: utterances still flagged (`overflow_count`), re-decoded
+    (`rescued_count`), the lattices' bytes, and the CUDA op calls behind `lats` by the state map each used (the size
+    rule's choice is per call: a row records how many of its batches ran on the dense maps and how many on the
+    hashed)."""
+    stats["overflow_count"] = stats.get("overflow_count", 0) + sum(1 for o in lats.overflow if o)
+    stats["rescued_count"] = stats.get("rescued_count", 0) + len(lats.rescued)
+    stats["lattice_bytes"] = stats.get("lattice_bytes", 0) + lats.memory_bytes()
     for m in lats.state_maps:
         key = "lattice_dense_map_calls" if m == "dense" else "lattice_hashed_map_calls"
         stats[key] = stats.get(key, 0) + 1
@@ -586,7 +591,7 @@ def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: i
     F = min(caps["frontier_capacity"] * factor, 2**27)
     C = min(caps["candidate_capacity"] * factor, 2**29)
     if per_step is None:
-        per_step = ((cfg.lattice_tokens_per_step or 1024) * factor, (cfg.lattice_arcs_per_step or 2048) * factor)
+        per_step = tuple(n * factor for n in arena_per_step(cfg))
     steps = max(total_steps, 1)
     return {
         "frontier_capacity": F,
@@ -597,6 +602,13 @@ def lattice_capacities(cfg, batch: int, frames: int, total_steps: int, factor: i
 
 
 ARENA_MARGIN = 1.25  # arenas sized from a measured per-step use get this much room
+
+
+def arena_per_step(cfg, seen: tuple[float, float] = (0.0, 0.0)) -> tuple[int, int]:
+    """The lattice arenas' (tokens, arcs) per decoded step: the config's (else 1024 / 2048), raised to ARENA_MARGIN x
+    a measured per-step use `seen` (a decoder's record, decode_lattice)."""
+    return (max(cfg.lattice_tokens_per_step or 1024, math.ceil(ARENA_MARGIN * seen[0])),
+            max(cfg.lattice_arcs_per_step or 2048, math.ceil(ARENA_MARGIN * seen[1])))
 
 
 def arena_use(header: torch.Tensor, steps: torch.Tensor) -> tuple[list[float], list[float]]:
@@ -751,9 +763,7 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
     # one rescue, on its first batch). The mean is the whole batch's, each utterance measured where it finally ran
     # without an arena overflow (its rescue's measure for a rescued one): a rescue's sub-batch alone holds the unusual
     # utterances, and one dense outlier must not size every later batch's arenas.
-    seen = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))
-    per_step = (max(cfg.lattice_tokens_per_step or 1024, math.ceil(ARENA_MARGIN * seen[0])),
-                max(cfg.lattice_arcs_per_step or 2048, math.ceil(ARENA_MARGIN * seen[1])))
+    per_step = arena_per_step(cfg, getattr(decoder, "_lattice_arena_seen", (0.0, 0.0)))
 
     def measure(lats_: WfstLattices, lengths_: torch.Tensor) -> tuple[list[float], list[float]]:
         return arena_use(lats_.header, lengths_.cpu().to(torch.int64) + 1)

@@ -140,9 +140,11 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   const bool device_group = group_env != nullptr && std::strcmp(group_env, "device") == 0;
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> groups;
   if (device_group) {
-    const at::Tensor src = n_tok > 0 ? ends(0).clamp(0, std::max<int64_t>(tidx.size(0) - 1, 0))
-                                     : at::zeros({kept_arcs.size(0)}, on(at::kLong));
-    const auto g = lattice::group_by_lane(klane, tidx.size(0) > 0 ? src : src.narrow(0, 0, 0), B);
+    // arc sources clamped into [0, K) for the sort; the host checks every position below. No kept token (K = 0):
+    // no arc may be kept either (the check throws), so the sort gets none
+    const int64_t k_kept = tidx.size(0);
+    const at::Tensor src = k_kept > 0 ? ends(0).clamp(0, k_kept - 1) : at::zeros({0}, on(at::kLong));
+    const auto g = lattice::group_by_lane(klane, src, B);
     groups = {std::get<0>(g).cpu(), std::get<1>(g).cpu(), std::get<2>(g).cpu(), std::get<3>(g).cpu(),
               std::get<4>(g).cpu()};
   }

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import torch
 
 from decoders.graph import WfstGraph
-from decoders.lattice import count_state_maps
+from decoders.lattice import count_lattice_stats
 from decoders.types import Hypothesis
 from decoders.wfst import WfstDecoder, WfstDecoderConfig
 from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder, typed_config
@@ -123,13 +123,10 @@ class WfstAdapter:
     def _decode_lattice(self, log_probs, lengths, boosts) -> list[Hypothesis]:
         lats = self.decoder.decode_lattice(log_probs, lengths.cpu(), boosts=boosts)
         self.last_result = lats
-        self._stats["overflow_count"] += sum(1 for o in lats.overflow if o)
-        self._stats["rescued_count"] += len(lats.rescued)
+        count_lattice_stats(self._stats, lats)
         self._stats["partial_count"] += sum(1 for hp, rf in zip(lats.has_path, lats.reached_final) if hp and not rf)
         self._stats["oov_boost_words"] += sum(len(o) for o in lats.oov_boost_words)
         self._stats["lattice_arcs"] += int(lats.arcs.shape[0])
-        self._stats["lattice_bytes"] += lats.memory_bytes()
-        count_state_maps(self._stats, lats)
         if self.output is WfstOutput.mbr:
             return lats.mbr()
         if self.output is WfstOutput.lattice_rescore:

@@ -37,7 +37,7 @@ from typing import Optional
 
 import torch
 
-from decoders.lattice import count_state_maps, lattice_knobs
+from decoders.lattice import count_lattice_stats, lattice_knobs
 from decoders.types import Hypothesis
 from eval.bench.common import (
     BenchRun, LogProbSet, MeasuredDecoder, add_isolation_options, describe_error, graph_dirs_arg, isolation_default,
@@ -93,10 +93,7 @@ class WfstLatticeBestAdapter:
 
     def decode(self, log_probs: torch.Tensor, lengths: torch.Tensor, boosts=None) -> list[Hypothesis]:
         lats = self.inner.decoder.decode_lattice(log_probs.to(self.inner.device), lengths.cpu(), boosts=boosts)
-        self._stats["lattice_bytes"] = self._stats.get("lattice_bytes", 0) + lats.memory_bytes()
-        self._stats["overflow_count"] = self._stats.get("overflow_count", 0) + sum(1 for o in lats.overflow if o)
-        self._stats["rescued_count"] = self._stats.get("rescued_count", 0) + len(lats.rescued)
-        count_state_maps(self._stats, lats)
+        count_lattice_stats(self._stats, lats)
         return lats.best()
 
 
