@@ -554,6 +554,9 @@ LATTICE_MAP_ENV = "BEAMDEC_LATTICE_MAP"
 # "1": the CUDA forward pass as one cooperative kernel instead of ~16 launches a frame, "0": the launches; unset: the
 # kernel below 32 lanes, the launches above (decoders/csrc/wfst_lattice_launch.cu persistent_selected: measured)
 LATTICE_PERSISTENT_ENV = "BEAMDEC_LATTICE_PERSISTENT"
+# where the CUDA lattice op groups the kept tokens and arcs by utterance: "host" (the default, a loop on one thread)
+# or "device" (a stable sort on the GPU; decoders/csrc/wfst_lattice_cuda.cpp)
+LATTICE_GROUP_ENV = "BEAMDEC_LATTICE_GROUP"
 
 
 def lattice_knobs() -> dict:
@@ -563,7 +566,8 @@ def lattice_knobs() -> dict:
     return {"lattice_walk": os.environ.get(LATTICE_WALK_ENV) or "adaptive",
             "lattice_map": os.environ.get(LATTICE_MAP_ENV) or "default",
             "lattice_persistent": os.environ.get(LATTICE_PERSISTENT_ENV)
-            or f"below {_ops().wfst_lattice_persistent_batch()} lanes"}
+            or f"below {_ops().wfst_lattice_persistent_batch()} lanes",
+            "lattice_group": os.environ.get(LATTICE_GROUP_ENV) or "host"}
 
 
 def count_lattice_stats(stats: dict, lats: "WfstLattices") -> None:
