@@ -48,10 +48,8 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.paged_smem = (meta && std::string(meta) == "1") ? 1 : 0;
   // the select-form rounds and the warp-threshold pre-pass are the defaults since 2026-12-06 (H100 A/B, one call:
   // kernel RTFx +3 to +15 % at 10 of OASR's 12 offline shapes); =branch / =rank give the earlier forms
-  // (=split: beam l's stay / last-char extension on lane 16 + l, opt-in, written 2026-12-06 without a GPU run)
   const char* rounds = std::getenv("BEAMDEC_CTC_ROUNDS");
-  const std::string rv = rounds ? rounds : "";
-  d.rounds = rv == "branch" ? 0 : rv == "split" ? 2 : 1;
+  d.rounds_select = (rounds && std::string(rounds) == "branch") ? 0 : 1;
   const char* prepass = std::getenv("BEAMDEC_CTC_PREPASS");
   d.prepass_warp_tau = (prepass && std::string(prepass) == "rank") ? 0 : 1;
   return d;

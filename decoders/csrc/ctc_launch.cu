@@ -103,12 +103,10 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
           return err2;
         ctc_decode_warp_kernel<T, true><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
       }
-      else if (d.rounds == 2 && d.beam <= 15)  // the split form: the upper 16 lanes idle, lists of <= 31 entries
-        ctc_decode_warp_kernel<T, false, 2><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
-      else if (d.rounds >= 1)
-        ctc_decode_warp_kernel<T, false, 1><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
+      else if (d.rounds_select)
+        ctc_decode_warp_kernel<T, false, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       else
-        ctc_decode_warp_kernel<T, false, 0><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
+        ctc_decode_warp_kernel<T, false><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       err2 = cudaGetLastError();
     } else {  // block width: the candidate list (C <= 2*beam+1) must fit one element per thread
       err2 = d.beam <= 16   ? launch_decode<128, T>(fa, t0, tile_len, advance, stream)

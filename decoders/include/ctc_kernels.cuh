@@ -893,12 +893,9 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
-// kRounds (BEAMDEC_CTC_ROUNDS): 0 the branch form, 1 the select form, 2 the split form (beam <= 15; "Rounds,
-// split form" below). 1 and 2 write the same winner codes (kSelExt).
-template <typename T, bool kOptIn, int kRounds = 0>
+template <typename T, bool kOptIn, bool kSelect = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
-  constexpr bool kSelect = kRounds == 1, kSelCodes = kRounds >= 1;
   __shared__ WarpShared s;
   const int row = blockIdx.x, lane = threadIdx.x;
   if (a.refused(row)) return;  // warp-uniform
@@ -1142,58 +1139,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     };
     head();
     int nw = 0;
-    if constexpr (kRounds == 2) {
-      // Rounds, split form (opt-in, BEAMDEC_CTC_ROUNDS=split; beam <= 15, the launcher gives larger beams the
-      // select form). In the other forms every lane merges three streams (stay, last-char extension, ordinary
-      // extensions) into one head, and that merge is redone for the winner each round: most of a round's
-      // instructions, issued by the whole warp. Here beam l's ordinary extensions stay on lane l (one sorted
-      // stream: list order = score order) and its stay and last-char extension move to the idle lane 16 + l (a
-      // stream of two, sorted once). A round is then the warp max, the vote, and on the winning lane its stream's
-      // next entry (kept a round ahead; an ordinary stream refills it at the next round's start). Ties: the
-      // lowest (extension bit, beam, list position) -- stays first, then the lower beam, then the lower position,
-      // as the other forms -- by a min over the tied heads, only when there is a tie.
-      auto key_of = [&](int i) -> uint32_t {
-        const float sc = (i < cnt ? lps[i] : 0.0f) + A;
-        return i < cnt && sc != -INFINITY ? float_key(sc) : 0u;
-      };
-      const bool sp = lane >= 16;
-      const unsigned orig = (unsigned)(lane & 15);
-      const uint32_t s_k = __shfl_sync(kFull, k_stay, lane & 15), l_k = __shfl_sync(kFull, k_last, lane & 15);
-      const int l_pos = __shfl_sync(kFull, lastpos, lane & 15);
-      const unsigned ext_tb = (1u << 12) | (orig << 7);  // tie-break code of an extension of beam orig (| position)
-      const unsigned s_tb = orig << 7, l_tb = ext_tb | (unsigned)(l_pos & 127);
-      const bool s_first = s_k >= l_k;  // stay before the last-char extension on equal keys
-      uint32_t bk = sp ? (s_first ? s_k : l_k) : k_ord;
-      unsigned btb = sp ? (s_first ? s_tb : l_tb) : ext_tb | (unsigned)(oi & 127);
-      uint32_t nk = sp ? (s_first ? l_k : s_k) : key_of(oi2);
-      unsigned ntb = sp ? (s_first ? l_tb : s_tb) : ext_tb | (unsigned)(oi2 & 127);
-      auto code_of = [](unsigned tb) -> int {
-        const unsigned b = (tb >> 7) & 31u;
-        return (tb >> 12) ? (int)((unsigned)kSelExt | (b << 8) | (tb & 127u)) : (int)b;
-      };
-      bool pend = false;  // this ordinary stream won last round: its next entry to fetch
-      for (; nw < beam; ++nw) {
-        const uint32_t m = __reduce_max_sync(kFull, bk);
-        {  // last round's refill, independent of m (special lanes have no ordinary extensions: rem is empty).
-           // beam <= 15 here, so the list has at most 2 * 15 + 1 = 31 entries: one word of positions (rem0)
-          const int o = rem0 ? __ffs(rem0) - 1 : cnt;
-          rem0 = pend ? rem0 & (rem0 - 1u) : rem0;
-          const uint32_t ko = key_of(o);
-          nk = pend ? ko : nk;
-          ntb = pend ? ext_tb | (unsigned)(o & 127) : ntb;
-        }
-        if (m == 0u) break;
-        const bool at = bk == m;
-        const unsigned tie = __ballot_sync(kFull, at);
-        bool won = at;
-        if (tie & (tie - 1u)) won = at && btb == __reduce_min_sync(kFull, at ? btb : 0xFFFFFFFFu);  // warp-uniform
-        if (won) s.win[nw] = code_of(btb);
-        bk = won ? nk : bk;
-        btb = won ? ntb : btb;
-        pend = won && !sp;
-        nk = won && sp ? 0u : nk;  // a special stream has two entries
-      }
-    } else if constexpr (kSelect) {
+    if constexpr (kSelect) {
       // Rounds, select form. The branch form below makes the winner's update a divergent branch on the
       // round's critical path (reduce -> vote -> winner's update -> reduce). Here the head is chosen with
       // selects, the key of each lane's ordinary extension after the next one is kept a round ahead (k_ord2),
@@ -1271,7 +1217,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     float lpv = 0.0f;
     if (is_w) {
       const int code = s.win[lane];
-      if constexpr (kSelCodes) {  // extension codes are kSelExt | source << 8 | list position: no division
+      if constexpr (kSelect) {  // extension codes are kSelExt | source << 8 | list position: no division
         if (code & kSelExt) {
           src = (code >> 8) & 0xFF;
           const int i = code & 0xFF;

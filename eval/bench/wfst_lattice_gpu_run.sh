@@ -6,7 +6,7 @@
 #
 #   here:   ../shared/gpu-host/fetch-wheels.sh .ci/gpu-host/requirements.txt
 #   there:  bash eval/bench/wfst_lattice_gpu_run.sh        (device call; carry .whl; ~5 min on an H200)
-# Env: SCALE (tiny), BATCH (200), UTTS (200), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), SANITIZERS (memcheck racecheck; empty = none), DEADLINE_S (seconds from the start by which every stage has ended), SKIP_MBR=1 (no lattice bench), TOPOLOGIES (the BPE TLGs built: "compact normal"; the benchmarks read compact), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
+# Env: SCALE (tiny), BATCH (200), UTTS (200), TESTS_TIMEOUT_S (400: the gpu tests stage's cap), LP_FILE (log-probs file instead of the simulator's; see below), SKIP_TESTS=1 (benchmarks only), SANITIZERS (memcheck racecheck; empty = none), DEADLINE_S (seconds from the start by which every stage has ended), SKIP_MBR=1 (no lattice bench), TOPOLOGIES (the BPE TLGs built: "compact normal"; the benchmarks read compact), GPU_TESTS (test files, default tests/test_wfst_lattice_gpu.py), PROFILES ("best: lattice::token lattice::warp lattice::adaptive lattice::adaptive:hash
 # mbr::token mbr::warp mbr::adaptive", output:blocks-per-lane:arc-walk:state-map; empty = none), MBR_ARGS (more
 # eval.bench.wfst_mbr_bench arguments, e.g. "--decoders wfst --repeats 3"), EXTRA_BENCH (a command run last; $G is
 # the graph directory), BEAMDEC_LATTICE_TIMING=1 (per-phase host timings of the lattice path in the logs).
@@ -43,7 +43,7 @@ wait $EXT || { cat "$OUT/ext_build.log"; exit 1; }
 tail -2 "$OUT/ext_build.log"
 export G=data/graphs/$SCALE/bpe_blanklast
 if [ -z "${SKIP_TESTS:-}" ]; then
-  stage gpu-tests python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/test_wfst_lattice_gpu.py} 2>&1 \
+  stage gpu-tests timeout ${TESTS_TIMEOUT_S:-400} python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120 ${GPU_TESTS:-tests/test_wfst_lattice_gpu.py} 2>&1 \
     | tee "$OUT/gpu_tests.txt" | tail -15
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   echo "lattice gpu tests: $(tail -1 "$OUT/gpu_tests.txt")" >> "$OUT/summary.txt"
