@@ -557,6 +557,22 @@ LATTICE_PERSISTENT_ENV = "BEAMDEC_LATTICE_PERSISTENT"
 # where the CUDA lattice op groups the kept tokens and arcs by utterance: "host" (the default, a loop on one thread)
 # or "device" (a stable sort on the GPU; decoders/csrc/wfst_lattice_cuda.cpp)
 LATTICE_GROUP_ENV = "BEAMDEC_LATTICE_GROUP"
+# "0": decode_lattice assembles each CUDA op call's lattices before the next call; unset / "1": on a worker thread
+# beside the next call's GPU pass (the rescue's)
+LATTICE_OVERLAP_ENV = "BEAMDEC_LATTICE_OVERLAP"
+_ASSEMBLER = None
+_ASSEMBLER_LOCK = threading.Lock()
+
+
+def _assembler():
+    """The process's one worker thread for wfst_lattice_assemble (decode_lattice's overlap)."""
+    global _ASSEMBLER
+    with _ASSEMBLER_LOCK:
+        if _ASSEMBLER is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _ASSEMBLER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="beamdec-lattice-assemble")
+        return _ASSEMBLER
 
 
 def lattice_knobs() -> dict:
@@ -567,7 +583,8 @@ def lattice_knobs() -> dict:
             "lattice_map": os.environ.get(LATTICE_MAP_ENV) or "default",
             "lattice_persistent": os.environ.get(LATTICE_PERSISTENT_ENV)
             or f"below {_ops().wfst_lattice_persistent_batch()} lanes",
-            "lattice_group": os.environ.get(LATTICE_GROUP_ENV) or "host"}
+            "lattice_group": os.environ.get(LATTICE_GROUP_ENV) or "host",
+            "lattice_overlap": os.environ.get(LATTICE_OVERLAP_ENV) or "1"}
 
 
 def count_lattice_stats(stats: dict, lats: "WfstLattices") -> None:
@@ -735,6 +752,8 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
         raise ValueError(f"{LATTICE_WALK_ENV} must be 'auto', 'token', 'warp' or 'adaptive', got {walk!r}")
     if os.environ.get(LATTICE_PERSISTENT_ENV, "") not in ("", "0", "1"):
         raise ValueError(f"{LATTICE_PERSISTENT_ENV} must be '0' or '1', got {os.environ[LATTICE_PERSISTENT_ENV]!r}")
+    if os.environ.get(LATTICE_OVERLAP_ENV, "1") not in ("0", "1"):
+        raise ValueError(f"{LATTICE_OVERLAP_ENV} must be '0' or '1', got {os.environ[LATTICE_OVERLAP_ENV]!r}")
     device = log_probs.device if on_gpu else torch.device("cpu")
     g = graph_on_device(graph, device)
     lp = log_probs if on_gpu else log_probs.cpu().contiguous()
@@ -743,24 +762,56 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
             g["eps_level"] = levels.to(device)
         levels = g["eps_level"]
 
-    maps: list[str] = []  # run() appends the state map of each op call
+    maps: list[str] = []  # gather() appends the state map of each op call
 
-    def run(lp_, lengths_, keys_, values_, cfg_, factor, per_step) -> WfstLattices:
+    def op_args(lp_, lengths_, keys_, values_, cfg_, factor, per_step) -> tuple:
         caps = lattice_capacities(cfg_, lp_.shape[0], lp_.shape[1], int(lengths_.sum()) + int(lengths_.numel()), factor,
                                   per_step) \
             if on_gpu else {"frontier_capacity": 1, "candidate_capacity": 1, "token_capacity": 1, "arc_capacity": 1}
-        out = _ops().wfst_lattice(
-            lp_, lengths_, g["row_splits"], g["eps_begin"], g["final_begin"], g["dest"], g["ilabel"], g["aux_splits"],
-            g["aux_words"], arc_weights(g, graph, cfg_.word_bonus), int(graph.start_state), int(graph.final_state),
-            keys_.to(device),
-            values_.to(device), float(cfg_.search_beam), int(cfg_.min_active), int(cfg_.max_active),
-            bool(cfg_.allow_partial), float(cfg_.acoustic_scale), decoder._eps_passes(cfg_), levels,
-            float(cfg_.output_beam), caps["frontier_capacity"], caps["candidate_capacity"], caps["token_capacity"],
-            caps["arc_capacity"])
         if on_gpu:  # the op's state-map choice, by the op's own rule (for the lattices' record)
             maps.append("hash" if _ops().wfst_lattice_map_slots(lp_.shape[0], caps["frontier_capacity"],
                                                                 graph.num_states) else "dense")
+        return (lp_, lengths_, g["row_splits"], g["eps_begin"], g["final_begin"], g["dest"], g["ilabel"],
+                g["aux_splits"], g["aux_words"], arc_weights(g, graph, cfg_.word_bonus), int(graph.start_state),
+                int(graph.final_state), keys_.to(device), values_.to(device), float(cfg_.search_beam),
+                int(cfg_.min_active), int(cfg_.max_active), bool(cfg_.allow_partial), float(cfg_.acoustic_scale),
+                decoder._eps_passes(cfg_), levels, float(cfg_.output_beam), caps["frontier_capacity"],
+                caps["candidate_capacity"], caps["token_capacity"], caps["arc_capacity"])
+
+    def lattices(out) -> WfstLattices:
         return WfstLattices(graph, *out, decoder._blank_id, oov)
+
+    if not on_gpu:
+        lats = lattices(_ops().wfst_lattice(*op_args(lp, lengths, keys, values, cfg, 1, None)))
+        timer.mark("op + WfstLattices")
+        lats.state_maps = maps
+        return lats
+
+    # CUDA: each op call in two halves (wfst_lattice_ops.h): wfst_lattice_gather (the GPU passes and the copy of the
+    # kept tokens and arcs) and wfst_lattice_assemble (grouping by utterance, canonical numbering, packing: host work,
+    # ~45 ms of a bench batch-200 call). The overflow flags and arena counts come with the gathered half, so the
+    # rescue's GPU pass starts while a worker thread assembles the previous call's lattices (the ops release the GIL);
+    # BEAMDEC_LATTICE_OVERLAP=0 assembles each call before the next.
+    overlap = os.environ.get(LATTICE_OVERLAP_ENV, "1") != "0"
+
+    def gather(lp_, lengths_, keys_, values_, cfg_, factor, per_step):
+        """One op call's device half; returns (a callable giving its WfstLattices, its header: (B, 4) int64
+        [overflow bits, 0, arcs before the prune, tokens before], what arena_use reads)."""
+        out = _ops().wfst_lattice_gather(*op_args(lp_, lengths_, keys_, values_, cfg_, factor, per_step))
+        lanes_, flags_ = out[3].to(torch.int64), out[4].to(torch.int64)
+        header = torch.stack([flags_[:, 0], torch.zeros_like(flags_[:, 0]), lanes_[:, 2], lanes_[:, 1]], 1)
+        if overlap:
+            job = _assembler().submit(_ops().wfst_lattice_assemble, *out)
+            done: list = []
+
+            def result() -> WfstLattices:
+                if not done:
+                    done.append(lattices(job.result()))
+                return done[0]
+
+            return result, header
+        assembled = lattices(_ops().wfst_lattice_assemble(*out))
+        return (lambda: assembled), header
 
     # the arenas' size per decoded step: the config's (or 1024 / 2048 tokens / arcs), raised to ARENA_MARGIN x the
     # densest batch mean this decoder has measured (grow-only, per decoder: a workload denser than the defaults pays
@@ -768,45 +819,45 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
     # without an arena overflow (its rescue's measure for a rescued one): a rescue's sub-batch alone holds the unusual
     # utterances, and one dense outlier must not size every later batch's arenas.
     per_step = arena_per_step(cfg, getattr(decoder, "_lattice_arena_seen", (0.0, 0.0)))
-
-    def measure(lats_: WfstLattices, lengths_: torch.Tensor) -> tuple[list[float], list[float]]:
-        return arena_use(lats_.header, lengths_.cpu().to(torch.int64) + 1)
-
-    def remember(use: tuple[list[float], list[float]]) -> None:
-        mean = batch_arena_mean(use, (lengths.cpu().to(torch.int64) + 1).tolist())
-        if mean is not None:
-            old = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))
-            decoder._lattice_arena_seen = (max(old[0], mean[0]), max(old[1], mean[1]))
-
-    lats = run(lp, lengths, keys, values, cfg, 1, per_step if on_gpu else None)
-    timer.mark("op + WfstLattices")
-    if on_gpu:  # rescue: re-decode utterances whose lattice hit a capacity (rescue_plan says with what)
-        use = measure(lats, lengths)
-        lanes = [(1, per_step, cfg.eps_iterations)] * B
-        rescued: set[int] = set()
-        for _ in range(cfg.max_rescues):
-            groups = rescue_plan(lats.overflow, use, lanes, cfg.rescue_factor)
-            if not groups:
-                break
-            where, use_next = {}, (list(use[0]), list(use[1]))  # the rescued lanes' measures replace theirs
-            rescued.update(b for members in groups.values() for b in members)
-            for (fac, ps, eps), members in groups.items():
-                idx = torch.tensor(members)
-                sub_len = lengths.index_select(0, idx)
-                sub = run(lp.index_select(0, idx.to(lp.device)).contiguous(), sub_len,
-                          keys.index_select(0, idx) if keys.shape[1] else keys[: len(members)],
-                          values.index_select(0, idx) if values.shape[1] else values[: len(members)],
-                          replace(cfg, eps_iterations=eps), fac, ps)
-                sub_use = measure(sub, sub_len)
-                for k, b in enumerate(members):
-                    where[b] = (sub, k)
-                    use_next[0][b], use_next[1][b] = sub_use[0][k], sub_use[1][k]
-            lats = _take(lats, [where[b] if b in where else (lats, b) for b in range(B)])
-            lats.oov_boost_words = oov  # the sub-batch carried the whole batch's list
-            use = use_next
-            timer.mark("rescue of " + " + ".join(f"{len(m)} (factor {f}, arena {ps[0]} / {ps[1]} per step)"
-                                                 for (f, ps, _), m in groups.items()))
-        lats.rescued = sorted(rescued)
-        remember(use)
+    steps = lengths.cpu().to(torch.int64) + 1
+    first, header = gather(lp, lengths, keys, values, cfg, 1, per_step)
+    timer.mark("gather" + (" (assembly in the background)" if overlap else " + assembly"))
+    use = arena_use(header, steps)
+    overflow = [int(x) for x in header[:, 0].tolist()]
+    lanes = [(1, per_step, cfg.eps_iterations)] * B
+    rescued: set[int] = set()
+    rounds: list[dict] = []  # per rescue round: {utterance: (its sub-batch's result callable, index in it)}
+    for _ in range(cfg.max_rescues):  # rescue: re-decode utterances that hit a capacity (rescue_plan says with what)
+        groups = rescue_plan(overflow, use, lanes, cfg.rescue_factor)
+        if not groups:
+            break
+        where, use_next, overflow_next = {}, (list(use[0]), list(use[1])), [0] * B
+        rescued.update(b for members in groups.values() for b in members)
+        for (fac, ps, eps), members in groups.items():
+            idx = torch.tensor(members)
+            sub_len = lengths.index_select(0, idx)
+            sub, sub_header = gather(lp.index_select(0, idx.to(lp.device)).contiguous(), sub_len,
+                                     keys.index_select(0, idx) if keys.shape[1] else keys[: len(members)],
+                                     values.index_select(0, idx) if values.shape[1] else values[: len(members)],
+                                     replace(cfg, eps_iterations=eps), fac, ps)
+            sub_use = arena_use(sub_header, sub_len.cpu().to(torch.int64) + 1)
+            for k, b in enumerate(members):
+                where[b] = (sub, k)
+                use_next[0][b], use_next[1][b] = sub_use[0][k], sub_use[1][k]
+                overflow_next[b] = int(sub_header[k, 0])
+        rounds.append(where)
+        use, overflow = use_next, overflow_next
+        timer.mark("rescue of " + " + ".join(f"{len(m)} (factor {f}, arena {ps[0]} / {ps[1]} per step)"
+                                             for (f, ps, _), m in groups.items()))
+    lats = first()
+    for where in rounds:  # the rescues' lattices spliced in, round by round
+        lats = _take(lats, [(where[b][0](), where[b][1]) if b in where else (lats, b) for b in range(B)])
+        lats.oov_boost_words = oov  # the sub-batch carried the whole batch's list
+    timer.mark("assembly waited for + rescues spliced in")
+    lats.rescued = sorted(rescued)
+    mean = batch_arena_mean(use, steps.tolist())
+    if mean is not None:
+        old = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))
+        decoder._lattice_arena_seen = (max(old[0], mean[0]), max(old[1], mean[1]))
     lats.state_maps = maps
     return lats

@@ -309,7 +309,8 @@ def test_phase_timer_lines_only_when_asked(monkeypatch, capfd):
 
 def test_lattice_walk_knob_is_checked(monkeypatch):
     """BEAMDEC_LATTICE_WALK (the CUDA kernels' arc walk) accepts auto / token / warp / adaptive, BEAMDEC_LATTICE_MAP
-    (their state map) dense / hash and BEAMDEC_LATTICE_PERSISTENT 0 / 1; anything else is a one-line error."""
+    (their state map) dense / hash, BEAMDEC_LATTICE_PERSISTENT and BEAMDEC_LATTICE_OVERLAP 0 / 1; anything else is a
+    one-line error."""
     g = _three_path_graph()
     dec = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0))
     for ok in ("auto", "token", "warp", "adaptive"):
@@ -331,6 +332,13 @@ def test_lattice_walk_knob_is_checked(monkeypatch):
         assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
     monkeypatch.setenv("BEAMDEC_LATTICE_PERSISTENT", "yes")
     with pytest.raises(ValueError, match="BEAMDEC_LATTICE_PERSISTENT must be '0' or '1'"):
+        dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
+    monkeypatch.delenv("BEAMDEC_LATTICE_PERSISTENT")
+    for ok in ("0", "1"):
+        monkeypatch.setenv("BEAMDEC_LATTICE_OVERLAP", ok)
+        assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
+    monkeypatch.setenv("BEAMDEC_LATTICE_OVERLAP", "on")
+    with pytest.raises(ValueError, match="BEAMDEC_LATTICE_OVERLAP must be '0' or '1'"):
         dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
 
 
@@ -702,3 +710,112 @@ def test_group_by_lane_is_a_stable_counting_sort():
         op(torch.tensor([0, 3], dtype=torch.int32), torch.zeros(0, dtype=torch.int64), 3)
     with pytest.raises(RuntimeError, match="arc sources must be in"):
         op(torch.tensor([0, 1], dtype=torch.int32), torch.tensor([2]), 3)
+
+
+def _gathered_from(lats, levels, rng, device_group):
+    """The CUDA lattice op's gathered half (wfst_lattice_ops.h LatticeGathered) holding the kept states and arcs of
+    `lats` (CPU lattices) in a random arena order: tokens by arena id with random gaps, arcs shuffled, epsilon arcs
+    carrying the arena's epsilon bit; with `device_group` the grouping as the device computes it."""
+    from decoders.wfst import _ops
+
+    B = lats.scores.shape[0]
+    S = int(lats.state_splits[-1])
+    ids = np.sort(rng.choice(10 * S + 10, size=S, replace=False))  # arena ids, ascending with gaps
+    perm = rng.permutation(S)  # which lattice state sits at each arena position
+    state_lane = np.repeat(np.arange(B), np.diff(lats.state_splits.numpy()))
+    pos_of_state = np.empty(S, dtype=np.int64)
+    pos_of_state[perm] = np.arange(S)
+    st, sc = lats.states.numpy(), lats.state_scores.numpy()
+    fwd_bits = sc[:, 0].astype(np.float32).view(np.int32)
+    u = sc[:, 1].astype(np.float32).view(np.uint32)
+    bwd_ord = np.where(u & 0x80000000, ~u, u | 0x80000000).astype(np.uint32).view(np.int32)  # float_to_ordered
+    tok = np.stack([ids, state_lane[perm], st[perm, 0], st[perm, 1], levels[st[perm, 1]], fwd_bits[perm],
+                    bwd_ord[perm]], 1).astype(np.int32)
+    arc_lane = np.repeat(np.arange(B), np.diff(lats.arc_splits.numpy()))
+    base = lats.state_splits.numpy()[arc_lane]
+    ar = lats.arcs.numpy()
+    src, dst = ar[:, 0] + base, ar[:, 1] + base
+    eps = (st[src, 0] == st[dst, 0]).astype(np.int64) << 30  # kLatticeEpsArcBit: same frame
+    order = rng.permutation(len(ar))
+    arc = np.stack([ids[pos_of_state[src]], ids[pos_of_state[dst]], ar[:, 2] | eps,
+                    lats.arc_scores.numpy().astype(np.float32).view(np.int32)], 1)[order].astype(np.int32)
+    pos = np.stack([pos_of_state[src], pos_of_state[dst]], 1)[order].astype(np.int32)
+    h = lats.header.numpy()
+    has = (h[:, 1] & 2) != 0
+    lanes = np.stack([np.where(has, 0, -1), h[:, 3], h[:, 2], lats.scores.numpy().astype(np.float32).view(np.int32)],
+                     1).astype(np.int32)
+    flags = np.stack([h[:, 0], (h[:, 1] & 1) == 0], 1).astype(np.int32)
+    t = [torch.from_numpy(np.ascontiguousarray(x)) for x in (tok, arc, pos, lanes, flags)]
+    if device_group:
+        groups = list(_ops().wfst_lattice_group_by_lane(t[0][:, 1], t[2][:, 0].to(torch.int64), B))
+    else:
+        groups = [torch.zeros(0, dtype=torch.int64)] * 5
+    return t + groups
+
+
+@pytest.mark.parametrize("device_group", [False, True])
+def test_assemble_rebuilds_the_canonical_lattices_from_any_arena_order(device_group):
+    """wfst_lattice_assemble (the host half of the CUDA lattice op, run beside the rescue's GPU pass by
+    decode_lattice) turns kept tokens and arcs in any arena order, grouped on the host or on the device, into the
+    CPU reference's lattices bit for bit: TLG and HLG graphs, empty and no-path utterances."""
+    from decoders.lattice import epsilon_levels
+    from decoders.wfst import _ops
+
+    rng = np.random.default_rng(21)
+    for case in range(12):
+        g = small_graph(rng, "TLG" if case % 2 else "HLG")
+        T = int(rng.integers(1, 6))
+        lp = random_log_probs(rng, 4, T, g.num_tokens)
+        lengths = torch.tensor([T, int(rng.integers(0, T + 1)), 0, T])
+        dec = WfstDecoder(g, WfstDecoderConfig(search_beam=NO_PRUNE, output_beam=float(rng.uniform(0.5, 5.0)),
+                                               allow_partial=bool(case % 3)))
+        want = dec.decode_lattice(lp, lengths)
+        got = _ops().wfst_lattice_assemble(*_gathered_from(want, epsilon_levels(g), rng, device_group))
+        names = ("scores", "header", "state_splits", "states", "state_scores", "arc_splits", "arcs", "arc_scores")
+        for name, t in zip(names, got):
+            assert torch.equal(t, getattr(want, name)), (case, name)
+
+
+def test_assemble_rejects_bad_input_with_one_line_errors():
+    """wfst_lattice_assemble checks what it indexes with: shapes and dtypes, lanes outside the batch, arc ends that
+    are not kept tokens, device groups that disagree with the tokens."""
+    from decoders.lattice import epsilon_levels
+    from decoders.wfst import _ops
+
+    rng = np.random.default_rng(5)
+    g = small_graph(rng, "TLG")
+    lats = WfstDecoder(g, WfstDecoderConfig(search_beam=NO_PRUNE, output_beam=4.0)).decode_lattice(
+        random_log_probs(rng, 2, 3, g.num_tokens), torch.tensor([3, 3]))
+    assert lats.num_arcs(0) > 0
+    op = _ops().wfst_lattice_assemble
+
+    def fails(args, match):
+        with pytest.raises(RuntimeError, match=match) as e:
+            op(*args)
+        assert len(str(e.value).strip().splitlines()) == 1
+
+    for device_group in (False, True):
+        good = _gathered_from(lats, epsilon_levels(g), rng, device_group)
+        op(*good)
+        fails([good[0].to(torch.int64)] + good[1:], "tokens must be a contiguous CPU int32 tensor")
+        fails(good[:1] + [good[1][:, :3].contiguous()] + good[2:], r"arcs must be .* shape \(n, 4\)")
+        fails(good[:4] + [good[4][:1]] + good[5:], "disagree in size")
+        bad = [t.clone() for t in good]
+        bad[2][0, 1] = int(bad[0].shape[0])  # an arc end past the kept tokens
+        fails(bad, "a kept arc ends in an unkept token")
+        bad = [t.clone() for t in good]
+        bad[2][0, 0] = (int(bad[2][0, 0]) + 1) % int(bad[0].shape[0])  # a position whose arena id differs
+        fails(bad, "a kept arc ends in an unkept token")
+        if device_group:
+            bad = [t.clone() for t in good]
+            bad[6][-1] += 1
+            fails(bad, "group bounds must run from 0")
+            bad = [t.clone() for t in good]
+            bad[5] = bad[5].flip(0).contiguous()  # tokens grouped under the wrong lanes
+            fails(bad, "grouped under the wrong lane")
+            fails(good[:5] + [good[5]] + [torch.zeros(0, dtype=torch.int64)] * 4,
+                  "the device grouping's tensors come all five or none|must be a contiguous CPU int64 tensor")
+        else:
+            bad = [t.clone() for t in good]
+            bad[0][0, 1] = 7  # a lane outside the batch of 2
+            fails(bad, "a token's lane is outside the batch")

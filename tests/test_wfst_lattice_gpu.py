@@ -301,6 +301,30 @@ def test_gpu_device_grouping_equals_host_grouping(monkeypatch):
     assert_same_lattices(b, WfstDecoder(big, cfg, "cpu").decode_lattice(lp2, lens2))
 
 
+@pytest.mark.parametrize("group", ["host", "device"])
+def test_gpu_overlapped_assembly_equals_the_sequential_one_and_cpu(monkeypatch, group):
+    """decode_lattice assembles each op call's lattices on a worker thread while the rescue's GPU pass runs
+    (wfst_lattice_gather / wfst_lattice_assemble); BEAMDEC_LATTICE_OVERLAP=0 assembles each before the next call.
+    Same lattices, rescued utterances and overflow bits either way, equal to the CPU's: search rescues over two
+    rounds (frontier 4: x8 is not enough for every utterance), arena rescues, the arena record learned."""
+    g, lp, lengths = _overflow_case()
+    monkeypatch.setenv("BEAMDEC_LATTICE_GROUP", group)
+    for base in (dict(search_beam=30.0, output_beam=4.0, frontier_capacity=4, candidate_factor=2, rescue_factor=2,
+                      max_rescues=4),
+                 dict(search_beam=30.0, output_beam=4.0, lattice_tokens_per_step=1, lattice_arcs_per_step=1,
+                      max_rescues=6)):
+        cpu = WfstDecoder(g, WfstDecoderConfig(**base), "cpu").decode_lattice(lp, lengths)
+        got = {}
+        for overlap in ("0", "1"):
+            monkeypatch.setenv("BEAMDEC_LATTICE_OVERLAP", overlap)
+            dec = WfstDecoder(g, WfstDecoderConfig(**base), "cuda")
+            got[overlap] = (dec.decode_lattice(lp.cuda(), lengths), dec._lattice_arena_seen)
+        (seq, seen_seq), (ovl, seen_ovl) = got["0"], got["1"]
+        assert seq.rescued and seq.rescued == ovl.rescued and seq.overflow == ovl.overflow and seen_seq == seen_ovl
+        assert_same_lattices(ovl, seq, "overlap")  # arcs as a multiset: see _arc_multiset
+        assert_same_lattices(ovl, cpu)
+
+
 def test_gpu_empty_lattices_and_cpu_backend_switch(monkeypatch):
     rng = np.random.default_rng(10)
     g = random_graph(rng, num_states=20, num_tokens=5, finals="none")

@@ -74,6 +74,18 @@ TORCH_LIBRARY(beamdec, m) {
       "bool allow_partial, float acoustic_scale, int eps_iterations, Tensor eps_level, float output_beam, "
       "int frontier_capacity, int candidate_capacity, int token_capacity, int arc_capacity) "
       "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // the CUDA lattice op in two halves (wfst_lattice_ops.h): the device half, and the host half (CPU tensors)
+  m.def(
+      "wfst_lattice_gather(Tensor log_probs, Tensor lengths, Tensor row_splits, Tensor eps_begin, Tensor final_begin, "
+      "Tensor dest, Tensor ilabel, Tensor aux_splits, Tensor aux_words, Tensor weight, int start_state, "
+      "int final_state, Tensor boost_keys, Tensor boost_values, float search_beam, int min_active, int max_active, "
+      "bool allow_partial, float acoustic_scale, int eps_iterations, Tensor eps_level, float output_beam, "
+      "int frontier_capacity, int candidate_capacity, int token_capacity, int arc_capacity) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "wfst_lattice_assemble(Tensor tokens, Tensor arcs, Tensor arc_ends, Tensor lanes, Tensor lane_flags, "
+      "Tensor tok_order, Tensor tok_begin, Tensor local, Tensor arc_order, Tensor arc_begin) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // the CUDA lattice op's state-map choice (0: dense maps, else hash slots per lane); no tensors: one kernel for all
   m.def("wfst_lattice_map_slots(int batch, int frontier_capacity, int num_states) -> int",
         &beamdec::wfst_lattice_map_slots_op);
@@ -108,6 +120,7 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
   m.impl("wfst_decode", &beamdec::wfst_decode_cpu);
   m.impl("wfst_search_stats", &beamdec::wfst_search_stats_cpu);
   m.impl("wfst_lattice", &beamdec::wfst_lattice_cpu);
+  m.impl("wfst_lattice_assemble", &beamdec::lattice::assemble_lattices);
   m.impl("wfst_lattice_best", &beamdec::wfst_lattice_best_cpu);
   m.impl("wfst_lattice_mbr", &beamdec::wfst_lattice_mbr_cpu);
 #endif
@@ -130,6 +143,7 @@ TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
   // ---- WFST beam search: CUDA ----
   m.impl("wfst_decode", &beamdec::wfst_decode_cuda);
   m.impl("wfst_lattice", &beamdec::wfst_lattice_cuda);
+  m.impl("wfst_lattice_gather", &beamdec::wfst_lattice_gather_cuda);
 #endif
 }
 #endif

@@ -669,6 +669,139 @@ pack_lattices(const std::vector<UttLattice>& lats) {
   return {scores, header, state_splits, states, state_scores, arc_splits, arcs, arc_scores};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+assemble_lattices(const at::Tensor& h_tok, const at::Tensor& h_arc, const at::Tensor& h_pos, const at::Tensor& h_lane,
+                  const at::Tensor& h_res, const at::Tensor& g_tok_order, const at::Tensor& g_tok_begin,
+                  const at::Tensor& g_local, const at::Tensor& g_arc_order, const at::Tensor& g_arc_begin) {
+  auto table = [](const at::Tensor& t, int64_t cols, const char* name) {
+    BEAMDEC_CHECK(t.is_cpu() && t.scalar_type() == at::kInt && t.dim() == 2 && t.size(1) == cols && t.is_contiguous(),
+                  "wfst_lattice_assemble: ", name, " must be a contiguous CPU int32 tensor of shape (n, ", cols, ")");
+  };
+  table(h_tok, 7, "tokens");
+  table(h_arc, 4, "arcs");
+  table(h_pos, 2, "arc ends");
+  table(h_lane, 4, "lane results");
+  table(h_res, 2, "lane flags");
+  const int64_t B = h_lane.size(0), K = h_tok.size(0), M = h_arc.size(0);
+  BEAMDEC_CHECK(h_res.size(0) == B && h_pos.size(0) == M,
+                "wfst_lattice_assemble: lane flags, arcs and arc ends disagree in size");
+  const bool device_group = g_tok_begin.numel() > 0;
+  if (device_group) {
+    auto vec = [](const at::Tensor& t, int64_t n, const char* name) {
+      BEAMDEC_CHECK(t.is_cpu() && t.scalar_type() == at::kLong && t.dim() == 1 && t.numel() == n && t.is_contiguous(),
+                    "wfst_lattice_assemble: ", name, " must be a contiguous CPU int64 tensor of ", n, " entries");
+    };
+    vec(g_tok_order, K, "tok_order");
+    vec(g_tok_begin, B + 1, "tok_begin");
+    vec(g_local, K, "local");
+    vec(g_arc_order, M, "arc_order");
+    vec(g_arc_begin, B + 1, "arc_begin");
+  } else {
+    BEAMDEC_CHECK(g_tok_order.numel() == 0 && g_local.numel() == 0 && g_arc_order.numel() == 0 &&
+                      g_arc_begin.numel() == 0,
+                  "wfst_lattice_assemble: the device grouping's tensors come all five or none");
+  }
+  PhaseTimer timer("wfst_lattice_assemble");
+  const int32_t* kt = h_tok.data_ptr<int32_t>();
+  // the CUDA arena's arcs (wfst_lattice_launch.h LatticeArc): {src, dst (arena ids), arc | eps bit, ll bits}
+  const int32_t* ka = h_arc.data_ptr<int32_t>();
+  auto arc_src = [&](int64_t k) { return ka[4 * k]; };
+  auto arc_dst = [&](int64_t k) { return ka[4 * k + 1]; };
+  const int32_t* kp = h_pos.data_ptr<int32_t>();
+  const int32_t* lo = h_lane.data_ptr<int32_t>();
+  const int32_t* lr = h_res.data_ptr<int32_t>();
+  // group by lane: tokens (kept in arena-id order) and arcs
+  std::vector<int64_t> local(static_cast<size_t>(K));
+  std::vector<int64_t> tok_begin(static_cast<size_t>(B) + 1, 0), arc_begin(static_cast<size_t>(B) + 1, 0);
+  std::vector<int64_t> tok_order(static_cast<size_t>(K));
+  auto position = [&](int32_t p, int32_t id) -> int64_t {  // the device's position, checked against the arena id
+    BEAMDEC_CHECK(p >= 0 && p < K && kt[7 * static_cast<int64_t>(p)] == id,
+                  "wfst_lattice_assemble: a kept arc ends in an unkept token");
+    return p;
+  };
+  std::vector<int64_t> arc_src_pos(static_cast<size_t>(M)), arc_dst_pos(static_cast<size_t>(M));
+  std::vector<int64_t> arc_order(static_cast<size_t>(M));
+  if (device_group) {  // the orders came from the device; positions, orders and bounds are checked here
+    at::parallel_for(0, M, 1 << 14, [&](int64_t a, int64_t e) {  // first: no arc without a kept source (K = 0)
+      for (int64_t k = a; k < e; ++k) {
+        arc_src_pos[k] = position(kp[2 * k], arc_src(k));
+        arc_dst_pos[k] = position(kp[2 * k + 1], arc_dst(k));
+      }
+    });
+    std::memcpy(tok_order.data(), g_tok_order.data_ptr<int64_t>(), sizeof(int64_t) * K);
+    std::memcpy(tok_begin.data(), g_tok_begin.data_ptr<int64_t>(), sizeof(int64_t) * (B + 1));
+    std::memcpy(local.data(), g_local.data_ptr<int64_t>(), sizeof(int64_t) * K);
+    std::memcpy(arc_order.data(), g_arc_order.data_ptr<int64_t>(), sizeof(int64_t) * M);
+    std::memcpy(arc_begin.data(), g_arc_begin.data_ptr<int64_t>(), sizeof(int64_t) * (B + 1));
+    BEAMDEC_CHECK(tok_begin[0] == 0 && tok_begin[B] == K && arc_begin[0] == 0 && arc_begin[B] == M,
+                  "wfst_lattice_assemble: the group bounds must run from 0 to the token / arc counts");
+    for (int64_t b = 0; b < B; ++b)
+      BEAMDEC_CHECK(tok_begin[b] <= tok_begin[b + 1] && arc_begin[b] <= arc_begin[b + 1],
+                    "wfst_lattice_assemble: the group bounds must not decrease");
+    timer.mark("group by lane (device sort)");
+  } else {
+    for (int64_t p = 0; p < K; ++p) {
+      const int32_t lane = kt[7 * p + 1];
+      BEAMDEC_CHECK(lane >= 0 && lane < B, "wfst_lattice_assemble: a token's lane is outside the batch");
+      local[p] = tok_begin[lane + 1]++;
+    }
+    for (int64_t b = 0; b < B; ++b) tok_begin[b + 1] += tok_begin[b];
+    for (int64_t p = 0; p < K; ++p) tok_order[tok_begin[kt[7 * p + 1]] + local[p]] = p;
+    std::vector<int32_t> arc_lane(static_cast<size_t>(M));
+    for (int64_t k = 0; k < M; ++k) {
+      arc_src_pos[k] = position(kp[2 * k], arc_src(k));
+      arc_dst_pos[k] = position(kp[2 * k + 1], arc_dst(k));
+      arc_lane[k] = kt[7 * arc_src_pos[k] + 1];
+      ++arc_begin[arc_lane[k] + 1];
+    }
+    for (int64_t b = 0; b < B; ++b) arc_begin[b + 1] += arc_begin[b];
+    std::vector<int64_t> fill(arc_begin.begin(), arc_begin.end() - 1);
+    for (int64_t k = 0; k < M; ++k) arc_order[fill[arc_lane[k]]++] = k;
+    timer.mark("group by lane (one thread)");
+  }
+  std::vector<UttLattice> lats(static_cast<size_t>(B));
+  parallel_largest_first(B, [&](int64_t b) { return arc_begin[b + 1] - arc_begin[b]; }, [&](int64_t b) {
+    UttLattice& L = lats[b];
+    L.overflow = lr[2 * b];
+    L.tokens_before = lo[4 * b + 1];
+    L.arcs_before = lo[4 * b + 2];
+    if (lo[4 * b] < 0) return;  // no path: empty lattice
+    float score;
+    std::memcpy(&score, lo + 4 * b + 3, sizeof(float));
+    L.score = score;
+    L.flags = wfst::kFlagHasPath | (lr[2 * b + 1] != 0 ? 0 : wfst::kFlagReachedFinal);
+    const int64_t n_tok = tok_begin[b + 1] - tok_begin[b];
+    std::vector<KeptToken> toks;
+    toks.reserve(static_cast<size_t>(n_tok));
+    for (int64_t r = tok_begin[b]; r < tok_begin[b + 1]; ++r) {
+      const int64_t p = tok_order[r];
+      BEAMDEC_CHECK(p >= 0 && p < K && kt[7 * p + 1] == b, "wfst_lattice_assemble: a token grouped under the wrong lane");
+      const int32_t* t = kt + 7 * p;
+      float fwd;
+      std::memcpy(&fwd, t + 5, sizeof(float));
+      toks.push_back({t[2], t[3], t[4], fwd, wfst::ordered_to_float(static_cast<uint32_t>(t[6]))});
+    }
+    std::vector<KeptArc> arcs_b;
+    arcs_b.reserve(static_cast<size_t>(arc_begin[b + 1] - arc_begin[b]));
+    for (int64_t r = arc_begin[b]; r < arc_begin[b + 1]; ++r) {
+      const int64_t k = arc_order[r];
+      BEAMDEC_CHECK(k >= 0 && k < M, "wfst_lattice_assemble: an arc order entry is out of range");
+      const int64_t ls = local[arc_src_pos[k]], ld = local[arc_dst_pos[k]];
+      BEAMDEC_CHECK(kt[7 * arc_src_pos[k] + 1] == b && kt[7 * arc_dst_pos[k] + 1] == b && ls >= 0 && ls < n_tok &&
+                        ld >= 0 && ld < n_tok,
+                    "wfst_lattice_assemble: an arc's ends are not tokens of its lane");
+      float ll;
+      std::memcpy(&ll, ka + 4 * k + 3, sizeof(float));
+      arcs_b.push_back({static_cast<int32_t>(ls), static_cast<int32_t>(ld), ka[4 * k + 2] & ~wfst::kLatticeEpsArcBit, ll});
+    }
+    canonical_lattice(toks, arcs_b, L);
+  });
+  timer.mark("canonical numbering (parallel)");
+  auto packed = pack_lattices(lats);
+  timer.mark("pack");
+  return packed;
+}
+
 }  // namespace lattice
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>

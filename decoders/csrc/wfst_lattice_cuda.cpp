@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -23,8 +24,8 @@
 
 namespace beamdec {
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+LatticeGathered
+wfst_lattice_gather_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                   const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
                   const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
                   const at::Tensor& weight, int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
@@ -133,20 +134,26 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
                                : at::full({kept_arcs.size(0), 2}, -1, at::TensorOptions().dtype(at::kInt));
   // kept tokens, by arena id: [id, lane, frame, graph state, eps level, forward bits, ordered backward]
   const at::Tensor klane = tok_lane.index_select(0, tidx);
-  // BEAMDEC_LATTICE_GROUP=device (opt-in, written 2026-12-06 without a GPU run: the default stays the host loop
-  // below until the gpu tests and a timing have run): the grouping by utterance as a stable sort on the device
-  // (wfst_lattice_host.h group_by_lane; the host loop took ~53 ms of a bench batch-200 call on one thread)
+  // BEAMDEC_LATTICE_GROUP=device (opt-in): the grouping by utterance as a stable sort on the device
+  // (wfst_lattice_host.h group_by_lane) instead of wfst_lattice_assemble's host loop on one thread. H100, bench
+  // compact TLG, batch 200 (session 17): 24-27 ms against the loop's 35-40 ms, lattice RTFx 2,699 vs 2,614; the
+  // lattice gpu tests (197) and memcheck passed under it. The loop stays the default: decode_lattice runs the
+  // assembly beside the rescue's GPU pass, where the loop is off the critical path and the sort would be on it.
   const char* group_env = std::getenv("BEAMDEC_LATTICE_GROUP");
   const bool device_group = group_env != nullptr && std::strcmp(group_env, "device") == 0;
-  std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> groups;
+  at::Tensor g_tok_order = at::empty({0}, at::kLong), g_tok_begin = g_tok_order, g_local = g_tok_order,
+             g_arc_order = g_tok_order, g_arc_begin = g_tok_order;
   if (device_group) {
-    // arc sources clamped into [0, K) for the sort; the host checks every position below. No kept token (K = 0):
-    // no arc may be kept either (the check throws), so the sort gets none
+    // arc sources clamped into [0, K) for the sort; the host checks every position (wfst_lattice_assemble). No kept
+    // token (K = 0): no arc may be kept either (the check throws), so the sort gets none
     const int64_t k_kept = tidx.size(0);
     const at::Tensor src = k_kept > 0 ? ends(0).clamp(0, k_kept - 1) : at::zeros({0}, on(at::kLong));
     const auto g = lattice::group_by_lane(klane, src, B);
-    groups = {std::get<0>(g).cpu(), std::get<1>(g).cpu(), std::get<2>(g).cpu(), std::get<3>(g).cpu(),
-              std::get<4>(g).cpu()};
+    g_tok_order = std::get<0>(g).cpu();
+    g_tok_begin = std::get<1>(g).cpu();
+    g_local = std::get<2>(g).cpu();
+    g_arc_order = std::get<3>(g).cpu();
+    g_arc_begin = std::get<4>(g).cpu();
   }
   at::Tensor h_tok = at::stack({tidx.to(at::kInt), klane, tok_frame.index_select(0, tidx),
                                 kstate, levels.index_select(0, kstate), tok_score.index_select(0, tidx).view(at::kInt),
@@ -156,90 +163,23 @@ wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const 
   at::Tensor h_arc = kept_arcs.cpu();  // kept arcs {src, dst (arena ids), arc | eps bit, ll bits}
   at::Tensor h_lane = lane_out.cpu(), h_res = lane_result.cpu();
   timer.mark("prune + gather + device-to-host");
+  return {h_tok, h_arc, h_pos, h_lane, h_res, g_tok_order, g_tok_begin, g_local, g_arc_order, g_arc_begin};
+}
 
-  const int64_t K = h_tok.size(0), M = h_arc.size(0);
-  const int32_t* kt = h_tok.data_ptr<int32_t>();
-  const wfst::LatticeArc* ka = reinterpret_cast<const wfst::LatticeArc*>(h_arc.data_ptr<int32_t>());
-  const int32_t* kp = h_pos.data_ptr<int32_t>();
-  const int32_t* lo = h_lane.data_ptr<int32_t>();
-  const int32_t* lr = h_res.data_ptr<int32_t>();
-  // group by lane: tokens (kept in arena-id order) and arcs
-  std::vector<int32_t> local(static_cast<size_t>(K));
-  std::vector<int64_t> tok_begin(static_cast<size_t>(B) + 1, 0), arc_begin(static_cast<size_t>(B) + 1, 0);
-  std::vector<int64_t> tok_order(static_cast<size_t>(K));
-  auto position = [&](int32_t p, int32_t id) -> int64_t {  // the device's position, checked against the arena id
-    BEAMDEC_CHECK(p >= 0 && p < K && kt[7 * static_cast<int64_t>(p)] == id,
-                  "wfst_lattice_cuda: a kept arc ends in an unkept token (internal)");
-    return p;
-  };
-  std::vector<int64_t> arc_src_pos(static_cast<size_t>(M)), arc_dst_pos(static_cast<size_t>(M));
-  std::vector<int64_t> arc_order(static_cast<size_t>(M));
-  if (device_group) {  // the orders came from the device; the positions are checked here, on every thread
-    const auto copy = [](const at::Tensor& t, auto& v) {
-      const int64_t* p = t.data_ptr<int64_t>();
-      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::remove_reference_t<decltype(v[0])>>(p[i]);
-    };
-    at::parallel_for(0, M, 1 << 14, [&](int64_t lo, int64_t hi) {  // first: no arc without a kept source (K = 0)
-      for (int64_t k = lo; k < hi; ++k) {
-        arc_src_pos[k] = position(kp[2 * k], ka[k].src);
-        arc_dst_pos[k] = position(kp[2 * k + 1], ka[k].dst);
-      }
-    });
-    copy(std::get<0>(groups), tok_order);
-    copy(std::get<1>(groups), tok_begin);
-    copy(std::get<2>(groups), local);
-    copy(std::get<3>(groups), arc_order);
-    copy(std::get<4>(groups), arc_begin);
-    timer.mark("group by lane (device sort)");
-  } else {
-    for (int64_t p = 0; p < K; ++p) local[p] = static_cast<int32_t>(tok_begin[kt[7 * p + 1] + 1]++);
-    for (int64_t b = 0; b < B; ++b) tok_begin[b + 1] += tok_begin[b];
-    for (int64_t p = 0; p < K; ++p) tok_order[tok_begin[kt[7 * p + 1]] + local[p]] = p;
-    std::vector<int32_t> arc_lane(static_cast<size_t>(M));
-    for (int64_t k = 0; k < M; ++k) {
-      arc_src_pos[k] = position(kp[2 * k], ka[k].src);
-      arc_dst_pos[k] = position(kp[2 * k + 1], ka[k].dst);
-      arc_lane[k] = kt[7 * arc_src_pos[k] + 1];
-      ++arc_begin[arc_lane[k] + 1];
-    }
-    for (int64_t b = 0; b < B; ++b) arc_begin[b + 1] += arc_begin[b];
-    std::vector<int64_t> fill(arc_begin.begin(), arc_begin.end() - 1);
-    for (int64_t k = 0; k < M; ++k) arc_order[fill[arc_lane[k]]++] = k;
-    timer.mark("group by lane (one thread)");
-  }
-  std::vector<lattice::UttLattice> lats(static_cast<size_t>(B));
-  lattice::parallel_largest_first(B, [&](int64_t b) { return arc_begin[b + 1] - arc_begin[b]; }, [&](int64_t b) {
-    lattice::UttLattice& L = lats[b];
-    L.overflow = lr[2 * b];
-    L.tokens_before = lo[4 * b + 1];
-    L.arcs_before = lo[4 * b + 2];
-    if (lo[4 * b] < 0) return;  // no path: empty lattice
-    float score;
-    std::memcpy(&score, lo + 4 * b + 3, sizeof(float));
-    L.score = score;
-    L.flags = wfst::kFlagHasPath | (lr[2 * b + 1] != 0 ? 0 : wfst::kFlagReachedFinal);
-    std::vector<lattice::KeptToken> toks;
-    toks.reserve(static_cast<size_t>(tok_begin[b + 1] - tok_begin[b]));
-    for (int64_t r = tok_begin[b]; r < tok_begin[b + 1]; ++r) {
-      const int32_t* t = kt + 7 * tok_order[r];
-      float fwd, bwd_f;
-      std::memcpy(&fwd, t + 5, sizeof(float));
-      bwd_f = wfst::ordered_to_float(static_cast<uint32_t>(t[6]));
-      toks.push_back({t[2], t[3], t[4], fwd, bwd_f});
-    }
-    std::vector<lattice::KeptArc> arcs_b;
-    arcs_b.reserve(static_cast<size_t>(arc_begin[b + 1] - arc_begin[b]));
-    for (int64_t r = arc_begin[b]; r < arc_begin[b + 1]; ++r) {
-      const int64_t k = arc_order[r];
-      arcs_b.push_back({local[arc_src_pos[k]], local[arc_dst_pos[k]], ka[k].arc & ~wfst::kLatticeEpsArcBit,
-                        ka[k].ll});
-    }
-    lattice::canonical_lattice(toks, arcs_b, L);
-  });
-  timer.mark("canonical numbering (parallel)");
-  auto packed = lattice::pack_lattices(lats);
-  timer.mark("pack");
-  return packed;
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
+                  const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
+                  const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+                  const at::Tensor& weight, int64_t start_state, int64_t final_state, const at::Tensor& boost_keys,
+                  const at::Tensor& boost_values, double search_beam, int64_t min_active, int64_t max_active,
+                  bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
+                  double output_beam, int64_t frontier_capacity, int64_t candidate_capacity, int64_t token_capacity,
+                  int64_t arc_capacity) {
+  const LatticeGathered x = wfst_lattice_gather_cuda(
+      log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
+      final_state, boost_keys, boost_values, search_beam, min_active, max_active, allow_partial, acoustic_scale,
+      eps_iterations, eps_level, output_beam, frontier_capacity, candidate_capacity, token_capacity, arc_capacity);
+  return std::apply(lattice::assemble_lattices, x);
 }
 
 }  // namespace beamdec

@@ -72,6 +72,35 @@ wfst_lattice_cpu(const at::Tensor& log_probs, const at::Tensor& lengths, const a
                  double output_beam, int64_t frontier_capacity, int64_t candidate_capacity, int64_t token_capacity,
                  int64_t arc_capacity);
 
+// The CUDA op in two halves, so decoders/lattice.py can run a batch's host half beside the next GPU pass:
+//   wfst_lattice_gather(<the wfst_lattice arguments>) (CUDA) -> LatticeGathered: the forward pass, the device prune
+//     and the kept tokens / arcs copied to the host: (tokens (K, 7) i32 [arena id, lane, frame, graph state, eps
+//     level, forward bits, ordered backward], arcs (M, 4) i32 [src, dst arena ids, arc | eps bit, ll bits], arc ends
+//     (M, 2) i32 [positions among the kept tokens], lanes (B, 4) i32 [best token or -1, tokens before the prune, arcs
+//     before, best score bits], lane flags (B, 2) i32 [overflow bits, partial], and the device grouping's five int64
+//     tensors (tok_order, tok_begin, local, arc_order, arc_begin) or five empty ones (BEAMDEC_LATTICE_GROUP unset)).
+//   wfst_lattice_assemble(<LatticeGathered>) (CPU) -> the wfst_lattice result: grouping by utterance (unless done on
+//     the device), canonical numbering and packing, on the host; every index is checked (one-line errors).
+// wfst_lattice_cuda = assemble(gather(...)).
+using LatticeGathered = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                                   at::Tensor, at::Tensor, at::Tensor>;
+
+LatticeGathered wfst_lattice_gather_cuda(
+    const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits, const at::Tensor& eps_begin,
+    const at::Tensor& final_begin, const at::Tensor& dest, const at::Tensor& ilabel, const at::Tensor& aux_splits,
+    const at::Tensor& aux_words, const at::Tensor& weight, int64_t start_state, int64_t final_state,
+    const at::Tensor& boost_keys, const at::Tensor& boost_values, double search_beam, int64_t min_active,
+    int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations, const at::Tensor& eps_level,
+    double output_beam, int64_t frontier_capacity, int64_t candidate_capacity, int64_t token_capacity,
+    int64_t arc_capacity);
+
+namespace lattice {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+assemble_lattices(const at::Tensor& h_tok, const at::Tensor& h_arc, const at::Tensor& h_pos, const at::Tensor& h_lane,
+                  const at::Tensor& h_res, const at::Tensor& g_tok_order, const at::Tensor& g_tok_begin,
+                  const at::Tensor& g_local, const at::Tensor& g_arc_order, const at::Tensor& g_arc_begin);
+}  // namespace lattice
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 wfst_lattice_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                   const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,

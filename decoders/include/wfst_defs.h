@@ -35,6 +35,9 @@ constexpr int kColFlags = 2;     // kFlag* below
 constexpr int kColScore = 3;     // float32 bits of the best path's total score (-inf: no path)
 constexpr int kResultHeader = 4;
 constexpr int32_t kFlagReachedFinal = 1;  // best path ends with a real FINAL arc
+// Lattice arena arcs (wfst_lattice_launch.h LatticeArc {src, dst, arc, ll bits}, int32 x 4): graph arc ids stay below
+// this bit; epsilon arcs carry it in `arc` while they are in the arena (the host clears it).
+constexpr int32_t kLatticeEpsArcBit = 0x40000000;
 constexpr int32_t kFlagHasPath = 2;       // some path was found (final or allow_partial redirect)
 
 // `final_t` of an emitting step under k2's online semantics (the stream's length is unknown until it ends):

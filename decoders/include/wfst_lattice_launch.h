@@ -14,9 +14,7 @@
 
 namespace wfst {
 
-// Arc ids must stay below this bit: epsilon arcs carry it in LatticeArc::arc while they are in the arena.
-constexpr int32_t kLatticeEpsArcBit = 0x40000000;
-
+// (kLatticeEpsArcBit, the epsilon bit of LatticeArc::arc: wfst_defs.h, where the host code reads it too)
 struct LatticeArc {
   int32_t src;  // token arena ids (-1: dropped by an overflowed lane; the host skips it)
   int32_t dst;
