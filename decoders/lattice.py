@@ -404,9 +404,12 @@ class WfstLattices:
         words one compound label >= graph.num_words), the compound labels' word tuples, and that base."""
         splits, words = self.graph.aux_csr()
         ga = self.arcs[:, 2].numpy().astype(np.int64)
-        n = np.diff(np.asarray(splits, dtype=np.int64))[ga] if ga.size else np.zeros(0, np.int64)
-        first = np.asarray(words, dtype=np.int64)[np.minimum(np.asarray(splits, dtype=np.int64)[ga],
-                                                             max(len(words) - 1, 0))] if ga.size and len(words) \
+        # gathered at the lattice's arcs only: converting the graph's whole arrays first (10 M arcs on the bench TLG)
+        # cost ~25 ms a batch
+        sp, w = np.asarray(splits), np.asarray(words)
+        lo = sp[ga].astype(np.int64) if ga.size else np.zeros(0, np.int64)
+        n = sp[ga + 1].astype(np.int64) - lo if ga.size else np.zeros(0, np.int64)
+        first = w[np.minimum(lo, max(len(w) - 1, 0))].astype(np.int64) if ga.size and len(w) \
             else np.zeros(ga.shape, np.int64)
         label = np.where(n == 0, 0, first).astype(np.int64)
         compounds: dict[tuple, int] = {}
