@@ -158,6 +158,8 @@ class WfstLattices:
     state_maps: list = field(default_factory=list)
     # utterances the CUDA op re-decoded with larger capacities (decode_lattice's rescue), as WfstResult.rescued
     rescued: list = field(default_factory=list)
+    # the first pass's overflow bits of each rescued utterance (same order as `rescued`), as WfstResult's
+    rescued_overflow: list = field(default_factory=list)
     _mbr_cache: Optional[tuple] = field(default=None, repr=False)
 
     # ---- per-utterance facts ---------------------------------------------------------------------------
@@ -592,11 +594,14 @@ def lattice_knobs() -> dict:
 
 def count_lattice_stats(stats: dict, lats: "WfstLattices") -> None:
     """Adds a lattice batch to a benchmark row's counters: utterances still flagged (`overflow_count`), re-decoded
-    (`rescued_count`), the lattices' bytes, and the CUDA op calls behind `lats` by the state map each used (the size
+    (`rescued_count`, and `rescued_<capacity>`: count_rescue_causes), the lattices' bytes, and the CUDA op calls behind `lats` by the state map each used (the size
     rule's choice is per call: a row records how many of its batches ran on the dense maps and how many on the
     hashed)."""
+    from decoders.wfst import count_rescue_causes
+
     stats["overflow_count"] = stats.get("overflow_count", 0) + sum(1 for o in lats.overflow if o)
     stats["rescued_count"] = stats.get("rescued_count", 0) + len(lats.rescued)
+    count_rescue_causes(stats, lats.rescued_overflow)
     stats["lattice_bytes"] = stats.get("lattice_bytes", 0) + lats.memory_bytes()
     for m in lats.state_maps:
         key = "lattice_dense_map_calls" if m == "dense" else "lattice_hashed_map_calls"
@@ -829,13 +834,16 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
     overflow = [int(x) for x in header[:, 0].tolist()]
     lanes = [(1, per_step, cfg.eps_iterations)] * B
     rescued: set[int] = set()
+    first_bits: dict[int, int] = {}  # a rescued utterance's overflow bits in the first pass
     rounds: list[dict] = []  # per rescue round: {utterance: (its sub-batch's result callable, index in it)}
     for _ in range(cfg.max_rescues):  # rescue: re-decode utterances that hit a capacity (rescue_plan says with what)
         groups = rescue_plan(overflow, use, lanes, cfg.rescue_factor)
         if not groups:
             break
         where, use_next, overflow_next = {}, (list(use[0]), list(use[1])), [0] * B
-        rescued.update(b for members in groups.values() for b in members)
+        for b in (b for members in groups.values() for b in members):
+            first_bits.setdefault(b, overflow[b])
+        rescued.update(first_bits)
         for (fac, ps, eps), members in groups.items():
             idx = torch.tensor(members)
             sub_len = lengths.index_select(0, idx)
@@ -858,6 +866,7 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
         lats.oov_boost_words = oov  # the sub-batch carried the whole batch's list
     timer.mark("assembly waited for + rescues spliced in")
     lats.rescued = sorted(rescued)
+    lats.rescued_overflow = [first_bits[b] for b in lats.rescued]
     mean = batch_arena_mean(use, steps.tolist())
     if mean is not None:
         old = getattr(decoder, "_lattice_arena_seen", (0.0, 0.0))

@@ -96,6 +96,16 @@ OVERFLOW_NAMES = {
 FLAG_REACHED_FINAL = 1
 FLAG_HAS_PATH = 2
 
+
+def count_rescue_causes(stats: dict, rescued_overflow) -> None:
+    """Adds `rescued_<capacity>` counters to a benchmark row's stats: per capacity (OVERFLOW_NAMES), the rescued
+    utterances whose first pass hit it (WfstResult / WfstLattices .rescued_overflow; an utterance can count under
+    several), so a row says what its rescues were for."""
+    for bits in rescued_overflow:
+        for bit, name in OVERFLOW_NAMES.items():
+            if int(bits) & bit:
+                stats[f"rescued_{name}"] = stats.get(f"rescued_{name}", 0) + 1
+
 BoostTable = dict  # {word id or word string: boost (log domain)}
 
 

@@ -374,6 +374,18 @@ def test_harness_adapter_reports_stats(tmp_path):
     assert ad.pop_stats()["partial_count"] == 0
 
 
+def test_rescue_causes_count_each_capacity_a_first_pass_hit():
+    """count_rescue_causes: per capacity the rescued utterances whose first pass hit it (an utterance with two bits
+    counts under both), added to what the row already holds."""
+    from decoders.wfst import OVERFLOW_ARENA, OVERFLOW_EPSILON, OVERFLOW_FRONTIER, count_rescue_causes
+
+    stats = {"rescued_frontier": 2}
+    count_rescue_causes(stats, [OVERFLOW_FRONTIER, OVERFLOW_FRONTIER | OVERFLOW_EPSILON, OVERFLOW_ARENA])
+    assert stats == {"rescued_frontier": 4, "rescued_epsilon": 1, "rescued_arena": 1}
+    count_rescue_causes(stats, [])
+    assert stats == {"rescued_frontier": 4, "rescued_epsilon": 1, "rescued_arena": 1}
+
+
 def test_search_stats_counts_what_the_search_needed():
     """wfst_search_stats (CPU): frontier / candidates / word links per step, exactly, on a graph small enough to
     follow by hand: 0 -t1-> 0, 0 -t2:w5-> 1, 1 -t2-> 1 (weight -0.1), 1 -final-> 2; uniform log-probs, 3 frames."""

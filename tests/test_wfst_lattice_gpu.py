@@ -321,6 +321,8 @@ def test_gpu_overlapped_assembly_equals_the_sequential_one_and_cpu(monkeypatch, 
             got[overlap] = (dec.decode_lattice(lp.cuda(), lengths), dec._lattice_arena_seen)
         (seq, seen_seq), (ovl, seen_ovl) = got["0"], got["1"]
         assert seq.rescued and seq.rescued == ovl.rescued and seq.overflow == ovl.overflow and seen_seq == seen_ovl
+        assert seq.rescued_overflow == ovl.rescued_overflow and len(ovl.rescued_overflow) == len(ovl.rescued)
+        assert all(bits & (1 | 4 | 8) for bits in ovl.rescued_overflow), ovl.rescued_overflow  # candidates/arena/frontier
         assert_same_lattices(ovl, seq, "overlap")  # arcs as a multiset: see _arc_multiset
         assert_same_lattices(ovl, cpu)
 

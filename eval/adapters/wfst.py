@@ -25,7 +25,7 @@ import torch
 from decoders.graph import WfstGraph
 from decoders.lattice import count_lattice_stats
 from decoders.types import Hypothesis
-from decoders.wfst import WfstDecoder, WfstDecoderConfig
+from decoders.wfst import WfstDecoder, WfstDecoderConfig, count_rescue_causes
 from eval.adapters.base import DecodingContext, adapter_schema, library_config, register_decoder, typed_config
 
 
@@ -114,6 +114,7 @@ class WfstAdapter:
         self.last_result = result  # overflow / oov reports for the harness
         self._stats["overflow_count"] += sum(1 for o in result.overflow if o)
         self._stats["rescued_count"] += len(result.rescued)
+        count_rescue_causes(self._stats, result.rescued_overflow)
         self._stats["partial_count"] += sum(1 for hp, rf in zip(result.has_path, result.reached_final) if hp and not rf)
         self._stats["oov_boost_words"] += sum(len(o) for o in result.oov_boost_words)
         return [Hypothesis(tokens=[], words=list(w), score=float(s))
