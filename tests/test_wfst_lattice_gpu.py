@@ -321,8 +321,11 @@ def test_gpu_overlapped_assembly_equals_the_sequential_one_and_cpu(monkeypatch, 
             got[overlap] = (dec.decode_lattice(lp.cuda(), lengths), dec._lattice_arena_seen)
         (seq, seen_seq), (ovl, seen_ovl) = got["0"], got["1"]
         assert seq.rescued and seq.rescued == ovl.rescued and seq.overflow == ovl.overflow and seen_seq == seen_ovl
-        assert seq.rescued_overflow == ovl.rescued_overflow and len(ovl.rescued_overflow) == len(ovl.rescued)
-        assert all(bits & (1 | 4 | 8) for bits in ovl.rescued_overflow), ovl.rescued_overflow  # candidates/arena/frontier
+        # which capacity a first pass hits first can differ between two GPU runs (seen on an H100: bits 9 vs 8 for
+        # one utterance), so each run's causes are checked, not their equality
+        for lats in (seq, ovl):
+            assert len(lats.rescued_overflow) == len(lats.rescued), lats.rescued_overflow
+            assert all(bits & (1 | 4 | 8) for bits in lats.rescued_overflow), lats.rescued_overflow
         assert_same_lattices(ovl, seq, "overlap")  # arcs as a multiset: see _arc_multiset
         assert_same_lattices(ovl, cpu)
 
