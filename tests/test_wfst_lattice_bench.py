@@ -72,3 +72,22 @@ def test_mbr_bench_isolated_rows_equal_in_process_rows(tmp_path):
     assert hyps["a"] == hyps["b"] and len(hyps["a"]) == 8
     cfg = (tmp_path / "runs" / "wfst_mbr" / "b" / "config.yaml").read_text()
     assert "isolate: true" in cfg
+
+
+def test_mbr_bench_frontier_capacity_reaches_our_rows_only(tmp_path):
+    """--frontier-capacity sets ours' per-lane frontier (the rows' decoder config and the run's config record it);
+    a value below 1 is a one-line usage error."""
+    import pytest
+
+    from eval.bench.wfst_mbr_bench import main
+
+    gdir = _bench_inputs(tmp_path)
+    assert main(["--lp-file", str(tmp_path / "lp.pt"), "--graph-dir", f"c={gdir}", "--batch", "3", "--device", "cpu",
+                 "--outputs", "best", "--in-process", "--frontier-capacity", "4096", "--output-dir",
+                 str(tmp_path / "runs"), "--run", "f"]) == 0
+    rows = load_rows(tmp_path / "runs" / "wfst_mbr" / "f")
+    ours = [r for r in rows if r.ok]
+    assert len(ours) == 1 and ours[0].decoder_config["frontier_capacity"] == 4096
+    assert "frontier_capacity: 4096" in (tmp_path / "runs" / "wfst_mbr" / "f" / "config.yaml").read_text()
+    with pytest.raises(SystemExit):
+        main(["--lp-file", str(tmp_path / "lp.pt"), "--graph-dir", f"c={gdir}", "--frontier-capacity", "0"])

@@ -98,7 +98,8 @@ class WfstLatticeBestAdapter:
 
 
 def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet, gdir: Path, graph: str,
-            batch: int, repeats: int, scale: str, acoustic_scale: float, run_mate: Optional[str]) -> bool:
+            batch: int, repeats: int, scale: str, acoustic_scale: float, run_mate: Optional[str],
+            frontier_capacity: Optional[int] = None) -> bool:
     lab = f"{name}@{device.split(':')[0]}[{graph}, {output}]"
     params = {"graph": graph, "output": output, "scale": scale}
     # the lattice backend goes in the row's decoder config, not its params: the params pair our row with Riva's
@@ -108,6 +109,8 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
     if name == "wfst":
         cfg = {"graph": "TLG", "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
                "acoustic_scale": acoustic_scale}
+        if frontier_capacity is not None:  # ours' per-lane search frontier (default 4 x max_active)
+            cfg["frontier_capacity"] = frontier_capacity
     else:
         cfg = {"default_beam": SEARCH_BEAM, "lattice_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
                "max_batch_size": max(batch, 1), "acoustic_scale": acoustic_scale}
@@ -151,6 +154,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lattice-backend", choices=["cuda", "cpu"], default="cuda",
                     help="where our lattice is generated when --device is cuda")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--frontier-capacity", type=int, default=None,
+                    help="ours' per-lane frontier (WfstDecoderConfig.frontier_capacity; default 4 x max_active): the "
+                         "A/B of a frontier that the bench's long utterances do not outgrow")
     add_isolation_options(ap)
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_mbr")
@@ -160,6 +166,8 @@ def main(argv=None) -> int:
         os.environ["BEAMDEC_WFST_LATTICE_BACKEND"] = "cpu"
     if args.batch <= 0:
         ap.error(f"--batch must be positive, got {args.batch}")
+    if args.frontier_capacity is not None and args.frontier_capacity < 1:
+        ap.error(f"--frontier-capacity must be positive, got {args.frontier_capacity}")
     isolation_default(args)
     graph_dirs = graph_dirs_arg(ap, args.graph_dir)
     data = LogProbSet.load(args.lp_file) if args.lp_file else workload_set(args.scale, args.kind, args.set,
@@ -171,6 +179,7 @@ def main(argv=None) -> int:
         "device": args.device, "decoders": args.decoders, "outputs": args.outputs, "repeats": args.repeats,
         "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
         "acoustic_scale": args.acoustic_scale, "lattice_backend": args.lattice_backend, "isolate": args.isolate,
+        "frontier_capacity": args.frontier_capacity,
     }, output_dir=args.output_dir)
     measure = run_one_isolated if args.isolate else run_one
     for graph_name, gdir in graph_dirs:
@@ -182,7 +191,7 @@ def main(argv=None) -> int:
             for d in present:
                 mate = [labels[o] for o in present if o != d]
                 measure(run, d, output, devices[d], data, gdir, graph, args.batch, args.repeats, args.scale,
-                        args.acoustic_scale, mate[0] if mate else None)
+                        args.acoustic_scale, mate[0] if mate else None, args.frontier_capacity)
             run.checkpoint()
     path = run.close()
     print_rows(run.rows, pairs=[("wfst", "riva", ["graph", "output"])])
