@@ -553,3 +553,25 @@ def test_gpu_state_stamp_refuses_cpu_state_and_same_state_twice(ops):
     lp = random_log_probs(1, 4, 7).cuda()
     with pytest.raises(ValueError, match="same state"):
         dec.decode_chunk_batch([lp, lp], [st, st])
+
+
+@pytest.mark.parametrize("name,bad", [("BEAMDEC_CTC_ROUNDS", "split"), ("BEAMDEC_CTC_KERNEL", "Warp"),
+                                      ("BEAMDEC_CTC_PREPASS", "ranks"), ("BEAMDEC_CTC_PAGED_SMEM", "yes")])
+def test_gpu_unknown_switch_values_are_one_line_errors(ops, name, bad, monkeypatch):
+    """The CUDA CTC ops' A/B switches accept their listed values (or unset); any other value is a one-line
+    ValueError naming the switch, offline and streaming, and the next call with a good value decodes (session 17:
+    =split, reverted after its first GPU run hung, would otherwise have run the default silently)."""
+    lp = torch.randn(2, 9, 7).log_softmax(-1).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=4, nbest=2)
+    want = ctc_beam_search(lp, torch.tensor([9, 5]).cuda(), cfg)
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(ValueError, match=f"{name} must be one of .*got '{bad}'") as e:
+        ctc_beam_search(lp, torch.tensor([9, 5]).cuda(), cfg)
+    assert len(str(e.value).strip().splitlines()) == 1
+    dec = CtcStreamingDecoder(cfg)
+    st = dec.create_state(2, 7, device="cuda")
+    with pytest.raises(ValueError, match=f"{name} must be one of"):
+        dec.decode_chunk(lp, state=st)
+    monkeypatch.delenv(name)
+    got = ctc_beam_search(lp, torch.tensor([9, 5]).cuda(), cfg)
+    assert got.tokens == want.tokens and torch.equal(got.scores, want.scores)

@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -18,12 +19,24 @@ namespace beamdec {
 
 namespace {
 
+// An A/B switch's value: unset or empty is "", anything outside `allowed` a one-line ValueError naming the switch (a
+// mistyped value once ran the default silently; session 17's reverted =split would have too).
+std::string env_switch(const char* name, std::initializer_list<const char*> allowed) {
+  const char* env = std::getenv(name);
+  const std::string v = env ? env : "";
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return v;
+    list += std::string(list.empty() ? "" : ", ") + a;
+  }
+  CTC_ARG_CHECK(v.empty(), std::string(name) + " must be one of " + list + " (or unset), got '" + v + "'");
+  return v;
+}
+
 // BEAMDEC_CTC_KERNEL=block: the block-per-row kernel for every beam; =warp: the one-warp kernel for every
 // beam <= 32 whatever the row count; unset/auto: ctc_launch.h's measured rule.
 int kernel_choice() {
-  const char* env = std::getenv("BEAMDEC_CTC_KERNEL");
-  if (!env) return 0;
-  const std::string v(env);
+  const std::string v = env_switch("BEAMDEC_CTC_KERNEL", {"auto", "block", "warp"});
   return v == "block" ? 1 : v == "warp" ? 2 : 0;
 }
 
@@ -44,14 +57,11 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.page_size = (int)page_size;
   d.num_pages = (int)num_pages;
   d.kernel = kernel_choice();
-  const char* meta = std::getenv("BEAMDEC_CTC_PAGED_SMEM");
-  d.paged_smem = (meta && std::string(meta) == "1") ? 1 : 0;
+  d.paged_smem = env_switch("BEAMDEC_CTC_PAGED_SMEM", {"0", "1"}) == "1" ? 1 : 0;
   // the select-form rounds and the warp-threshold pre-pass are the defaults since 2026-12-06 (H100 A/B, one call:
   // kernel RTFx +3 to +15 % at 10 of OASR's 12 offline shapes); =branch / =rank give the earlier forms
-  const char* rounds = std::getenv("BEAMDEC_CTC_ROUNDS");
-  d.rounds_select = (rounds && std::string(rounds) == "branch") ? 0 : 1;
-  const char* prepass = std::getenv("BEAMDEC_CTC_PREPASS");
-  d.prepass_warp_tau = (prepass && std::string(prepass) == "rank") ? 0 : 1;
+  d.rounds_select = env_switch("BEAMDEC_CTC_ROUNDS", {"select", "branch"}) == "branch" ? 0 : 1;
+  d.prepass_warp_tau = env_switch("BEAMDEC_CTC_PREPASS", {"warp", "rank"}) == "rank" ? 0 : 1;
   return d;
 }
 
