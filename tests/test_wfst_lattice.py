@@ -313,33 +313,19 @@ def test_lattice_walk_knob_is_checked(monkeypatch):
     one-line error."""
     g = _three_path_graph()
     dec = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0))
-    for ok in ("auto", "token", "warp", "adaptive"):
-        monkeypatch.setenv("BEAMDEC_LATTICE_WALK", ok)
-        assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
-    for ok in ("dense", "hash"):
-        monkeypatch.setenv("BEAMDEC_LATTICE_MAP", ok)
-        assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
-    monkeypatch.setenv("BEAMDEC_LATTICE_MAP", "hashed")
-    with pytest.raises(ValueError, match="BEAMDEC_LATTICE_MAP must be 'dense' or 'hash'"):
-        dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
-    monkeypatch.delenv("BEAMDEC_LATTICE_MAP")
-    monkeypatch.setenv("BEAMDEC_LATTICE_WALK", "Warp")
-    with pytest.raises(ValueError, match="BEAMDEC_LATTICE_WALK must be 'auto', 'token', 'warp' or 'adaptive'"):
-        dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
-    monkeypatch.delenv("BEAMDEC_LATTICE_WALK")
-    for ok in ("0", "1"):
-        monkeypatch.setenv("BEAMDEC_LATTICE_PERSISTENT", ok)
-        assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
-    monkeypatch.setenv("BEAMDEC_LATTICE_PERSISTENT", "yes")
-    with pytest.raises(ValueError, match="BEAMDEC_LATTICE_PERSISTENT must be '0' or '1'"):
-        dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
-    monkeypatch.delenv("BEAMDEC_LATTICE_PERSISTENT")
-    for ok in ("0", "1"):
-        monkeypatch.setenv("BEAMDEC_LATTICE_OVERLAP", ok)
-        assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
-    monkeypatch.setenv("BEAMDEC_LATTICE_OVERLAP", "on")
-    with pytest.raises(ValueError, match="BEAMDEC_LATTICE_OVERLAP must be '0' or '1'"):
-        dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
+    knobs = [("BEAMDEC_LATTICE_WALK", ("auto", "token", "warp", "adaptive"), "Warp",
+              "'auto', 'token', 'warp' or 'adaptive'"),
+             ("BEAMDEC_LATTICE_MAP", ("dense", "hash"), "hashed", "'dense' or 'hash'"),
+             ("BEAMDEC_LATTICE_PERSISTENT", ("0", "1"), "yes", "'0' or '1'"),
+             ("BEAMDEC_LATTICE_OVERLAP", ("0", "1"), "on", "'0' or '1'")]
+    for name, good, bad, allowed in knobs:
+        for ok in good:
+            monkeypatch.setenv(name, ok)
+            assert dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2])).nbest(1)[0][0].words == ["a", "b"]
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ValueError, match=f"{name} must be {allowed}"):
+            dec.decode_lattice(torch.zeros(1, 2, 1), torch.tensor([2]))
+        monkeypatch.delenv(name)
 
 
 def test_mbr_of_a_single_path_lattice_is_that_path_with_confidence_one():
