@@ -160,7 +160,10 @@ class WfstLattices:
     rescued: list = field(default_factory=list)
     # the first pass's overflow bits of each rescued utterance (same order as `rescued`), as WfstResult's
     rescued_overflow: list = field(default_factory=list)
-    _mbr_cache: Optional[tuple] = field(default=None, repr=False)
+    # the output beam the lattices were pruned with (decode_lattice sets it): mbr(determinize=True) prunes the
+    # word-determinized lattice with it, as Kaldi's and Riva's determinize-pruned do with their lattice beam
+    output_beam: float = math.inf
+    _mbr_cache: dict = field(default_factory=dict, repr=False)
 
     # ---- per-utterance facts ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -421,15 +424,81 @@ class WfstLattices:
             label[j] = base + compounds.setdefault(key, len(compounds))
         return torch.from_numpy(label.astype(np.int32)), {v: k for k, v in compounds.items()}, base
 
-    def _mbr_all(self) -> tuple:
-        if self._mbr_cache is None:
+    def _mbr_all(self, determinize: bool = False) -> tuple:
+        if determinize not in self._mbr_cache:
             from decoders.wfst import _ops
 
             label, compounds, base = self.mbr_arc_labels()
-            out = _ops().wfst_lattice_mbr(self.state_splits, self.states, self.arc_splits, self.arcs,
-                                          self.arc_scores, label)
-            self._mbr_cache = (out, compounds, base)
-        return self._mbr_cache
+            packed = self.word_determinized(label) if determinize else (
+                self.state_splits, self.states, self.arc_splits, self.arcs, self.arc_scores, label)
+            self._mbr_cache[determinize] = (_ops().wfst_lattice_mbr(*packed), compounds, base)
+        return self._mbr_cache[determinize]
+
+    def word_determinized(self, label: Optional[torch.Tensor] = None) -> tuple:
+        """Every utterance's lattice as a word acceptor (labels: mbr_arc_labels; 0 = no word), epsilon-free and
+        determinized in the tropical semiring (one path per word sequence, scored by its best path), pruned with
+        `output_beam` (OpenFst's pruned determinization, through kaldifst: every sequence within the beam of the best
+        is kept, a few beyond it may be, as with Kaldi's determinize-pruned). Returned in the MBR op's packed layout
+        (state_splits, states (frame 0: no frames), arc_splits, arcs [src, dst, 0], arc_scores, labels), states
+        topologically numbered, the start first and one final state last (the determinized final weights move onto
+        arcs into it); an empty lattice stays empty."""
+        import kaldifst
+
+        if label is None:
+            label = self.mbr_arc_labels()[0]
+        lab = label.numpy()
+        beam = float(self.output_beam)
+        s_split, a_split, src, dst, score, labels = [0], [0], [], [], [], []
+        for i in range(len(self)):
+            s0, s1 = int(self.state_splits[i]), int(self.state_splits[i + 1])
+            a0, a1 = int(self.arc_splits[i]), int(self.arc_splits[i + 1])
+            if s1 == s0:
+                s_split.append(s_split[-1])
+                a_split.append(a_split[-1])
+                continue
+            ar = self.arcs[a0:a1, :2].tolist()
+            text = "".join(f"{a} {b} {w} {w} {-c!r}\n" for (a, b), w, c in
+                           zip(ar, lab[a0:a1].tolist(), self.arc_scores[a0:a1].tolist()))
+            fst = kaldifst.compile(text + f"{s1 - s0 - 1} 0\n", acceptor=False)  # start 0, final last
+            kaldifst.rmepsilon(fst)
+            det = kaldifst.determinize(fst, weight=repr(beam)) if math.isfinite(beam) else kaldifst.determinize(fst)
+            kaldifst.connect(det)
+            n = det.num_states
+            out: list[list] = [[] for _ in range(n)]
+            indeg = [0] * n
+            for st in range(n):
+                for arc in kaldifst.ArcIterator(det, st):
+                    out[st].append((arc.nextstate, arc.ilabel, -float(arc.weight.value)))
+                    indeg[arc.nextstate] += 1
+            order, k = [det.start], 0  # Kahn: the determinized lattice is acyclic
+            while k < len(order):
+                for t, _, _ in out[order[k]]:
+                    indeg[t] -= 1
+                    if indeg[t] == 0:
+                        order.append(t)
+                k += 1
+            pos = {st: j for j, st in enumerate(order)}
+            final = len(order)
+            for st in order:
+                for t, w, c in sorted(out[st], key=lambda x: (pos[x[0]], x[1])):
+                    src.append(pos[st])
+                    dst.append(pos[t])
+                    labels.append(w)
+                    score.append(c)
+                fw = float(det.final(st).value)
+                if math.isfinite(fw):
+                    src.append(pos[st])
+                    dst.append(final)
+                    labels.append(0)
+                    score.append(-fw)
+            s_split.append(s_split[-1] + final + 1)
+            a_split.append(len(src))
+        S = s_split[-1]
+        return (torch.tensor(s_split, dtype=torch.int64), torch.zeros((S, 2), dtype=torch.int32),
+                torch.tensor(a_split, dtype=torch.int64),
+                torch.stack([torch.tensor(src, dtype=torch.int32), torch.tensor(dst, dtype=torch.int32),
+                             torch.zeros(len(src), dtype=torch.int32)], 1),
+                torch.tensor(score, dtype=torch.float32), torch.tensor(labels, dtype=torch.int32))
 
     def arc_posteriors(self, i: int) -> np.ndarray:
         """(A_i,) float32: each arc's posterior probability (log-semiring forward-backward)."""
@@ -454,12 +523,20 @@ class WfstLattices:
                 acc[key] = acc.get(key, 0.0) + float(post[a])
         return [(self._word_strings([w])[0], f, p) for (f, w), p in sorted(acc.items())]
 
-    def mbr(self) -> list[Hypothesis]:
+    def mbr(self, determinize: bool = False) -> list[Hypothesis]:
         """Kaldi MBR hypothesis per utterance: words, word confidences, averaged word times (frames); score is
-        the lattice's total log-probability (log semiring). Empty lattice: no words, score -inf."""
+        the lattice's total log-probability (log semiring). Empty lattice: no words, score -inf.
+
+        determinize=False (the default): over this lattice, so a word sequence's posterior sums over its
+        alignments. determinize=True: over the word-determinized lattice (one path per word sequence, weighted by its
+        best alignment, pruned with `output_beam`: OpenFst's epsilon removal and determinization through kaldifst),
+        what Kaldi's recipes and Riva's decode_mbr run MBR on. That lattice has no frames, so its hypotheses carry
+        no word times (None); the score is its total log-probability."""
+        if not isinstance(determinize, bool):
+            raise TypeError(f"determinize must be a bool, got {type(determinize).__name__}")
         timer = _PhaseTimer("mbr")
-        out, compounds, base = self._mbr_all()
-        timer.mark("labels + MBR (op)")
+        out, compounds, base = self._mbr_all(determinize)
+        timer.mark("labels + " + ("determinization + " if determinize else "") + "MBR (op)")
         # Python lists once (indexing the tensors element by element cost ~55 ms per batch of 200 on the H200 host)
         word_splits, words, times, conf, total = (out[k].tolist() for k in (0, 1, 2, 3, 5))  # out[4]: arc posteriors
         hyps = []
@@ -477,7 +554,8 @@ class WfstLattices:
                     ends.append(float(times[j][1]))
                     confs.append(float(conf[j]))
             hyps.append(Hypothesis(tokens=[], words=self._word_strings(ids), score=float(total[i]),
-                                   word_start_frames=starts, word_end_frames=ends, word_confidences=confs))
+                                   word_start_frames=None if determinize else starts,
+                                   word_end_frames=None if determinize else ends, word_confidences=confs))
         timer.mark("hypotheses (Python)")
         return hyps
 
@@ -731,7 +809,7 @@ def _take(lats: WfstLattices, pieces: list[tuple["WfstLattices", int]]) -> WfstL
     return WfstLattices(
         lats.graph, cat([l.scores[j0:j1] for l, j0, j1 in runs]), cat([l.header[j0:j1] for l, j0, j1 in runs]),
         state_splits, cat(states), cat(state_scores), arc_splits, cat(arcs), cat(arc_scores), lats.blank_id,
-        [l.oov_boost_words[j] if j < len(l.oov_boost_words) else [] for l, j in pieces])
+        [l.oov_boost_words[j] if j < len(l.oov_boost_words) else [] for l, j in pieces], output_beam=lats.output_beam)
 
 
 def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> WfstLattices:
@@ -787,7 +865,7 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
                 caps["candidate_capacity"], caps["token_capacity"], caps["arc_capacity"])
 
     def lattices(out) -> WfstLattices:
-        return WfstLattices(graph, *out, decoder._blank_id, oov)
+        return WfstLattices(graph, *out, decoder._blank_id, oov, output_beam=float(cfg.output_beam))
 
     if not on_gpu:
         lats = lattices(_ops().wfst_lattice(*op_args(lp, lengths, keys, values, cfg, 1, None)))

@@ -805,3 +805,94 @@ def test_assemble_rejects_bad_input_with_one_line_errors():
             bad = [t.clone() for t in good]
             bad[0][0, 1] = 7  # a lane outside the batch of 2
             fails(bad, "a token's lane is outside the batch")
+
+
+def _packed_paths(packed, i, compounds, base):
+    """Every start-to-final path of utterance i of a packed lattice (the MBR op's layout): {word ids: score}."""
+    ss, _, asp, arcs, scores, labels = packed
+    s0, s1, a0, a1 = int(ss[i]), int(ss[i + 1]), int(asp[i]), int(asp[i + 1])
+    out_arcs: dict = defaultdict(list)
+    for k in range(a0, a1):
+        out_arcs[int(arcs[k, 0])].append((int(arcs[k, 1]), int(labels[k]), float(scores[k])))
+    final, paths = s1 - s0 - 1, {}
+
+    def walk(st, words, score):
+        if st == final:
+            assert words not in paths, "two paths with one word sequence: not deterministic"
+            paths[words] = score
+        for t, lab, sc in out_arcs[st]:
+            assert t > st
+            more = () if lab == 0 else (compounds[lab] if lab >= base else (lab,))
+            walk(t, words + tuple(more), score + sc)
+
+    if s1 > s0:
+        walk(0, (), 0.0)
+    return paths
+
+
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+def test_word_determinized_lattice_is_one_path_per_word_sequence_at_its_best_score(shape):
+    """WfstLattices.word_determinized (OpenFst's epsilon removal and determinization through kaldifst, what
+    mbr(determinize=True) runs MBR on) against brute force: one path per word sequence, scored by that sequence's best
+    path; every sequence within output_beam of the best is there (all of them without a beam); states topologically
+    numbered, one final state last."""
+    rng = np.random.default_rng(41 if shape == "HLG" else 42)
+    checked = 0
+    for case in range(30):
+        g = small_graph(rng, shape)
+        T = int(rng.integers(1, 5))
+        lp = random_log_probs(rng, 2, T, g.num_tokens, peaky=1.0)
+        ob = float(rng.uniform(1.0, 8.0)) if case % 3 else math.inf
+        dec = WfstDecoder(g, WfstDecoderConfig(search_beam=NO_PRUNE, output_beam=ob, min_active=0, max_active=10**6))
+        lats = dec.decode_lattice(lp, torch.tensor([T, T]))
+        label, compounds, base = lats.mbr_arc_labels()
+        packed = lats.word_determinized(label)
+        paths = all_paths(g, lp[0].numpy(), T)
+        got = _packed_paths(packed, 0, compounds, base)
+        if not paths:
+            assert got == {}
+            continue
+        best = max(p[0] for p in paths)
+        by_words: dict = {}
+        for score, _, words in paths:
+            by_words[words] = max(by_words.get(words, -math.inf), score)
+        # OpenFst determinizes float32 weights by division (residuals) with its default delta 2^-10: scores agree to
+        # ~1e-3. Its pruned determinization keeps every path within the threshold and may keep some beyond it (as
+        # Kaldi's determinize-pruned may): those must still be real word sequences at their best scores.
+        for words, score in by_words.items():
+            if score >= best - ob + 5e-3:
+                assert words in got, (case, words)
+        assert set(got) <= set(by_words)
+        for words, score in got.items():
+            assert score == pytest.approx(by_words[words], abs=2e-3), (case, words)
+        checked += 1
+    assert checked >= 20
+
+
+def test_determinized_mbr_weighs_a_word_sequence_by_its_best_alignment():
+    """'a' has two alignments of probability .3 each, 'b' one of .4. Over the lattice (the default) 'a' has
+    posterior .6 and wins; over the word-determinized lattice (Kaldi's recipes, Riva) a word sequence counts by its
+    best alignment, so 'b' (.4 / .7) wins. The determinized hypotheses carry confidences, not times; the flag must be
+    a bool."""
+    words = ["<eps>", "a", "b"]
+    arcs = [(0, 1, 0, 1, math.log(0.3)), (1, 4, 0, 0, 0.0),
+            (0, 2, 0, 0, math.log(0.3)), (2, 4, 0, 1, 0.0),
+            (0, 3, 0, 2, math.log(0.4)), (3, 4, 0, 0, 0.0),
+            (4, 5, FINAL, 0, 0.0)]
+    s, d, il, ol, w = zip(*arcs)
+    g = WfstGraph.from_arcs(list(s), list(d), list(il), list(ol), list(w), num_states=6, start_state=0,
+                            final_state=5, num_tokens=1, words=words)
+    lats = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0)).decode_lattice(
+        torch.zeros(1, 2, 1), torch.tensor([2]))
+    summed, det = lats.mbr()[0], lats.mbr(determinize=True)[0]
+    assert summed.words == ["a"] and summed.word_confidences == pytest.approx([0.6], abs=1e-5)
+    assert summed.score == pytest.approx(0.0, abs=1e-6)
+    assert det.words == ["b"] and det.word_confidences == pytest.approx([0.4 / 0.7], abs=1e-5)
+    assert det.score == pytest.approx(math.log(0.7), abs=1e-5)
+    assert det.word_start_frames is None and det.word_end_frames is None
+    assert lats.mbr()[0] == summed  # each form cached on its own
+    with pytest.raises(TypeError, match="determinize must be a bool"):
+        lats.mbr(determinize="yes")
+    three = WfstDecoder(_three_path_graph(), WfstDecoderConfig(search_beam=50.0, output_beam=50.0)).decode_lattice(
+        torch.zeros(1, 2, 1), torch.tensor([2]))
+    assert three.mbr(determinize=True)[0].words == three.mbr()[0].words == ["a", "c"]  # one alignment each

@@ -7,7 +7,9 @@ reference on CPU tensors, the CUDA kernels when the device is cuda. Supports per
 - best: decode()'s Viterbi 1-best (no lattice);
 - nbest: the lattice's best path, with the `nbest_size` best distinct word sequences in Hypothesis.nbest and
   word start/end frames;
-- mbr: Kaldi's minimum-Bayes-risk hypothesis over the lattice, with word confidences and times;
+- mbr: Kaldi's minimum-Bayes-risk hypothesis over the lattice, with word confidences and times; with
+  `mbr_determinize` over the word-determinized lattice instead (Kaldi's recipes and Riva's decode_mbr; no word
+  times; WfstLattices.mbr);
 - nbest_rescore / lattice_rescore: icefall's n-best / whole-lattice rescoring (eval/rescore.py) at
   `rescore_lm_scale` with the ARPA at `rescore_arpa`; empty: the workload's order-`rescore_order` ARPA
   (Workload.arpa_of_order: lm_4gram.arpa by default, built on first use and cached), or without a workload
@@ -44,6 +46,7 @@ CONFIG_SCHEMA = adapter_schema("wfst", WfstDecoderConfig, [
     ("graph", str, "TLG"),  # "TLG" (epsilon arcs) or "HLG" (epsilon-free)
     ("output", WfstOutput, WfstOutput.best),
     ("nbest_size", int, 10),
+    ("mbr_determinize", bool, False),
     ("rescore_arpa", str, ""),
     ("rescore_order", int, 4),
     ("rescore_lm_scale", float, 1.0),
@@ -69,6 +72,7 @@ class WfstAdapter:
         if cfg.nbest_size < 1:
             raise ValueError(f"wfst: nbest_size must be >= 1, got {cfg.nbest_size}")
         self.nbest_size = int(cfg.nbest_size)
+        self.mbr_determinize = bool(cfg.mbr_determinize)
         self.lm = None
         self.lm_scale = float(cfg.rescore_lm_scale)
         if self.output in (WfstOutput.nbest_rescore, WfstOutput.lattice_rescore):
@@ -129,7 +133,7 @@ class WfstAdapter:
         self._stats["oov_boost_words"] += sum(len(o) for o in lats.oov_boost_words)
         self._stats["lattice_arcs"] += int(lats.arcs.shape[0])
         if self.output is WfstOutput.mbr:
-            return lats.mbr()
+            return lats.mbr(determinize=self.mbr_determinize)
         if self.output is WfstOutput.lattice_rescore:
             from eval.rescore import lattice_rescore
 
