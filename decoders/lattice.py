@@ -20,8 +20,10 @@ Semantics (the executable spec is decoders/csrc/wfst_lattice_cpu.cpp):
   prefix) with the exact backward scores as heuristic.
 - `mbr()`: Kaldi's MinimumBayesRisk (lat/sausages.cc) over the lattice in the log semiring with the lattice's
   scores (acoustic scale included): word posteriors sum over alignments, since the lattice is not determinized
-  first (Kaldi and Riva determinize to the best alignment per word sequence before MBR). Word confidences are
-  the sausage posteriors of the chosen words, times Kaldi's averaged bin times (fractional frames).
+  first. Word confidences are the sausage posteriors of the chosen words, times Kaldi's averaged bin times
+  (fractional frames). `mbr(determinize=True)`: the same MBR over the word-determinized lattice (`word_determinized`:
+  one path per word sequence at its best alignment, pruned with the output beam; OpenFst through kaldifst), as
+  Kaldi's recipes and Riva's decode_mbr do; no word times.
 - Word times of a path: a word starts at the frame of the arc that outputs it (an epsilon arc in frame f:
   frame f) and ends after the last non-blank token its segment reads (without a blank id: where the next word
   starts). `frame_shift` converts to seconds outside this module.
@@ -31,7 +33,9 @@ Semantics (the executable spec is decoders/csrc/wfst_lattice_cpu.cpp):
 CUDA (decoders/include/wfst_lattice_kernels.cuh): the same forward pass on the device, every lane at once, then the
 same backward output-beam prune on the device (one block per lane, frames backwards, epsilon arcs level by level);
 only the kept tokens and arcs are copied to the host, where they get the CPU reference's canonical numbering, so both
-backends return identical lattices (CPU tensors). Capacities (per-frame tokens, per-step arcs, the
+backends return identical lattices (CPU tensors). The op runs in two halves (wfst_lattice_gather on the GPU,
+wfst_lattice_assemble on the host), so a call's host half runs on a worker thread while the rescue's GPU pass runs
+(BEAMDEC_LATTICE_OVERLAP=0: one after the other). Capacities (per-frame tokens, per-step arcs, the
 token and arc arenas: `lattice_capacities`) are sized from the config and, for the arenas, from the per-step use the
 decoder has measured; an utterance that hits one is flagged (`overflow`, wfst_defs.h bits) and re-decoded up to
 `max_rescues` times (`rescue_plan`: `rescue_factor` x larger search capacities after a search overflow, as the 1-best
