@@ -22,7 +22,7 @@ Semantics (the executable spec is decoders/csrc/wfst_lattice_cpu.cpp):
   scores (acoustic scale included): word posteriors sum over alignments, since the lattice is not determinized
   first. Word confidences are the sausage posteriors of the chosen words, times Kaldi's averaged bin times
   (fractional frames). `mbr(determinize=True)`: the same MBR over the word-determinized lattice (`word_determinized`:
-  one path per word sequence at its best alignment, pruned with the output beam; OpenFst through kaldifst), as
+  one path per word sequence at its best alignment, pruned with the output beam), as
   Kaldi's recipes and Riva's decode_mbr do; no word times.
 - Word times of a path: a word starts at the frame of the arc that outputs it (an epsilon arc in frame f:
   frame f) and ends after the last non-blank token its segment reads (without a blank id: where the next word
@@ -441,68 +441,17 @@ class WfstLattices:
     def word_determinized(self, label: Optional[torch.Tensor] = None) -> tuple:
         """Every utterance's lattice as a word acceptor (labels: mbr_arc_labels; 0 = no word), epsilon-free and
         determinized in the tropical semiring (one path per word sequence, scored by its best path), pruned with
-        `output_beam` (OpenFst's pruned determinization, through kaldifst: every sequence within the beam of the best
-        is kept, a few beyond it may be, as with Kaldi's determinize-pruned). Returned in the MBR op's packed layout
-        (state_splits, states (frame 0: no frames), arc_splits, arcs [src, dst, 0], arc_scores, labels), states
-        topologically numbered, the start first and one final state last (the determinized final weights move onto
-        arcs into it); an empty lattice stays empty."""
-        import kaldifst
+        `output_beam`: every sequence within the beam of the best is kept, a few beyond it may be, as with Kaldi's
+        determinize-pruned (the op wfst_lattice_word_determinize, decoders/csrc/wfst_lattice_cpu.cpp). Returned in
+        the MBR op's packed layout (state_splits, states (frame 0: no frames), arc_splits, arcs [src, dst, 0],
+        arc_scores, labels), states topologically numbered, the start first and one final state last; an empty
+        lattice stays empty."""
+        from decoders.wfst import _ops
 
         if label is None:
             label = self.mbr_arc_labels()[0]
-        lab = label.numpy()
-        beam = float(self.output_beam)
-        s_split, a_split, src, dst, score, labels = [0], [0], [], [], [], []
-        for i in range(len(self)):
-            s0, s1 = int(self.state_splits[i]), int(self.state_splits[i + 1])
-            a0, a1 = int(self.arc_splits[i]), int(self.arc_splits[i + 1])
-            if s1 == s0:
-                s_split.append(s_split[-1])
-                a_split.append(a_split[-1])
-                continue
-            ar = self.arcs[a0:a1, :2].tolist()
-            text = "".join(f"{a} {b} {w} {w} {-c!r}\n" for (a, b), w, c in
-                           zip(ar, lab[a0:a1].tolist(), self.arc_scores[a0:a1].tolist()))
-            fst = kaldifst.compile(text + f"{s1 - s0 - 1} 0\n", acceptor=False)  # start 0, final last
-            kaldifst.rmepsilon(fst)
-            det = kaldifst.determinize(fst, weight=repr(beam)) if math.isfinite(beam) else kaldifst.determinize(fst)
-            kaldifst.connect(det)
-            n = det.num_states
-            out: list[list] = [[] for _ in range(n)]
-            indeg = [0] * n
-            for st in range(n):
-                for arc in kaldifst.ArcIterator(det, st):
-                    out[st].append((arc.nextstate, arc.ilabel, -float(arc.weight.value)))
-                    indeg[arc.nextstate] += 1
-            order, k = [det.start], 0  # Kahn: the determinized lattice is acyclic
-            while k < len(order):
-                for t, _, _ in out[order[k]]:
-                    indeg[t] -= 1
-                    if indeg[t] == 0:
-                        order.append(t)
-                k += 1
-            pos = {st: j for j, st in enumerate(order)}
-            final = len(order)
-            for st in order:
-                for t, w, c in sorted(out[st], key=lambda x: (pos[x[0]], x[1])):
-                    src.append(pos[st])
-                    dst.append(pos[t])
-                    labels.append(w)
-                    score.append(c)
-                fw = float(det.final(st).value)
-                if math.isfinite(fw):
-                    src.append(pos[st])
-                    dst.append(final)
-                    labels.append(0)
-                    score.append(-fw)
-            s_split.append(s_split[-1] + final + 1)
-            a_split.append(len(src))
-        S = s_split[-1]
-        return (torch.tensor(s_split, dtype=torch.int64), torch.zeros((S, 2), dtype=torch.int32),
-                torch.tensor(a_split, dtype=torch.int64),
-                torch.stack([torch.tensor(src, dtype=torch.int32), torch.tensor(dst, dtype=torch.int32),
-                             torch.zeros(len(src), dtype=torch.int32)], 1),
-                torch.tensor(score, dtype=torch.float32), torch.tensor(labels, dtype=torch.int32))
+        return _ops().wfst_lattice_word_determinize(self.state_splits, self.states, self.arc_splits, self.arcs,
+                                                    self.arc_scores, label, float(self.output_beam))
 
     def arc_posteriors(self, i: int) -> np.ndarray:
         """(A_i,) float32: each arc's posterior probability (log-semiring forward-backward)."""
@@ -533,8 +482,8 @@ class WfstLattices:
 
         determinize=False (the default): over this lattice, so a word sequence's posterior sums over its
         alignments. determinize=True: over the word-determinized lattice (one path per word sequence, weighted by its
-        best alignment, pruned with `output_beam`: OpenFst's epsilon removal and determinization through kaldifst),
-        what Kaldi's recipes and Riva's decode_mbr run MBR on. That lattice has no frames, so its hypotheses carry
+        best alignment, pruned with `output_beam`: word_determinized), what Kaldi's recipes and Riva's decode_mbr run
+        MBR on. That lattice has no frames, so its hypotheses carry
         no word times (None); the score is its total log-probability."""
         if not isinstance(determinize, bool):
             raise TypeError(f"determinize must be a bool, got {type(determinize).__name__}")

@@ -74,6 +74,10 @@ TORCH_LIBRARY(beamdec, m) {
       "bool allow_partial, float acoustic_scale, int eps_iterations, Tensor eps_level, float output_beam, "
       "int frontier_capacity, int candidate_capacity, int token_capacity, int arc_capacity) "
       "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // MBR's word-determinized lattices (wfst_lattice_ops.h; CPU tensors)
+  m.def(
+      "wfst_lattice_word_determinize(Tensor state_splits, Tensor states, Tensor arc_splits, Tensor arcs, "
+      "Tensor arc_scores, Tensor labels, float beam) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   // the CUDA lattice op in two halves (wfst_lattice_ops.h): the device half, and the host half (CPU tensors)
   m.def(
       "wfst_lattice_gather(Tensor log_probs, Tensor lengths, Tensor row_splits, Tensor eps_begin, Tensor final_begin, "
@@ -121,6 +125,7 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
   m.impl("wfst_search_stats", &beamdec::wfst_search_stats_cpu);
   m.impl("wfst_lattice", &beamdec::wfst_lattice_cpu);
   m.impl("wfst_lattice_assemble", &beamdec::lattice::assemble_lattices);
+  m.impl("wfst_lattice_word_determinize", &beamdec::wfst_lattice_word_determinize_cpu);
   m.impl("wfst_lattice_best", &beamdec::wfst_lattice_best_cpu);
   m.impl("wfst_lattice_mbr", &beamdec::wfst_lattice_mbr_cpu);
 #endif

@@ -39,12 +39,15 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <queue>
+#include <unordered_map>
 #include <vector>
 
 #include "wfst_cpu_closure.h"
@@ -1063,6 +1066,258 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     total.data_ptr<double>()[b] = res[b].total;
   }
   return {word_splits, words, times, conf, post, total};
+}
+
+
+namespace {
+
+// One lattice's word-determinized form (wfst_lattice_word_determinize): states in topological order, the start
+// first, one final state last; arcs {src, dst, label, score}.
+struct DetLattice {
+  int32_t num_states = 0;
+  std::vector<std::array<int32_t, 3>> arcs;  // src, dst, label
+  std::vector<float> scores;
+};
+
+// Weighted subset construction in the tropical semiring over costs (-score) with epsilon closure, for an acyclic
+// lattice whose arcs go from lower to higher state ids (start 0, final n - 1). A determinized state is the set of
+// lattice states reachable by one word prefix, each with its residual cost (normalized: the smallest is 0); its
+// residuals are quantized to `kDelta` to tell states apart (OpenFst's default delta). States are expanded in A*
+// order of (cost so far + best completion), the completion from the lattice's exact backward costs, so a state's
+// cost is final when it is expanded and a determinized path whose total is worse than the best by more than `beam`
+// is never built (every word sequence within the beam is kept; pieces of worse ones may remain, as in Kaldi's
+// determinize-pruned). Dead ends left by the pruning are removed.
+DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, const int32_t* lab, int64_t na,
+                                double beam) {
+  constexpr double kDelta = 1.0 / 1024.0;
+  const double inf = std::numeric_limits<double>::infinity();
+  DetLattice out;
+  if (n <= 0) return out;
+  std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);  // arcs are sorted by source
+  for (int64_t k = 0; k < na; ++k) ++first[ar[3 * k] + 1];
+  for (int32_t s = 0; s < n; ++s) first[s + 1] += first[s];
+  std::vector<double> beta(static_cast<size_t>(n), inf);  // best cost to the final state
+  beta[n - 1] = 0.0;
+  for (int64_t k = na - 1; k >= 0; --k) {
+    const int32_t s = ar[3 * k], t = ar[3 * k + 1];
+    beta[s] = std::min(beta[s], -static_cast<double>(sc[k]) + beta[t]);
+  }
+  const double best = beta[0];
+  if (!std::isfinite(best)) return out;
+  const double limit = best + beam + 1e-6;
+  struct State {
+    std::vector<std::pair<int32_t, double>> elems;  // (lattice state, residual), by state
+    double cost;  // best cost from the start so far
+    double h;     // best completion: min over elements of residual + beta
+    bool expanded = false;
+  };
+  struct KeyHash {
+    size_t operator()(const std::vector<int64_t>& k) const {
+      uint64_t h = 1469598103934665603ull;
+      for (int64_t x : k) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+      return static_cast<size_t>(h);
+    }
+  };
+  std::vector<State> states;
+  std::unordered_map<std::vector<int64_t>, int32_t, KeyHash> index;
+  // scratch for one closure: residual per lattice state (inf: not in the set) and the states touched
+  std::vector<double> acc(static_cast<size_t>(n), inf);
+  std::vector<int32_t> touched;
+  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> order_heap;
+  auto add = [&](int32_t t, double c) {
+    if (acc[t] == inf) {
+      touched.push_back(t);
+      order_heap.push(t);
+    }
+    if (c < acc[t]) acc[t] = c;
+  };
+  // the epsilon closure of the (state, cost) pairs added since the last call (epsilon arcs go to higher ids, so
+  // popping states in increasing id order sees each one's final cost), normalized (the smallest residual is 0);
+  // finds or adds its determinized state; returns (state, the arc weight W taken out)
+  auto close_and_intern = [&]() -> std::pair<int32_t, double> {
+    while (!order_heap.empty()) {
+      const int32_t x = order_heap.top();
+      order_heap.pop();
+      for (int64_t k = first[x]; k < first[x + 1]; ++k)
+        if (lab[k] == 0) add(ar[3 * k + 1], acc[x] - static_cast<double>(sc[k]));
+    }
+    std::sort(touched.begin(), touched.end());
+    double w = inf;
+    for (int32_t t : touched) w = std::min(w, acc[t]);
+    std::vector<int64_t> key;
+    key.reserve(2 * touched.size());
+    State st;
+    st.h = inf;
+    st.elems.reserve(touched.size());
+    for (int32_t t : touched) {
+      const double r = acc[t] - w;
+      key.push_back(t);
+      key.push_back(std::llround(r / kDelta));
+      st.elems.emplace_back(t, r);
+      st.h = std::min(st.h, r + beta[t]);
+      acc[t] = inf;
+    }
+    touched.clear();
+    auto found = index.find(key);
+    if (found != index.end()) return {found->second, w};
+    st.cost = inf;
+    states.push_back(std::move(st));
+    const int32_t id = static_cast<int32_t>(states.size()) - 1;
+    index.emplace(std::move(key), id);
+    return {id, w};
+  };
+  add(0, 0.0);
+  const int32_t s0 = close_and_intern().first;
+  states[s0].cost = 0.0;
+  using Item = std::pair<double, int32_t>;  // (cost + h, state)
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue;
+  queue.push({states[s0].h, s0});
+  struct DetArc {
+    int32_t src, dst, label;
+    double w;
+  };
+  std::vector<DetArc> arcs;
+  const int32_t kFinal = -1;  // dst of a final arc until the final state gets its id
+  struct Step {
+    int32_t label, dst;
+    double cost;
+    bool operator<(const Step& o) const { return label < o.label; }
+  };
+  std::vector<Step> steps;
+  while (!queue.empty()) {
+    const auto [f, d] = queue.top();
+    queue.pop();
+    if (states[d].expanded || f > states[d].cost + states[d].h + 1e-9) continue;  // stale entry
+    states[d].expanded = true;
+    if (f > limit) continue;
+    double final_w = inf;
+    const std::vector<std::pair<int32_t, double>> elems = states[d].elems;  // close_and_intern grows `states`
+    const double cost_d = states[d].cost;
+    steps.clear();
+    for (const auto& [x, r] : elems) {
+      if (x == n - 1) final_w = std::min(final_w, r);
+      for (int64_t k = first[x]; k < first[x + 1]; ++k)
+        if (lab[k] != 0) steps.push_back({lab[k], ar[3 * k + 1], r - static_cast<double>(sc[k])});
+    }
+    if (std::isfinite(final_w) && cost_d + final_w <= limit) arcs.push_back({d, kFinal, 0, final_w});
+    std::stable_sort(steps.begin(), steps.end());
+    for (size_t a = 0; a < steps.size();) {  // one determinized arc per label
+      size_t e = a;
+      for (; e < steps.size() && steps[e].label == steps[a].label; ++e) add(steps[e].dst, steps[e].cost);
+      const auto [t, w] = close_and_intern();
+      const double ct = cost_d + w;
+      const int32_t label = steps[a].label;
+      a = e;
+      if (ct + states[t].h > limit) continue;
+      arcs.push_back({d, t, label, w});
+      if (ct < states[t].cost - 1e-12 && !states[t].expanded) {
+        states[t].cost = ct;
+        queue.push({ct + states[t].h, t});
+      }
+    }
+  }
+  // keep the states on a start-to-final path, number them topologically (Kahn; the start first), the final last
+  const int32_t m = static_cast<int32_t>(states.size());
+  std::vector<std::vector<int32_t>> in_arcs(static_cast<size_t>(m) + 1);
+  for (size_t k = 0; k < arcs.size(); ++k) in_arcs[arcs[k].dst == kFinal ? m : arcs[k].dst].push_back(static_cast<int32_t>(k));
+  std::vector<char> live(static_cast<size_t>(m) + 1, 0);
+  live[m] = 1;
+  std::vector<int32_t> stack{m};
+  while (!stack.empty()) {
+    const int32_t x = stack.back();
+    stack.pop_back();
+    for (int32_t k : in_arcs[x])
+      if (!live[arcs[k].src]) {
+        live[arcs[k].src] = 1;
+        stack.push_back(arcs[k].src);
+      }
+  }
+  if (!live[s0]) return out;
+  std::vector<std::vector<int32_t>> out_arcs(static_cast<size_t>(m));
+  std::vector<int32_t> indeg(static_cast<size_t>(m) + 1, 0);
+  for (size_t k = 0; k < arcs.size(); ++k) {
+    const int32_t t = arcs[k].dst == kFinal ? m : arcs[k].dst;
+    if (!live[arcs[k].src] || !live[t]) continue;
+    out_arcs[arcs[k].src].push_back(static_cast<int32_t>(k));
+    ++indeg[t];
+  }
+  std::vector<int32_t> order{s0}, pos(static_cast<size_t>(m) + 1, -1);
+  for (size_t i = 0; i < order.size(); ++i)
+    for (int32_t k : out_arcs[order[i]]) {
+      const int32_t t = arcs[k].dst == kFinal ? m : arcs[k].dst;
+      if (--indeg[t] == 0 && t != m) order.push_back(t);
+    }
+  for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = static_cast<int32_t>(i);
+  pos[m] = static_cast<int32_t>(order.size());
+  out.num_states = static_cast<int32_t>(order.size()) + 1;
+  for (int32_t x : order) {
+    std::vector<int32_t> ks = out_arcs[x];
+    std::sort(ks.begin(), ks.end(), [&](int32_t a, int32_t b) {
+      const int32_t da = pos[arcs[a].dst == kFinal ? m : arcs[a].dst], db = pos[arcs[b].dst == kFinal ? m : arcs[b].dst];
+      return da != db ? da < db : arcs[a].label < arcs[b].label;
+    });
+    for (int32_t k : ks) {
+      out.arcs.push_back({pos[x], pos[arcs[k].dst == kFinal ? m : arcs[k].dst], arcs[k].label});
+      out.scores.push_back(static_cast<float>(-arcs[k].w));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_word_determinize_cpu(
+    const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
+    const at::Tensor& arc_scores, const at::Tensor& labels, double beam) {
+  const int64_t B =
+      check_packed_lattices("wfst_lattice_word_determinize", state_splits, states, arc_splits, arcs, arc_scores);
+  const int64_t* ssp = state_splits.data_ptr<int64_t>();
+  const int64_t* asp = arc_splits.data_ptr<int64_t>();
+  BEAMDEC_CHECK(labels.dim() == 1 && labels.numel() == asp[B] && labels.scalar_type() == at::kInt &&
+                    labels.is_contiguous(),
+                "wfst_lattice_word_determinize: labels must be contiguous int32 (A,) with A = arc_splits[-1]");
+  BEAMDEC_CHECK(beam > 0, "wfst_lattice_word_determinize: beam must be > 0 (+inf: no pruning), got ", beam);
+  const int32_t* ar = arcs.data_ptr<int32_t>();
+  const float* as = arc_scores.data_ptr<float>();
+  const int32_t* lb = labels.data_ptr<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t ns = ssp[b + 1] - ssp[b];
+    BEAMDEC_CHECK(ssp[b + 1] >= ssp[b] && asp[b + 1] >= asp[b], "wfst_lattice_word_determinize: splits must be monotone");
+    for (int64_t k = asp[b]; k < asp[b + 1]; ++k) {
+      BEAMDEC_CHECK(ar[3 * k] >= 0 && ar[3 * k] < ar[3 * k + 1] && ar[3 * k + 1] < ns &&
+                        (k == asp[b] || ar[3 * k - 3] <= ar[3 * k]),
+                    "wfst_lattice_word_determinize: arcs must be sorted by source and go from a lower to a higher "
+                    "state id within the utterance; arc ", k);
+      BEAMDEC_CHECK(lb[k] >= 0 && std::isfinite(as[k]), "wfst_lattice_word_determinize: labels must be >= 0 and "
+                    "scores finite; arc ", k);
+    }
+  }
+  std::vector<DetLattice> det(static_cast<size_t>(B));
+  lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
+    det[b] = word_determinize_one(static_cast<int32_t>(ssp[b + 1] - ssp[b]), ar + 3 * asp[b], as + asp[b],
+                                  lb + asp[b], asp[b + 1] - asp[b], beam);
+  });
+  auto i64 = at::TensorOptions().dtype(at::kLong);
+  at::Tensor o_ss = at::zeros({B + 1}, i64), o_as = at::zeros({B + 1}, i64);
+  int64_t S = 0, A = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    o_ss.data_ptr<int64_t>()[b + 1] = (S += det[b].num_states);
+    o_as.data_ptr<int64_t>()[b + 1] = (A += static_cast<int64_t>(det[b].arcs.size()));
+  }
+  at::Tensor o_states = at::zeros({S, 2}, at::TensorOptions().dtype(at::kInt));
+  at::Tensor o_arcs = at::zeros({A, 3}, at::TensorOptions().dtype(at::kInt));
+  at::Tensor o_scores = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor o_labels = at::empty({A}, at::TensorOptions().dtype(at::kInt));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t a0 = o_as.data_ptr<int64_t>()[b];
+    for (size_t k = 0; k < det[b].arcs.size(); ++k) {
+      o_arcs.data_ptr<int32_t>()[3 * (a0 + k)] = det[b].arcs[k][0];
+      o_arcs.data_ptr<int32_t>()[3 * (a0 + k) + 1] = det[b].arcs[k][1];
+      o_labels.data_ptr<int32_t>()[a0 + k] = det[b].arcs[k][2];
+      o_scores.data_ptr<float>()[a0 + k] = det[b].scores[k];
+    }
+  }
+  return {o_ss, o_states, o_as, o_arcs, o_scores, o_labels};
 }
 
 }  // namespace beamdec
