@@ -896,3 +896,41 @@ def test_determinized_mbr_weighs_a_word_sequence_by_its_best_alignment():
     three = WfstDecoder(_three_path_graph(), WfstDecoderConfig(search_beam=50.0, output_beam=50.0)).decode_lattice(
         torch.zeros(1, 2, 1), torch.tensor([2]))
     assert three.mbr(determinize=True)[0].words == three.mbr()[0].words == ["a", "c"]  # one alignment each
+
+
+def test_word_determinize_op_rejects_bad_input_with_one_line_errors():
+    """wfst_lattice_word_determinize checks what it walks: label shape and dtype, the beam, arcs sorted by source
+    and going forward, negative labels and non-finite scores; an empty batch and empty lattices pass through."""
+    from decoders.wfst import _ops
+
+    op = _ops().wfst_lattice_word_determinize
+    lats = WfstDecoder(_three_path_graph(), WfstDecoderConfig(search_beam=50.0, output_beam=50.0)).decode_lattice(
+        torch.zeros(2, 2, 1), torch.tensor([2, 0]))
+    label = lats.mbr_arc_labels()[0]
+    args = [lats.state_splits, lats.states, lats.arc_splits, lats.arcs, lats.arc_scores]
+    out = op(*args, label, 8.0)
+    assert int(out[0][-1]) > 0 and len(out) == 6
+
+    def fails(a, lab, beam, match):
+        with pytest.raises(RuntimeError, match=match) as e:
+            op(*a, lab, beam)
+        assert len(str(e.value).strip().splitlines()) == 1
+
+    fails(args, label.to(torch.int64), 8.0, "labels must be contiguous int32")
+    fails(args, label[:-1].contiguous(), 8.0, "labels must be contiguous int32")
+    fails(args, label, 0.0, "beam must be > 0")
+    fails(args, label, float("nan"), "beam must be > 0")
+    bad = label.clone()
+    bad[0] = -1
+    fails(args, bad, 8.0, "labels must be >= 0")
+    arcs = lats.arcs.clone()
+    n0 = lats.num_arcs(0)
+    arcs[[0, n0 - 1]] = arcs[[n0 - 1, 0]]  # the first utterance's first and last arcs swapped: sources out of order
+    assert int(arcs[0, 0]) > int(arcs[1, 0])
+    fails(args[:3] + [arcs] + args[4:], label, 8.0, "sorted by source")
+    scores = lats.arc_scores.clone()
+    scores[0] = float("inf")
+    fails(args[:4] + [scores], label, 8.0, "scores finite")
+    empty = op(torch.zeros(1, dtype=torch.int64), torch.zeros(0, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int64),
+               torch.zeros(0, 3, dtype=torch.int32), torch.zeros(0), torch.zeros(0, dtype=torch.int32), 8.0)
+    assert [t.shape[0] for t in empty] == [1, 0, 1, 0, 0, 0]
