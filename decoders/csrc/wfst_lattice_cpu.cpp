@@ -1090,6 +1090,7 @@ struct DetLattice {
 DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, const int32_t* lab, int64_t na,
                                 double beam) {
   constexpr double kDelta = 1.0 / 1024.0;
+  constexpr size_t kMaxDetStates = size_t{1} << 22;
   const double inf = std::numeric_limits<double>::infinity();
   DetLattice out;
   if (n <= 0) return out;
@@ -1161,6 +1162,10 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
     auto found = index.find(key);
     if (found != index.end()) return {found->second, w};
     st.cost = inf;
+    // without a beam (or with a very wide one) a lattice can determinize to exponentially many states: a one-line
+    // error instead of exhausting memory
+    BEAMDEC_CHECK(states.size() < kMaxDetStates, "wfst_lattice_word_determinize: more than ", kMaxDetStates,
+                  " determinized states in one lattice; determinize with a finite, narrower output_beam");
     states.push_back(std::move(st));
     const int32_t id = static_cast<int32_t>(states.size()) - 1;
     index.emplace(std::move(key), id);
