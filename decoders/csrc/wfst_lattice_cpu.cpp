@@ -880,6 +880,30 @@ static int64_t check_packed_lattices(const char* op, const at::Tensor& state_spl
   return B;
 }
 
+// What the ops that walk a packed batch as DAGs read besides check_packed_lattices' layout: one int32 label per arc
+// (`labels_name`), monotone splits, every arc from a lower to a higher state id of its utterance and, with
+// `by_source`, the arcs sorted by source. One-line errors naming `op`.
+static void check_labeled_dags(const char* op, const at::Tensor& state_splits, const at::Tensor& arc_splits,
+                               const at::Tensor& arcs, const at::Tensor& labels, const char* labels_name,
+                               bool by_source) {
+  const int64_t B = state_splits.numel() - 1;
+  const int64_t* ssp = state_splits.data_ptr<int64_t>();
+  const int64_t* asp = arc_splits.data_ptr<int64_t>();
+  BEAMDEC_CHECK(labels.dim() == 1 && labels.numel() == asp[B] && labels.scalar_type() == at::kInt &&
+                    labels.is_contiguous(),
+                op, ": ", labels_name, " must be contiguous int32 (A,) with A = arc_splits[-1]");
+  const int32_t* ar = arcs.data_ptr<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t ns = ssp[b + 1] - ssp[b];
+    BEAMDEC_CHECK(ssp[b + 1] >= ssp[b] && asp[b + 1] >= asp[b], op, ": splits must be monotone");
+    for (int64_t k = asp[b]; k < asp[b + 1]; ++k)
+      BEAMDEC_CHECK(ar[3 * k] >= 0 && ar[3 * k] < ar[3 * k + 1] && ar[3 * k + 1] < ns &&
+                        (!by_source || k == asp[b] || ar[3 * k - 3] <= ar[3 * k]),
+                    op, ": arcs must go from a lower to a higher state id within the utterance (topologically "
+                    "sorted lattice)", by_source ? ", sorted by source" : "", "; arc ", k);
+  }
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_best_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& state_scores,
     const at::Tensor& arc_splits, const at::Tensor& arcs, const at::Tensor& arc_scores, const at::Tensor& ilabel,
@@ -1008,21 +1032,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const int64_t* ssp = state_splits.data_ptr<int64_t>();
   const int64_t* asp = arc_splits.data_ptr<int64_t>();
   const int64_t A = asp[B];
-  BEAMDEC_CHECK(arc_words.dim() == 1 && arc_words.numel() == A && arc_words.scalar_type() == at::kInt &&
-                    arc_words.is_contiguous(),
-                "wfst_lattice_mbr: arc_words must be contiguous int32 (A,) with A = arc_splits[-1]");
+  check_labeled_dags("wfst_lattice_mbr", state_splits, arc_splits, arcs, arc_words, "arc_words", false);
   const int32_t* st = states.data_ptr<int32_t>();
   const int32_t* ar = arcs.data_ptr<int32_t>();
   const float* as = arc_scores.data_ptr<float>();
   const int32_t* aw = arc_words.data_ptr<int32_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t ns = ssp[b + 1] - ssp[b];
-    BEAMDEC_CHECK(ssp[b + 1] >= ssp[b] && asp[b + 1] >= asp[b], "wfst_lattice_mbr: splits must be monotone");
-    for (int64_t k = asp[b]; k < asp[b + 1]; ++k)
-      BEAMDEC_CHECK(ar[3 * k] >= 0 && ar[3 * k] < ar[3 * k + 1] && ar[3 * k + 1] < ns,
-                    "wfst_lattice_mbr: arcs must go from a lower to a higher state id within the utterance "
-                    "(topologically sorted lattice); arc ", k);
-  }
   std::vector<MbrResult> res(static_cast<size_t>(B));
   at::Tensor post = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
   float* pp = post.data_ptr<float>();
@@ -1278,25 +1292,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
       check_packed_lattices("wfst_lattice_word_determinize", state_splits, states, arc_splits, arcs, arc_scores);
   const int64_t* ssp = state_splits.data_ptr<int64_t>();
   const int64_t* asp = arc_splits.data_ptr<int64_t>();
-  BEAMDEC_CHECK(labels.dim() == 1 && labels.numel() == asp[B] && labels.scalar_type() == at::kInt &&
-                    labels.is_contiguous(),
-                "wfst_lattice_word_determinize: labels must be contiguous int32 (A,) with A = arc_splits[-1]");
+  check_labeled_dags("wfst_lattice_word_determinize", state_splits, arc_splits, arcs, labels, "labels", true);
   BEAMDEC_CHECK(beam > 0, "wfst_lattice_word_determinize: beam must be > 0 (+inf: no pruning), got ", beam);
   const int32_t* ar = arcs.data_ptr<int32_t>();
   const float* as = arc_scores.data_ptr<float>();
   const int32_t* lb = labels.data_ptr<int32_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t ns = ssp[b + 1] - ssp[b];
-    BEAMDEC_CHECK(ssp[b + 1] >= ssp[b] && asp[b + 1] >= asp[b], "wfst_lattice_word_determinize: splits must be monotone");
-    for (int64_t k = asp[b]; k < asp[b + 1]; ++k) {
-      BEAMDEC_CHECK(ar[3 * k] >= 0 && ar[3 * k] < ar[3 * k + 1] && ar[3 * k + 1] < ns &&
-                        (k == asp[b] || ar[3 * k - 3] <= ar[3 * k]),
-                    "wfst_lattice_word_determinize: arcs must be sorted by source and go from a lower to a higher "
-                    "state id within the utterance; arc ", k);
-      BEAMDEC_CHECK(lb[k] >= 0 && std::isfinite(as[k]), "wfst_lattice_word_determinize: labels must be >= 0 and "
-                    "scores finite; arc ", k);
-    }
-  }
+  for (int64_t k = 0; k < asp[B]; ++k)
+    BEAMDEC_CHECK(lb[k] >= 0 && std::isfinite(as[k]),
+                  "wfst_lattice_word_determinize: labels must be >= 0 and scores finite; arc ", k);
   std::vector<DetLattice> det(static_cast<size_t>(B));
   lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
     det[b] = word_determinize_one(static_cast<int32_t>(ssp[b + 1] - ssp[b]), ar + 3 * asp[b], as + asp[b],
