@@ -208,6 +208,9 @@ def test_gpu_lattices_with_boosts_and_mbr_equal_cpu():
     gpu = WfstDecoder(g, cfg, "cuda").decode_lattice(lp.cuda(), lengths, boosts=boosts)
     assert_same_lattices(gpu, cpu)
     assert [h.words for h in gpu.mbr()] == [h.words for h in cpu.mbr()]
+    # the determinized MBR (host code over the lattices; session 17): the GPU's lattices give the CPU's hypotheses
+    assert [h.words for h in gpu.mbr(determinize=True)] == [h.words for h in cpu.mbr(determinize=True)]
+    assert gpu.output_beam == cpu.output_beam == 6.0
     assert [[h.words for h in n] for n in gpu.nbest(4)] == [[h.words for h in n] for n in cpu.nbest(4)]
 
 
@@ -377,4 +380,7 @@ def test_gpu_lattices_with_multiword_arcs_and_boosts_equal_cpu():
     gpu = WfstDecoder(g, cfg, "cuda").decode_lattice(lp.cuda(), lengths, boosts=boosts)
     assert_same_lattices(gpu, cpu)
     assert [h.words for h in gpu.mbr()] == [h.words for h in cpu.mbr()]
+    # the determinized MBR (host code over the lattices; session 17): the GPU's lattices give the CPU's hypotheses
+    assert [h.words for h in gpu.mbr(determinize=True)] == [h.words for h in cpu.mbr(determinize=True)]
+    assert gpu.output_beam == cpu.output_beam == 6.0
     assert [[h.words for h in n] for n in gpu.nbest(4)] == [[h.words for h in n] for n in cpu.nbest(4)]
