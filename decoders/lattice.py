@@ -23,7 +23,7 @@ Semantics (the executable spec is decoders/csrc/wfst_lattice_cpu.cpp):
   first. Word confidences are the sausage posteriors of the chosen words, times Kaldi's averaged bin times
   (fractional frames). `mbr(determinize=True)`: the same MBR over the word-determinized lattice (`word_determinized`:
   one path per word sequence at its best alignment, pruned with the output beam), as
-  Kaldi's recipes and Riva's decode_mbr do; no word times.
+  Kaldi's recipes and Riva's decode_mbr do; word times from the determinized states' compact-lattice times.
 - Word times of a path: a word starts at the frame of the arc that outputs it (an epsilon arc in frame f:
   frame f) and ends after the last non-blank token its segment reads (without a blank id: where the next word
   starts). `frame_shift` converts to seconds outside this module.
@@ -443,9 +443,10 @@ class WfstLattices:
         determinized in the tropical semiring (one path per word sequence, scored by its best path), pruned with
         `output_beam`: every sequence within the beam of the best is kept, a few beyond it may be, as with Kaldi's
         determinize-pruned (the op wfst_lattice_word_determinize, decoders/csrc/wfst_lattice_cpu.cpp). Returned in
-        the MBR op's packed layout (state_splits, states (frame 0: no frames), arc_splits, arcs [src, dst, 0],
-        arc_scores, labels), states topologically numbered, the start first and one final state last; an empty
-        lattice stays empty."""
+        the MBR op's packed layout (state_splits, states [frame, 0], arc_splits, arcs [src, dst, 0], arc_scores,
+        labels), states topologically numbered, the start first and one final state last; a state's frame is
+        Kaldi's compact-lattice time: where the best path of its word prefix emitted the last word (the start: 0, the
+        final state: the lattice's final frame). An empty lattice stays empty."""
         from decoders.wfst import _ops
 
         if label is None:
@@ -483,8 +484,8 @@ class WfstLattices:
         determinize=False (the default): over this lattice, so a word sequence's posterior sums over its
         alignments. determinize=True: over the word-determinized lattice (one path per word sequence, weighted by its
         best alignment, pruned with `output_beam`: word_determinized), what Kaldi's recipes and Riva's decode_mbr run
-        MBR on. That lattice has no frames, so its hypotheses carry
-        no word times (None); the score is its total log-probability."""
+        MBR on. Its states carry Kaldi's compact-lattice times (where the best path of each word prefix emitted its
+        last word), so word times are the same averaged bins; the score is its total log-probability."""
         if not isinstance(determinize, bool):
             raise TypeError(f"determinize must be a bool, got {type(determinize).__name__}")
         timer = _PhaseTimer("mbr")
@@ -507,8 +508,7 @@ class WfstLattices:
                     ends.append(float(times[j][1]))
                     confs.append(float(conf[j]))
             hyps.append(Hypothesis(tokens=[], words=self._word_strings(ids), score=float(total[i]),
-                                   word_start_frames=None if determinize else starts,
-                                   word_end_frames=None if determinize else ends, word_confidences=confs))
+                                   word_start_frames=starts, word_end_frames=ends, word_confidences=confs))
         timer.mark("hypotheses (Python)")
         return hyps
 

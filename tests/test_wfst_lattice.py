@@ -872,8 +872,7 @@ def test_word_determinized_lattice_is_one_path_per_word_sequence_at_its_best_sco
 def test_determinized_mbr_weighs_a_word_sequence_by_its_best_alignment():
     """'a' has two alignments of probability .3 each, 'b' one of .4. Over the lattice (the default) 'a' has
     posterior .6 and wins; over the word-determinized lattice (Kaldi's recipes, Riva) a word sequence counts by its
-    best alignment, so 'b' (.4 / .7) wins. The determinized hypotheses carry confidences, not times; the flag must be
-    a bool."""
+    best alignment, so 'b' (.4 / .7) wins, with its compact-lattice times; the flag must be a bool."""
     words = ["<eps>", "a", "b"]
     arcs = [(0, 1, 0, 1, math.log(0.3)), (1, 4, 0, 0, 0.0),
             (0, 2, 0, 0, math.log(0.3)), (2, 4, 0, 1, 0.0),
@@ -889,7 +888,11 @@ def test_determinized_mbr_weighs_a_word_sequence_by_its_best_alignment():
     assert summed.score == pytest.approx(0.0, abs=1e-6)
     assert det.words == ["b"] and det.word_confidences == pytest.approx([0.4 / 0.7], abs=1e-5)
     assert det.score == pytest.approx(math.log(0.7), abs=1e-5)
-    assert det.word_start_frames is None and det.word_end_frames is None
+    # 'b' is emitted on frame 0's arc (lattice frame 1), the final state at frame 3: Kaldi's compact-lattice times
+    assert det.word_start_frames == pytest.approx([0.0]) and det.word_end_frames == pytest.approx([1.0])
+    packed = lats.word_determinized()
+    frames = packed[1][:, 0].tolist()
+    assert frames[0] == 0 and frames[-1] == 3 and sorted(frames) == frames
     assert lats.mbr()[0] == summed  # each form cached on its own
     with pytest.raises(TypeError, match="determinize must be a bool"):
         lats.mbr(determinize="yes")

@@ -1089,6 +1089,7 @@ namespace {
 // first, one final state last; arcs {src, dst, label, score}.
 struct DetLattice {
   int32_t num_states = 0;
+  std::vector<int32_t> frames;  // per state: where its word prefix's best path emitted the prefix's last word
   std::vector<std::array<int32_t, 3>> arcs;  // src, dst, label
   std::vector<float> scores;
 };
@@ -1102,7 +1103,7 @@ struct DetLattice {
 // is never built (every word sequence within the beam is kept; pieces of worse ones may remain, as in Kaldi's
 // determinize-pruned). Dead ends left by the pruning are removed.
 DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, const int32_t* lab, int64_t na,
-                                double beam) {
+                                const int32_t* frame, double beam) {
   constexpr double kDelta = 1.0 / 1024.0;
   constexpr size_t kMaxDetStates = size_t{1} << 22;
   const double inf = std::numeric_limits<double>::infinity();
@@ -1125,6 +1126,7 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
     double cost;  // best cost from the start so far
     double h;     // best completion: min over elements of residual + beta
     bool expanded = false;
+    int32_t frame = 0;  // the frame of the best lattice state the word arc reached (before the closure)
   };
   struct KeyHash {
     size_t operator()(const std::vector<int64_t>& k) const {
@@ -1150,6 +1152,12 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
   // popping states in increasing id order sees each one's final cost), normalized (the smallest residual is 0);
   // finds or adds its determinized state; returns (state, the arc weight W taken out)
   auto close_and_intern = [&]() -> std::pair<int32_t, double> {
+    // the time of the new state, as Kaldi's compact lattices have it: where the best path of the word prefix emitted
+    // its last word (the best of the states the word's arcs reached; ties: the lowest state id)
+    int32_t at = -1;
+    for (int32_t t : touched)
+      if (at < 0 || acc[t] < acc[at] || (acc[t] == acc[at] && t < at)) at = t;
+    const int32_t at_frame = at >= 0 ? frame[at] : 0;
     while (!order_heap.empty()) {
       const int32_t x = order_heap.top();
       order_heap.pop();
@@ -1176,6 +1184,7 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
     auto found = index.find(key);
     if (found != index.end()) return {found->second, w};
     st.cost = inf;
+    st.frame = at_frame;
     // without a beam (or with a very wide one) a lattice can determinize to exponentially many states: a one-line
     // error instead of exhausting memory
     BEAMDEC_CHECK(states.size() < kMaxDetStates, "wfst_lattice_word_determinize: more than ", kMaxDetStates,
@@ -1269,6 +1278,8 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
   for (size_t i = 0; i < order.size(); ++i) pos[order[i]] = static_cast<int32_t>(i);
   pos[m] = static_cast<int32_t>(order.size());
   out.num_states = static_cast<int32_t>(order.size()) + 1;
+  for (int32_t x : order) out.frames.push_back(states[x].frame);
+  out.frames.push_back(frame[n - 1]);  // the final state: the lattice's final frame
   for (int32_t x : order) {
     std::vector<int32_t> ks = out_arcs[x];
     std::sort(ks.begin(), ks.end(), [&](int32_t a, int32_t b) {
@@ -1297,13 +1308,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const int32_t* ar = arcs.data_ptr<int32_t>();
   const float* as = arc_scores.data_ptr<float>();
   const int32_t* lb = labels.data_ptr<int32_t>();
+  const int32_t* st = states.data_ptr<int32_t>();
   for (int64_t k = 0; k < asp[B]; ++k)
     BEAMDEC_CHECK(lb[k] >= 0 && std::isfinite(as[k]),
                   "wfst_lattice_word_determinize: labels must be >= 0 and scores finite; arc ", k);
   std::vector<DetLattice> det(static_cast<size_t>(B));
   lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
+    std::vector<int32_t> frames(static_cast<size_t>(ssp[b + 1] - ssp[b]));
+    for (int64_t i = ssp[b]; i < ssp[b + 1]; ++i) frames[i - ssp[b]] = st[2 * i];
     det[b] = word_determinize_one(static_cast<int32_t>(ssp[b + 1] - ssp[b]), ar + 3 * asp[b], as + asp[b],
-                                  lb + asp[b], asp[b + 1] - asp[b], beam);
+                                  lb + asp[b], asp[b + 1] - asp[b], frames.data(), beam);
   });
   auto i64 = at::TensorOptions().dtype(at::kLong);
   at::Tensor o_ss = at::zeros({B + 1}, i64), o_as = at::zeros({B + 1}, i64);
@@ -1317,6 +1331,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   at::Tensor o_scores = at::empty({A}, at::TensorOptions().dtype(at::kFloat));
   at::Tensor o_labels = at::empty({A}, at::TensorOptions().dtype(at::kInt));
   for (int64_t b = 0; b < B; ++b) {
+    const int64_t s0 = o_ss.data_ptr<int64_t>()[b];
+    for (size_t i = 0; i < det[b].frames.size(); ++i) o_states.data_ptr<int32_t>()[2 * (s0 + i)] = det[b].frames[i];
     const int64_t a0 = o_as.data_ptr<int64_t>()[b];
     for (size_t k = 0; k < det[b].arcs.size(); ++k) {
       o_arcs.data_ptr<int32_t>()[3 * (a0 + k)] = det[b].arcs[k][0];

@@ -123,7 +123,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 // wfst_lattice_word_determinize(state_splits, states, arc_splits, arcs, arc_scores, labels (A,) i32 (0: no word),
 //                               beam) -> the same packed layout: each lattice as a word acceptor, epsilon-free and
 //     determinized in the tropical semiring (one path per word sequence at its best score), pruned with `beam`,
-//     states topologically numbered (start first, one final state last, frames 0), arcs [src, dst, 0] with their
+//     states topologically numbered (start first, one final state last; frame: where the best path of the state's
+//     word prefix emitted its last word, Kaldi's compact-lattice time), arcs [src, dst, 0] with their
 //     labels; what WfstLattices.mbr(determinize=True) runs MBR on (wfst_lattice_cpu.cpp word_determinize_one).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_word_determinize_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,

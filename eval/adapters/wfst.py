@@ -8,8 +8,8 @@ reference on CPU tensors, the CUDA kernels when the device is cuda. Supports per
 - nbest: the lattice's best path, with the `nbest_size` best distinct word sequences in Hypothesis.nbest and
   word start/end frames;
 - mbr: Kaldi's minimum-Bayes-risk hypothesis over the lattice, with word confidences and times; with
-  `mbr_determinize` over the word-determinized lattice instead (Kaldi's recipes and Riva's decode_mbr; no word
-  times; WfstLattices.mbr);
+  `mbr_determinize` over the word-determinized lattice instead (Kaldi's recipes and Riva's decode_mbr;
+  WfstLattices.mbr);
 - nbest_rescore / lattice_rescore: icefall's n-best / whole-lattice rescoring (eval/rescore.py) at
   `rescore_lm_scale` with the ARPA at `rescore_arpa`; empty: the workload's order-`rescore_order` ARPA
   (Workload.arpa_of_order: lm_4gram.arpa by default, built on first use and cached), or without a workload
