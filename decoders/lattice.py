@@ -625,9 +625,9 @@ def lattice_knobs() -> dict:
 
 def count_lattice_stats(stats: dict, lats: "WfstLattices") -> None:
     """Adds a lattice batch to a benchmark row's counters: utterances still flagged (`overflow_count`), re-decoded
-    (`rescued_count`, and `rescued_<capacity>`: count_rescue_causes), the lattices' bytes, and the CUDA op calls behind `lats` by the state map each used (the size
-    rule's choice is per call: a row records how many of its batches ran on the dense maps and how many on the
-    hashed)."""
+    (`rescued_count`, and `rescued_<capacity>`: count_rescue_causes), the lattices' bytes, and the CUDA op calls
+    behind `lats` by the state map each used (the size rule's choice is per call: a row records how many of its
+    batches ran on the dense maps and how many on the hashed)."""
     from decoders.wfst import count_rescue_causes
 
     stats["overflow_count"] = stats.get("overflow_count", 0) + sum(1 for o in lats.overflow if o)

@@ -714,16 +714,15 @@ assemble_lattices(const at::Tensor& h_tok, const at::Tensor& h_arc, const at::Te
   const int32_t* lo = h_lane.data_ptr<int32_t>();
   const int32_t* lr = h_res.data_ptr<int32_t>();
   // group by lane: tokens (kept in arena-id order) and arcs
-  std::vector<int64_t> local(static_cast<size_t>(K));
-  std::vector<int64_t> tok_begin(static_cast<size_t>(B) + 1, 0), arc_begin(static_cast<size_t>(B) + 1, 0);
-  std::vector<int64_t> tok_order(static_cast<size_t>(K));
+  // the groups: computed by the host loop below, or read in place from the device grouping's tensors
+  std::vector<int64_t> local_v, tok_begin_v, arc_begin_v, tok_order_v, arc_order_v;
+  const int64_t *local, *tok_begin, *arc_begin, *tok_order, *arc_order;
   auto position = [&](int32_t p, int32_t id) -> int64_t {  // the device's position, checked against the arena id
     BEAMDEC_CHECK(p >= 0 && p < K && kt[7 * static_cast<int64_t>(p)] == id,
                   "wfst_lattice_assemble: a kept arc ends in an unkept token");
     return p;
   };
   std::vector<int64_t> arc_src_pos(static_cast<size_t>(M)), arc_dst_pos(static_cast<size_t>(M));
-  std::vector<int64_t> arc_order(static_cast<size_t>(M));
   if (device_group) {  // the orders came from the device; positions, orders and bounds are checked here
     at::parallel_for(0, M, 1 << 14, [&](int64_t a, int64_t e) {  // first: no arc without a kept source (K = 0)
       for (int64_t k = a; k < e; ++k) {
@@ -731,11 +730,11 @@ assemble_lattices(const at::Tensor& h_tok, const at::Tensor& h_arc, const at::Te
         arc_dst_pos[k] = position(kp[2 * k + 1], arc_dst(k));
       }
     });
-    std::memcpy(tok_order.data(), g_tok_order.data_ptr<int64_t>(), sizeof(int64_t) * K);
-    std::memcpy(tok_begin.data(), g_tok_begin.data_ptr<int64_t>(), sizeof(int64_t) * (B + 1));
-    std::memcpy(local.data(), g_local.data_ptr<int64_t>(), sizeof(int64_t) * K);
-    std::memcpy(arc_order.data(), g_arc_order.data_ptr<int64_t>(), sizeof(int64_t) * M);
-    std::memcpy(arc_begin.data(), g_arc_begin.data_ptr<int64_t>(), sizeof(int64_t) * (B + 1));
+    tok_order = g_tok_order.data_ptr<int64_t>();
+    tok_begin = g_tok_begin.data_ptr<int64_t>();
+    local = g_local.data_ptr<int64_t>();
+    arc_order = g_arc_order.data_ptr<int64_t>();
+    arc_begin = g_arc_begin.data_ptr<int64_t>();
     BEAMDEC_CHECK(tok_begin[0] == 0 && tok_begin[B] == K && arc_begin[0] == 0 && arc_begin[B] == M,
                   "wfst_lattice_assemble: the group bounds must run from 0 to the token / arc counts");
     for (int64_t b = 0; b < B; ++b)
@@ -743,23 +742,33 @@ assemble_lattices(const at::Tensor& h_tok, const at::Tensor& h_arc, const at::Te
                     "wfst_lattice_assemble: the group bounds must not decrease");
     timer.mark("group by lane (device sort)");
   } else {
+    local_v.resize(static_cast<size_t>(K));
+    tok_order_v.resize(static_cast<size_t>(K));
+    arc_order_v.resize(static_cast<size_t>(M));
+    tok_begin_v.assign(static_cast<size_t>(B) + 1, 0);
+    arc_begin_v.assign(static_cast<size_t>(B) + 1, 0);
     for (int64_t p = 0; p < K; ++p) {
       const int32_t lane = kt[7 * p + 1];
       BEAMDEC_CHECK(lane >= 0 && lane < B, "wfst_lattice_assemble: a token's lane is outside the batch");
-      local[p] = tok_begin[lane + 1]++;
+      local_v[p] = tok_begin_v[lane + 1]++;
     }
-    for (int64_t b = 0; b < B; ++b) tok_begin[b + 1] += tok_begin[b];
-    for (int64_t p = 0; p < K; ++p) tok_order[tok_begin[kt[7 * p + 1]] + local[p]] = p;
+    for (int64_t b = 0; b < B; ++b) tok_begin_v[b + 1] += tok_begin_v[b];
+    for (int64_t p = 0; p < K; ++p) tok_order_v[tok_begin_v[kt[7 * p + 1]] + local_v[p]] = p;
     std::vector<int32_t> arc_lane(static_cast<size_t>(M));
     for (int64_t k = 0; k < M; ++k) {
       arc_src_pos[k] = position(kp[2 * k], arc_src(k));
       arc_dst_pos[k] = position(kp[2 * k + 1], arc_dst(k));
       arc_lane[k] = kt[7 * arc_src_pos[k] + 1];
-      ++arc_begin[arc_lane[k] + 1];
+      ++arc_begin_v[arc_lane[k] + 1];
     }
-    for (int64_t b = 0; b < B; ++b) arc_begin[b + 1] += arc_begin[b];
-    std::vector<int64_t> fill(arc_begin.begin(), arc_begin.end() - 1);
-    for (int64_t k = 0; k < M; ++k) arc_order[fill[arc_lane[k]]++] = k;
+    for (int64_t b = 0; b < B; ++b) arc_begin_v[b + 1] += arc_begin_v[b];
+    std::vector<int64_t> fill(arc_begin_v.begin(), arc_begin_v.end() - 1);
+    for (int64_t k = 0; k < M; ++k) arc_order_v[fill[arc_lane[k]]++] = k;
+    local = local_v.data();
+    tok_order = tok_order_v.data();
+    arc_order = arc_order_v.data();
+    tok_begin = tok_begin_v.data();
+    arc_begin = arc_begin_v.data();
     timer.mark("group by lane (one thread)");
   }
   std::vector<UttLattice> lats(static_cast<size_t>(B));

@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
 #include "wfst_defs.h"
