@@ -793,6 +793,8 @@ def decode_lattice(decoder, log_probs: torch.Tensor, lengths, boosts=None) -> Wf
         raise ValueError(f"{LATTICE_PERSISTENT_ENV} must be '0' or '1', got {os.environ[LATTICE_PERSISTENT_ENV]!r}")
     if os.environ.get(LATTICE_OVERLAP_ENV, "1") not in ("0", "1"):
         raise ValueError(f"{LATTICE_OVERLAP_ENV} must be '0' or '1', got {os.environ[LATTICE_OVERLAP_ENV]!r}")
+    if os.environ.get(LATTICE_GROUP_ENV, "host") not in ("host", "device"):
+        raise ValueError(f"{LATTICE_GROUP_ENV} must be 'host' or 'device', got {os.environ[LATTICE_GROUP_ENV]!r}")
     device = log_probs.device if on_gpu else torch.device("cpu")
     g = graph_on_device(graph, device)
     lp = log_probs if on_gpu else log_probs.cpu().contiguous()

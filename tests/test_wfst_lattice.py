@@ -309,15 +309,16 @@ def test_phase_timer_lines_only_when_asked(monkeypatch, capfd):
 
 def test_lattice_walk_knob_is_checked(monkeypatch):
     """BEAMDEC_LATTICE_WALK (the CUDA kernels' arc walk) accepts auto / token / warp / adaptive, BEAMDEC_LATTICE_MAP
-    (their state map) dense / hash, BEAMDEC_LATTICE_PERSISTENT and BEAMDEC_LATTICE_OVERLAP 0 / 1; anything else is a
-    one-line error."""
+    (their state map) dense / hash, BEAMDEC_LATTICE_PERSISTENT and BEAMDEC_LATTICE_OVERLAP 0 / 1,
+    BEAMDEC_LATTICE_GROUP host / device; anything else is a one-line error."""
     g = _three_path_graph()
     dec = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, output_beam=50.0))
     knobs = [("BEAMDEC_LATTICE_WALK", ("auto", "token", "warp", "adaptive"), "Warp",
               "'auto', 'token', 'warp' or 'adaptive'"),
              ("BEAMDEC_LATTICE_MAP", ("dense", "hash"), "hashed", "'dense' or 'hash'"),
              ("BEAMDEC_LATTICE_PERSISTENT", ("0", "1"), "yes", "'0' or '1'"),
-             ("BEAMDEC_LATTICE_OVERLAP", ("0", "1"), "on", "'0' or '1'")]
+             ("BEAMDEC_LATTICE_OVERLAP", ("0", "1"), "on", "'0' or '1'"),
+             ("BEAMDEC_LATTICE_GROUP", ("host", "device"), "gpu", "'host' or 'device'")]
     for name, good, bad, allowed in knobs:
         for ok in good:
             monkeypatch.setenv(name, ok)
