@@ -103,6 +103,31 @@ def test_capacity_stats_sweeps_beams_with_wer_and_frontier(bench_inputs, tmp_pat
     assert set(per) == {r.decoder for r in rows} and all(len(v["peak_frontier"]) == 5 for v in per.values())
 
 
+def test_capacity_stats_acoustic_scale_and_what_if_frontier(bench_inputs, tmp_path):
+    """--acoustic-scale reaches the decoder (the row's config, and a different search than the YAML's 3), and
+    --what-if-frontier counts, per capacity F, the utterances whose peak frontier > F or peak candidates > 2 F,
+    equal to a count over the per-utterance peaks beside the rows; bad values are argparse errors."""
+    from eval.bench.wfst_capacity_stats import main
+
+    d, gdir = bench_inputs
+    base = ["--lp-file", str(d / "lp.pt"), "--graph-dir", f"compact={gdir}", "--graphs", "TLG", "--chunk", "2",
+            "--output-dir", str(tmp_path)]
+    assert main(base + ["--run", "yaml"]) == 0
+    assert main(base + ["--acoustic-scale", "1.0", "--what-if-frontier", "1", "8", "100000", "--run", "s1"]) == 0
+    (yaml_row,), (s1_row,) = (load_rows(tmp_path / "wfst_capacity" / r) for r in ("yaml", "s1"))
+    assert s1_row.decoder_config["acoustic_scale"] == 1.0 and "acoustic_scale" not in yaml_row.decoder_config
+    assert s1_row.decoder_stats["mean_frontier"] != yaml_row.decoder_stats["mean_frontier"]
+    per = next(iter(json.loads((tmp_path / "wfst_capacity" / "s1" / "search_stats.json").read_text()).values()))
+    want = {str(f): sum(1 for a, c in zip(per["peak_frontier"], per["peak_candidates"]) if a > f or c > 2 * f)
+            for f in (1, 8, 100000)}
+    assert s1_row.decoder_stats["rescued_at_frontier"] == want
+    assert want["1"] == 5 and want["100000"] == 0  # the counts span the range, so the comparison can fail
+    assert "rescued_at_frontier" not in yaml_row.decoder_stats
+    for bad in (["--acoustic-scale", "0"], ["--what-if-frontier", "0"]):
+        with pytest.raises(SystemExit):
+            main(base + bad + ["--run", "bad"])
+
+
 def test_profile_table_and_cpu_exit(tmp_path, capsys, monkeypatch):
     """wfst_profile: kernel names are shortened, the reports table orders kernels by time, and without a GPU the
     script exits with one line."""

@@ -24,6 +24,7 @@ import argparse
 import itertools
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -54,8 +55,10 @@ def search_pass(adapter, data: LogProbSet, chunk: int) -> tuple[Pass, dict]:
     return Pass(hyps=hyps, watch=watch, memory=probe.stats), per
 
 
-def summarize(per: dict, frontier_capacity: int, candidate_capacity: int) -> dict:
-    """Distribution of the per-utterance peaks and what the default capacities would do with them."""
+def summarize(per: dict, frontier_capacity: int, candidate_capacity: int, what_if: Sequence[int] = ()) -> dict:
+    """Distribution of the per-utterance peaks and what the default capacities would do with them; `what_if`: other
+    frontier capacities F, each with how many utterances it would rescue (peak frontier > F or peak candidates >
+    candidate_factor 2 x F: `rescued_at_frontier` {F: count})."""
     pf, pc = np.asarray(per.get("peak_frontier", [])), np.asarray(per.get("peak_candidates", []))
     links, steps = np.asarray(per.get("word_links", [0])), np.maximum(np.asarray(per.get("steps", [1])), 1)
     return dict(
@@ -64,7 +67,8 @@ def summarize(per: dict, frontier_capacity: int, candidate_capacity: int) -> dic
         word_links_per_step_max_utt=float((links / steps).max()),
         frontier_capacity=int(frontier_capacity), over_frontier=int((pf > frontier_capacity).sum()),
         candidate_capacity=int(candidate_capacity), over_candidates=int((pc > candidate_capacity).sum()),
-    )
+    ) | ({"rescued_at_frontier": {str(int(f)): int(((pf > f) | (pc > 2 * f)).sum()) for f in what_if}}
+         if what_if else {})
 
 
 def main(argv=None) -> int:
@@ -79,6 +83,11 @@ def main(argv=None) -> int:
     ap.add_argument("--max-utts", type=int, default=200)
     ap.add_argument("--search-beam", type=float, nargs="+", default=[17.0])
     ap.add_argument("--max-active", type=int, nargs="+", default=[10000])
+    ap.add_argument("--acoustic-scale", type=float, default=None,
+                    help="log-prob scale (default: the harness YAML's, 3; the GPU benchmarks wfst_bench / "
+                         "wfst_mbr_bench decode at 1.0, where the search is wider)")
+    ap.add_argument("--what-if-frontier", type=int, nargs="*", default=[],
+                    help="frontier capacities to count rescues at (peak frontier > F or peak candidates > 2 F)")
     ap.add_argument("--chunk", type=int, default=8, help="utterances per CPU call (threads split a call)")
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_capacity")
@@ -86,12 +95,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.chunk <= 0:
         ap.error(f"--chunk must be positive, got {args.chunk}")
+    if args.acoustic_scale is not None and not args.acoustic_scale > 0:
+        ap.error(f"--acoustic-scale must be > 0, got {args.acoustic_scale}")
+    if any(f < 1 for f in args.what_if_frontier):
+        ap.error(f"--what-if-frontier values must be positive, got {args.what_if_frontier}")
     data = LogProbSet.load(args.lp_file)
     data = data.head(min(args.max_utts, len(data)))
     run = BenchRun(args.experiment, args.run, config={
         "benchmark": "eval.bench.wfst_capacity_stats", "lp_file": args.lp_file, "graph_dirs": args.graph_dir,
         "graphs": args.graphs, "search_beams": args.search_beam, "max_active": args.max_active,
-        "utterances": len(data), "chunk": args.chunk}, output_dir=args.output_dir)
+        "utterances": len(data), "chunk": args.chunk, "acoustic_scale": args.acoustic_scale,
+        "what_if_frontier": args.what_if_frontier}, output_dir=args.output_dir)
     per_utt: dict = {}
     run.extra["search_stats.json"] = per_utt
     for name, path in graph_dirs_arg(ap, args.graph_dir):
@@ -100,20 +114,25 @@ def main(argv=None) -> int:
                 continue
             for beam, max_active in itertools.product(args.search_beam, args.max_active):
                 cfg = {"graph": kind, "search_beam": beam, "output_beam": 8.0, "max_active": max_active}
+                if args.acoustic_scale is not None:
+                    cfg["acoustic_scale"] = args.acoustic_scale
                 adapter = build_decoder("wfst", cfg, DecodingContext(tokens=data.token_set(), device="cpu",
                                                                      graph_dir=Path(path)))
                 result, per = search_pass(adapter, data, args.chunk)
                 caps = gpu_capacities(adapter.decoder.config, 1, int(data.lengths.max()))
                 graph = f"{name} {kind}"
                 label = f"wfst@cpu[{graph}, beam={beam:g}, max_active={max_active}]"
-                result.stats = summarize(per, caps["frontier_capacity"], caps["candidate_capacity"])
+                result.stats = summarize(per, caps["frontier_capacity"], caps["candidate_capacity"],
+                                         args.what_if_frontier)
                 row = run.scored(decoder=label, decoder_name="wfst", device="cpu", data=data, result=result,
                                  batch_size=args.chunk, decoder_config=cfg,
                                  params={"graph": graph, "search_beam": beam, "max_active": max_active})
                 per_utt[label] = per
                 run.checkpoint()
+                what = result.stats.get("rescued_at_frontier")
                 print(f"{label}: WER {100 * row.wer:.2f} %, mean frontier {result.stats['mean_frontier']:.0f}, "
-                      f"over frontier capacity {result.stats['over_frontier']}", flush=True)
+                      f"over frontier capacity {result.stats['over_frontier']}"
+                      + (f", rescued at frontier {what}" if what else ""), flush=True)
     run.close()
     print(stats_table(run.rows, ["peak_frontier", "mean_frontier", "peak_candidates", "word_links_per_step",
                                  "frontier_capacity", "over_frontier", "candidate_capacity", "over_candidates"]))
