@@ -1146,14 +1146,22 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
   };
   std::vector<State> states;
   std::unordered_map<std::vector<int64_t>, int32_t, KeyHash> index;
-  // scratch for one closure: residual per lattice state (inf: not in the set) and the states touched
+  // scratch for one closure: residual per lattice state (inf: not in the set), the set as a bitset over state ids
+  // (words lo_word..hi_word in use) and its states: the seeds before the closure, all of them, by id, after it
   std::vector<double> acc(static_cast<size_t>(n), inf);
+  std::vector<uint64_t> member((static_cast<size_t>(n) + 63) / 64, 0);
+  int64_t lo_word = std::numeric_limits<int64_t>::max(), hi_word = -1;
   std::vector<int32_t> touched;
-  std::priority_queue<int32_t, std::vector<int32_t>, std::greater<int32_t>> order_heap;
+  std::vector<int64_t> key;  // close_and_intern's key buffer
+  auto mark = [&](int32_t t) {
+    member[t >> 6] |= uint64_t{1} << (t & 63);
+    lo_word = std::min<int64_t>(lo_word, t >> 6);
+    hi_word = std::max<int64_t>(hi_word, t >> 6);
+  };
   auto add = [&](int32_t t, double c) {
     if (acc[t] == inf) {
       touched.push_back(t);
-      order_heap.push(t);
+      mark(t);
     }
     if (c < acc[t]) acc[t] = c;
   };
@@ -1167,31 +1175,50 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
     for (int32_t t : touched)
       if (at < 0 || acc[t] < acc[at] || (acc[t] == acc[at] && t < at)) at = t;
     const int32_t at_frame = at >= 0 ? frame[at] : 0;
-    while (!order_heap.empty()) {
-      const int32_t x = order_heap.top();
-      order_heap.pop();
-      for (int64_t k = first[x]; k < first[x + 1]; ++k)
-        if (lab[k] == 0) add(ar[3 * k + 1], acc[x] - static_cast<double>(sc[k]));
+    // epsilon arcs go to higher ids, so taking the set's members in increasing id order (the lowest set bit of
+    // the lowest word; a member added while its word is read has a higher id, so it is taken later) sees each one's
+    // final residual, and lists the closure sorted by id
+    touched.clear();
+    for (int64_t i = lo_word; i <= hi_word; ++i) {
+      while (member[i] != 0) {
+        const int32_t x = static_cast<int32_t>((i << 6) + __builtin_ctzll(member[i]));
+        member[i] &= member[i] - 1;
+        touched.push_back(x);
+        for (int64_t k = first[x]; k < first[x + 1]; ++k) {
+          if (lab[k] != 0) continue;
+          const int32_t t = ar[3 * k + 1];
+          const double c = acc[x] - static_cast<double>(sc[k]);
+          if (acc[t] == inf) mark(t);
+          if (c < acc[t]) acc[t] = c;
+        }
+      }
     }
-    std::sort(touched.begin(), touched.end());
+    lo_word = std::numeric_limits<int64_t>::max();
+    hi_word = -1;
     double w = inf;
     for (int32_t t : touched) w = std::min(w, acc[t]);
-    std::vector<int64_t> key;
-    key.reserve(2 * touched.size());
+    // the key (state, quantized residual) in a reused buffer; the state's element list only when it is new
+    key.clear();
+    for (int32_t t : touched) {
+      key.push_back(t);
+      key.push_back(std::llround((acc[t] - w) / kDelta));
+    }
+    auto found = index.find(key);
+    if (found != index.end()) {
+      for (int32_t t : touched) acc[t] = inf;
+      touched.clear();
+      return {found->second, w};
+    }
     State st;
     st.h = inf;
     st.elems.reserve(touched.size());
     for (int32_t t : touched) {
       const double r = acc[t] - w;
-      key.push_back(t);
-      key.push_back(std::llround(r / kDelta));
       st.elems.emplace_back(t, r);
       st.h = std::min(st.h, r + beta[t]);
       acc[t] = inf;
     }
     touched.clear();
-    auto found = index.find(key);
-    if (found != index.end()) return {found->second, w};
     st.cost = inf;
     st.frame = at_frame;
     // without a beam (or with a very wide one) a lattice can determinize to exponentially many states: a one-line
@@ -1200,7 +1227,7 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
                   " determinized states in one lattice; determinize with a finite, narrower output_beam");
     states.push_back(std::move(st));
     const int32_t id = static_cast<int32_t>(states.size()) - 1;
-    index.emplace(std::move(key), id);
+    index.emplace(key, id);
     return {id, w};
   };
   add(0, 0.0);
@@ -1240,7 +1267,18 @@ DetLattice word_determinize_one(int32_t n, const int32_t* ar, const float* sc, c
     std::stable_sort(steps.begin(), steps.end());
     for (size_t a = 0; a < steps.size();) {  // one determinized arc per label
       size_t e = a;
-      for (; e < steps.size() && steps[e].label == steps[a].label; ++e) add(steps[e].dst, steps[e].cost);
+      // the best total through this label's arc, before its closure: the closure's best element plus its best
+      // completion is the best seed plus its completion (beta is exact and a seed is in its own closure), so a label
+      // beyond the beam is skipped without closing it (the check after the closure below stays: this one has a
+      // margin, so rounding never makes it prune what that one keeps)
+      double bound = inf;
+      for (; e < steps.size() && steps[e].label == steps[a].label; ++e)
+        bound = std::min(bound, steps[e].cost + beta[steps[e].dst]);
+      if (cost_d + bound > limit + 1e-6) {
+        a = e;
+        continue;
+      }
+      for (size_t i = a; i < e; ++i) add(steps[i].dst, steps[i].cost);
       const auto [t, w] = close_and_intern();
       const double ct = cost_d + w;
       const int32_t label = steps[a].label;

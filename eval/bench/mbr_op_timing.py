@@ -6,7 +6,8 @@ host for both the CPU and the CUDA lattice paths, one lattice per thread, so on 
 is bounded by its largest lattice. This decodes the workload's lattices with the CPU reference (cached in
 --cache), then times the op on the whole batch (at the torch thread count) and on each lattice alone (one thread;
 best of 3 each, after the batch runs warmed the allocator and the thread pool),
-and with --save / --compare writes or checks every output tensor exactly:
+and with --save / --compare writes or checks every output tensor exactly (`--op determinize` / `det-mbr`: the
+word determinization of mbr(determinize=True) alone / followed by the MBR op, instead of the MBR op):
 
     python -m eval.bench.mbr_op_timing --save /tmp/mbr_before.pt          # before a change
     python -m eval.bench.mbr_op_timing --compare /tmp/mbr_before.pt       # after it: "identical" or the first diff
@@ -53,6 +54,10 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", default="tiny")
     ap.add_argument("--max-utts", type=int, default=200)
     ap.add_argument("--cache", type=Path, default=Path("data/lp/mbr_op_lattices.pt"))
+    ap.add_argument("--op", choices=["mbr", "determinize", "det-mbr"], default="mbr",
+                    help="the op timed: the MBR op on the lattice (mbr() 's default), the word determinization "
+                         "(wfst_lattice_word_determinize, pruned with the output beam) alone, or the determinization "
+                         "and then the MBR op on its output (mbr(determinize=True))")
     ap.add_argument("--save", type=Path, help="write the op's outputs here")
     ap.add_argument("--compare", type=Path, help="check the op's outputs against a --save file, exactly")
     args = ap.parse_args(argv)
@@ -60,7 +65,11 @@ def main(argv=None) -> int:
 
     args.cache.parent.mkdir(parents=True, exist_ok=True)
     d = packed_lattices(args.scale, args.max_utts, args.cache)
-    op = _ops().wfst_lattice_mbr
+    ops = _ops()
+    beam = float(OUTPUT_BEAM)
+    op = {"mbr": ops.wfst_lattice_mbr,
+          "determinize": lambda *a: ops.wfst_lattice_word_determinize(*a, beam),
+          "det-mbr": lambda *a: ops.wfst_lattice_mbr(*ops.wfst_lattice_word_determinize(*a, beam))}[args.op]
     full = (d["ss"], d["st"], d["asp"], d["ar"], d["asc"], d["lab"])
 
     def timed(args_) -> tuple:  # (seconds, outputs) of one call, the harness's clock (eval.metrics)
@@ -85,7 +94,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(threads)
     alone = np.asarray(alone)
     top = np.argsort(-alone)[:3]
-    print(f"{len(sizes)} lattices, {int(sizes.sum()):,} arcs: batch op {best * 1000:.1f} ms at {threads} threads "
+    print(f"{args.op}: {len(sizes)} lattices, {int(sizes.sum()):,} arcs: batch op {best * 1000:.1f} ms at {threads} threads "
           f"(best of 3); one thread each (best of 3): sum {alone.sum() * 1000:.1f} ms, largest "
           + ", ".join(f"{alone[i] * 1000:.1f} ms ({int(sizes[i]):,} arcs)" for i in top))
     if args.save:
@@ -93,7 +102,8 @@ def main(argv=None) -> int:
         print(f"outputs written to {args.save}")
     if args.compare:
         ref = torch.load(args.compare, weights_only=True)
-        names = ("word_splits", "words", "times", "confidences", "arc_posteriors", "totals")
+        names = (("state_splits", "states", "arc_splits", "arcs", "arc_scores", "labels") if args.op == "determinize"
+                 else ("word_splits", "words", "times", "confidences", "arc_posteriors", "totals"))
         diff = [n for n, a, b in zip(names, ref, out) if not torch.equal(a, b)]
         print("outputs identical to", args.compare if not diff else f"outputs DIFFER from {args.compare}: {diff}")
         return 1 if diff else 0
