@@ -18,12 +18,13 @@ Semantics (the executable spec is decoders/csrc/wfst_lattice_cpu.cpp):
 - `nbest(k)`: the k best distinct word sequences, each scored by its best path (tropical semiring; the result
   of determinizing on words and taking the k shortest paths), found exactly by A* over (lattice state, word
   prefix) with the exact backward scores as heuristic.
-- `mbr()`: Kaldi's MinimumBayesRisk (lat/sausages.cc) over the lattice in the log semiring with the lattice's
-  scores (acoustic scale included): word posteriors sum over alignments, since the lattice is not determinized
-  first. Word confidences are the sausage posteriors of the chosen words, times Kaldi's averaged bin times
-  (fractional frames). `mbr(determinize=True)`: the same MBR over the word-determinized lattice (`word_determinized`:
-  one path per word sequence at its best alignment, pruned with the output beam), as
-  Kaldi's recipes and Riva's decode_mbr do; word times from the determinized states' compact-lattice times.
+- `mbr()`: Kaldi's MinimumBayesRisk (lat/sausages.cc) in the log semiring with the lattice's scores (acoustic
+  scale included), over the word-determinized lattice (`word_determinized`: one path per word sequence at its best
+  alignment, pruned with the output beam), as Kaldi's recipes (their decoders write determinized lattices) and
+  Riva's decode_mbr do. Word confidences are the sausage posteriors of the chosen words, times Kaldi's averaged bin
+  times (fractional frames) from the determinized states' compact-lattice times. `mbr(determinize=False)`: the
+  same MBR over the lattice itself, so a word sequence's posterior sums over its alignments (`word_posteriors` and
+  `arc_posteriors` are always over the lattice itself).
 - Word times of a path: a word starts at the frame of the arc that outputs it (an epsilon arc in frame f:
   frame f) and ends after the last non-blank token its segment reads (without a blank id: where the next word
   starts). `frame_shift` converts to seconds outside this module.
@@ -477,15 +478,15 @@ class WfstLattices:
                 acc[key] = acc.get(key, 0.0) + float(post[a])
         return [(self._word_strings([w])[0], f, p) for (f, w), p in sorted(acc.items())]
 
-    def mbr(self, determinize: bool = False) -> list[Hypothesis]:
+    def mbr(self, determinize: bool = True) -> list[Hypothesis]:
         """Kaldi MBR hypothesis per utterance: words, word confidences, averaged word times (frames); score is
         the lattice's total log-probability (log semiring). Empty lattice: no words, score -inf.
 
-        determinize=False (the default): over this lattice, so a word sequence's posterior sums over its
-        alignments. determinize=True: over the word-determinized lattice (one path per word sequence, weighted by its
-        best alignment, pruned with `output_beam`: word_determinized), what Kaldi's recipes and Riva's decode_mbr run
-        MBR on. Its states carry Kaldi's compact-lattice times (where the best path of each word prefix emitted its
-        last word), so word times are the same averaged bins; the score is its total log-probability."""
+        determinize=True (the default): over the word-determinized lattice (one path per word sequence, weighted by
+        its best alignment, pruned with `output_beam`: word_determinized), what Kaldi's recipes and Riva's decode_mbr
+        run MBR on. Its states carry Kaldi's compact-lattice times (where the best path of each word prefix emitted
+        its last word), so word times are averaged bins as over the lattice; the score is its total log-probability.
+        determinize=False: over this lattice, so a word sequence's posterior sums over its alignments."""
         if not isinstance(determinize, bool):
             raise TypeError(f"determinize must be a bool, got {type(determinize).__name__}")
         timer = _PhaseTimer("mbr")

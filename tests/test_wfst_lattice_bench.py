@@ -93,15 +93,18 @@ def test_mbr_bench_frontier_capacity_reaches_our_rows_only(tmp_path):
         main(["--lp-file", str(tmp_path / "lp.pt"), "--graph-dir", f"c={gdir}", "--frontier-capacity", "0"])
 
 
-def test_mbr_bench_determinized_mbr_rows(tmp_path):
-    """--mbr-determinize: ours' MBR rows run over the word-determinized lattice (Riva's semantics), recorded in the
-    row's decoder config and the run's config; the other rows are unchanged."""
+def test_mbr_bench_determinized_and_summed_mbr_rows(tmp_path):
+    """ours' MBR rows run over the word-determinized lattice by default (Riva's semantics) and over the lattice itself
+    with --mbr-summed, recorded in the row's decoder config and the run's config; the other rows are unchanged."""
     from eval.bench.wfst_mbr_bench import main
 
     gdir = _bench_inputs(tmp_path)
-    assert main(["--lp-file", str(tmp_path / "lp.pt"), "--graph-dir", f"c={gdir}", "--batch", "3", "--device", "cpu",
-                 "--outputs", "best", "mbr", "--in-process", "--mbr-determinize", "--output-dir",
-                 str(tmp_path / "runs"), "--run", "d"]) == 0
-    rows = {r.params["output"]: r for r in load_rows(tmp_path / "runs" / "wfst_mbr" / "d") if r.ok}
-    assert rows["mbr"].decoder_config["mbr_determinize"] is True and "mbr_determinize" not in rows["best"].decoder_config
-    assert "mbr_determinize: true" in (tmp_path / "runs" / "wfst_mbr" / "d" / "config.yaml").read_text()
+    for run, flag in (("d", []), ("s", ["--mbr-summed"])):
+        assert main(["--lp-file", str(tmp_path / "lp.pt"), "--graph-dir", f"c={gdir}", "--batch", "3", "--device",
+                     "cpu", "--outputs", "best", "mbr", "--in-process", *flag, "--output-dir", str(tmp_path / "runs"),
+                     "--run", run]) == 0
+        rows = {r.params["output"]: r for r in load_rows(tmp_path / "runs" / "wfst_mbr" / run) if r.ok}
+        det = not flag
+        assert rows["mbr"].decoder_config["mbr_determinize"] is det
+        assert "mbr_determinize" not in rows["best"].decoder_config
+        assert f"mbr_determinize: {str(det).lower()}" in (tmp_path / "runs" / "wfst_mbr" / run / "config.yaml").read_text()

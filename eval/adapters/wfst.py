@@ -7,9 +7,9 @@ reference on CPU tensors, the CUDA kernels when the device is cuda. Supports per
 - best: decode()'s Viterbi 1-best (no lattice);
 - nbest: the lattice's best path, with the `nbest_size` best distinct word sequences in Hypothesis.nbest and
   word start/end frames;
-- mbr: Kaldi's minimum-Bayes-risk hypothesis over the lattice, with word confidences and times; with
-  `mbr_determinize` over the word-determinized lattice instead (Kaldi's recipes and Riva's decode_mbr;
-  WfstLattices.mbr);
+- mbr: Kaldi's minimum-Bayes-risk hypothesis, with word confidences and times, over the word-determinized lattice
+  (`mbr_determinize` true, the default: Kaldi's recipes and Riva's decode_mbr) or over the lattice itself, summing
+  a word sequence's posterior over its alignments (false; WfstLattices.mbr);
 - nbest_rescore / lattice_rescore: icefall's n-best / whole-lattice rescoring (eval/rescore.py) at
   `rescore_lm_scale` with the ARPA at `rescore_arpa`; empty: the workload's order-`rescore_order` ARPA
   (Workload.arpa_of_order: lm_4gram.arpa by default, built on first use and cached), or without a workload
@@ -46,7 +46,7 @@ CONFIG_SCHEMA = adapter_schema("wfst", WfstDecoderConfig, [
     ("graph", str, "TLG"),  # "TLG" (epsilon arcs) or "HLG" (epsilon-free)
     ("output", WfstOutput, WfstOutput.best),
     ("nbest_size", int, 10),
-    ("mbr_determinize", bool, False),
+    ("mbr_determinize", bool, True),
     ("rescore_arpa", str, ""),
     ("rescore_order", int, 4),
     ("rescore_lm_scale", float, 1.0),

@@ -99,7 +99,7 @@ class WfstLatticeBestAdapter:
 
 def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet, gdir: Path, graph: str,
             batch: int, repeats: int, scale: str, acoustic_scale: float, run_mate: Optional[str],
-            frontier_capacity: Optional[int] = None, mbr_determinize: bool = False) -> bool:
+            frontier_capacity: Optional[int] = None, mbr_determinize: bool = True) -> bool:
     lab = f"{name}@{device.split(':')[0]}[{graph}, {output}]"
     params = {"graph": graph, "output": output, "scale": scale}
     # the lattice backend goes in the row's decoder config, not its params: the params pair our row with Riva's
@@ -111,8 +111,8 @@ def run_one(run: BenchRun, name: str, output: str, device: str, data: LogProbSet
                "acoustic_scale": acoustic_scale}
         if frontier_capacity is not None:  # ours' per-lane search frontier (default 4 x max_active)
             cfg["frontier_capacity"] = frontier_capacity
-        if mbr_determinize and output == "mbr":  # MBR over the word-determinized lattice, as Riva's
-            cfg["mbr_determinize"] = True
+        if output == "mbr":  # over the word-determinized lattice (the default, as Riva's) or summed over alignments
+            cfg["mbr_determinize"] = bool(mbr_determinize)
     else:
         cfg = {"default_beam": SEARCH_BEAM, "lattice_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
                "max_batch_size": max(batch, 1), "acoustic_scale": acoustic_scale}
@@ -159,9 +159,10 @@ def main(argv=None) -> int:
     ap.add_argument("--frontier-capacity", type=int, default=None,
                     help="ours' per-lane frontier (WfstDecoderConfig.frontier_capacity; default 4 x max_active): the "
                          "A/B of a frontier that the bench's long utterances do not outgrow")
-    ap.add_argument("--mbr-determinize", action="store_true",
-                    help="ours' MBR over the word-determinized lattice (Riva's and Kaldi's recipes' semantics; "
-                         "WfstLattices.mbr(determinize=True)) instead of over the lattice itself")
+    ap.add_argument("--mbr-summed", action="store_true",
+                    help="ours' MBR over the lattice itself, a word sequence's posterior summed over its alignments "
+                         "(WfstLattices.mbr(determinize=False)), instead of over the word-determinized lattice (the "
+                         "default: Riva's and Kaldi's recipes' semantics)")
     add_isolation_options(ap)
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_mbr")
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
         "device": args.device, "decoders": args.decoders, "outputs": args.outputs, "repeats": args.repeats,
         "search_beam": SEARCH_BEAM, "output_beam": OUTPUT_BEAM, "max_active": MAX_ACTIVE,
         "acoustic_scale": args.acoustic_scale, "lattice_backend": args.lattice_backend, "isolate": args.isolate,
-        "frontier_capacity": args.frontier_capacity, "mbr_determinize": args.mbr_determinize,
+        "frontier_capacity": args.frontier_capacity, "mbr_determinize": not args.mbr_summed,
     }, output_dir=args.output_dir)
     measure = run_one_isolated if args.isolate else run_one
     for graph_name, gdir in graph_dirs:
@@ -197,7 +198,7 @@ def main(argv=None) -> int:
                 mate = [labels[o] for o in present if o != d]
                 measure(run, d, output, devices[d], data, gdir, graph, args.batch, args.repeats, args.scale,
                         args.acoustic_scale, mate[0] if mate else None, args.frontier_capacity,
-                        args.mbr_determinize)
+                        not args.mbr_summed)
             run.checkpoint()
     path = run.close()
     print_rows(run.rows, pairs=[("wfst", "riva", ["graph", "output"])])
