@@ -17,7 +17,8 @@ Semantics (the executable spec is decoders/csrc/wfst_lattice_cpu.cpp):
   graph's). Epsilon arcs (TLG) stay inside a frame; the graph's epsilon subgraph must be acyclic.
 - `nbest(k)`: the k best distinct word sequences, each scored by its best path (tropical semiring; the result
   of determinizing on words and taking the k shortest paths), found exactly by A* over (lattice state, word
-  prefix) with the exact backward scores as heuristic.
+  prefix) with the exact backward scores as heuristic (the C++ op wfst_lattice_nbest, parallel over utterances; its
+  readable spec, held equal by the tests, is `_nbest_paths_reference`).
 - `mbr()`: Kaldi's MinimumBayesRisk (lat/sausages.cc) in the log semiring with the lattice's scores (acoustic
   scale included), over the word-determinized lattice (`word_determinized`: one path per word sequence at its best
   alignment, pruned with the output beam), as Kaldi's recipes (their decoders write determinized lattices) and
@@ -344,14 +345,57 @@ class WfstLattices:
             raise TypeError(f"nbest: k must be an int, got {type(k).__name__}")
         if k < 1:
             raise ValueError(f"nbest: k must be >= 1, got {k}")
+        paths = self._nbest_op(int(k))
         out = []
         for i in range(len(self)):
             u = self._utt(i)
-            out.append([self._path_hypothesis(u, path, score) for path, score in self.nbest_paths(i, int(k))])
+            out.append([self._path_hypothesis(u, path, score) for path, score in paths[i]])
+        return out
+
+    def _arc_word_csr(self, a0: int = 0, a1: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The words of lattice arcs a0..a1 as a CSR (word_splits (A + 1,) int64, words (W,) int32), gathered from
+        the graph's word CSR at the arcs' graph arc ids."""
+        splits, words = self.graph.aux_csr()
+        ga = self.arcs[a0:a1, 2].numpy().astype(np.int64)
+        sp = np.asarray(splits).astype(np.int64)
+        lo = sp[ga] if ga.size else np.zeros(0, np.int64)
+        n = sp[ga + 1] - lo if ga.size else np.zeros(0, np.int64)
+        ws = np.zeros(len(ga) + 1, np.int64)
+        np.cumsum(n, out=ws[1:])
+        idx = np.repeat(lo - ws[:-1], n) + np.arange(int(ws[-1]), dtype=np.int64)
+        w = np.asarray(words).astype(np.int32)[idx] if idx.size else np.zeros(0, np.int32)
+        return torch.from_numpy(ws), torch.from_numpy(np.ascontiguousarray(w))
+
+    def _nbest_op(self, k: int, i: Optional[int] = None) -> list[list[tuple[list[int], float]]]:
+        """nbest_paths of every utterance (or of utterance i alone) by the C++ op wfst_lattice_nbest."""
+        from decoders.wfst import _ops
+
+        if i is None:
+            packed = (self.state_splits, self.states, self.arc_splits, self.arcs, self.arc_scores)
+            ws, w = self._arc_word_csr()
+        else:
+            s0, s1, a0, a1 = (int(self.state_splits[i]), int(self.state_splits[i + 1]), int(self.arc_splits[i]),
+                              int(self.arc_splits[i + 1]))
+            packed = (torch.tensor([0, s1 - s0]), self.states[s0:s1].contiguous(), torch.tensor([0, a1 - a0]),
+                      self.arcs[a0:a1].contiguous(), self.arc_scores[a0:a1].contiguous())
+            ws, w = self._arc_word_csr(a0, a1)
+        counts, splits, arcs, scores = _ops().wfst_lattice_nbest(*packed, ws, w, int(k))
+        counts, splits, arcs, scores = counts.tolist(), splits.tolist(), arcs.tolist(), scores.tolist()
+        out, p = [], 0
+        for c in counts:
+            out.append([(arcs[splits[j]:splits[j + 1]], scores[j]) for j in range(p, p + c)])
+            p += c
         return out
 
     def nbest_paths(self, i: int, k: int) -> list[tuple[list[int], float]]:
         """The paths behind nbest(k)[i]: (lattice arc indices of utterance i in path order, score), best first."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"nbest: k must be an int >= 1, got {k!r}")
+        return self._nbest_op(int(k), self._index(i))[0]
+
+    def _nbest_paths_reference(self, i: int, k: int) -> list[tuple[list[int], float]]:
+        """nbest_paths in Python: the readable spec of the op (wfst_lattice_cpu.cpp nbest_one) that the tests hold it
+        to, step for step. A* over (lattice state, word prefix) nodes with the exact backward scores as heuristic."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"nbest: k must be an int >= 1, got {k!r}")
         u = self._utt(i)

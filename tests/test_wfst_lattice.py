@@ -903,6 +903,68 @@ def test_determinized_mbr_weighs_a_word_sequence_by_its_best_alignment():
     assert three.mbr(determinize=False)[0].words == three.mbr()[0].words == ["a", "c"]  # one alignment each
 
 
+@pytest.mark.parametrize("shape", ["HLG", "TLG"])
+@pytest.mark.parametrize("multiword", [False, True])
+def test_nbest_op_equals_the_python_reference(shape, multiword):
+    """nbest / nbest_paths run the C++ op wfst_lattice_nbest; it returns exactly the paths and float64 scores of the
+    Python A* it was written from (_nbest_paths_reference), for the whole batch and one utterance at a time: random
+    graphs, several words on one arc, ties (peaky=0: flat log-probs), empty lattices, k beyond what a lattice holds."""
+    rng = np.random.default_rng(401 + len(shape) + 7 * multiword)
+    compared = 0
+    for gi in range(6):
+        g = acyclic_eps_graph(rng, num_states=int(rng.integers(3, 40)), num_tokens=int(rng.integers(2, 8)),
+                              num_words=9, finals="some") if shape == "TLG" else \
+            random_graph(rng, num_states=int(rng.integers(2, 40)), num_tokens=int(rng.integers(2, 8)))
+        if multiword:
+            g = _with_multiword_arcs(rng, g)
+        lp = random_log_probs(rng, 5, 12, g.num_tokens, peaky=float(rng.choice([0.0, 1.0, 4.0])))
+        lengths = torch.tensor([12, 0, 1, 7, 12])
+        lats = WfstDecoder(g, WfstDecoderConfig(search_beam=12.0, output_beam=6.0)).decode_lattice(lp, lengths)
+        for k in (1, 4, 50):
+            batch = lats._nbest_op(k)
+            for i in range(len(lats)):
+                ref = lats._nbest_paths_reference(i, k)
+                assert batch[i] == ref == lats.nbest_paths(i, k), (gi, k, i)
+                compared += len(ref)
+            assert [[h.words for h in hs] for hs in lats.nbest(k)] == \
+                [[lats._path_hypothesis(lats._utt(i), p, s).words for p, s in batch[i]] for i in range(len(lats))]
+    assert compared > 100  # the lattices held paths: the comparison could fail
+
+
+def test_nbest_op_rejects_bad_input_with_one_line_errors():
+    from decoders.wfst import _ops
+
+    op = _ops().wfst_lattice_nbest
+    lats = WfstDecoder(_three_path_graph(), WfstDecoderConfig(search_beam=50.0, output_beam=50.0)).decode_lattice(
+        torch.zeros(2, 2, 1), torch.tensor([2, 0]))
+    ws, w = lats._arc_word_csr()
+    args = [lats.state_splits, lats.states, lats.arc_splits, lats.arcs, lats.arc_scores]
+    counts, splits, arcs, scores = op(*args, ws, w, 5)
+    assert counts[0] == 3 and int(splits[-1]) == len(arcs)  # the three word sequences of the graph
+    assert lats._nbest_op(5) == [lats._nbest_paths_reference(i, 5) for i in range(2)]
+
+    def fails(a, ws_, w_, k, match):
+        with pytest.raises(RuntimeError, match=match) as e:
+            op(*a, ws_, w_, k)
+        assert len(str(e.value).strip().splitlines()) == 1
+
+    fails(args, ws, w, 0, "k must be >= 1")
+    fails(args, ws[:-1].contiguous(), w, 3, "word_splits must be contiguous int64")
+    fails(args, ws.to(torch.int32), w, 3, "word_splits must be contiguous int64")
+    fails(args, ws, w.to(torch.int64), 3, "words contiguous int32")
+    fails(args, ws, w[:-1].contiguous(), 3, "end at words' length")
+    bad = w.clone()
+    bad[0] = -2
+    fails(args, ws, bad, 3, "words must be >= 0")
+    scores_ = lats.arc_scores.clone()
+    scores_[0] = float("nan")
+    fails(args[:4] + [scores_], ws, w, 3, "scores must be finite")
+    arcs_ = lats.arcs.clone()
+    n0 = lats.num_arcs(0)
+    arcs_[[0, n0 - 1]] = arcs_[[n0 - 1, 0]]
+    fails(args[:3] + [arcs_] + args[4:], ws, w, 3, "sorted by source")
+
+
 def test_word_determinize_op_rejects_bad_input_with_one_line_errors():
     """wfst_lattice_word_determinize checks what it walks: label shape and dtype, the beam, arcs sorted by source
     and going forward, negative labels and non-finite scores; an empty batch and empty lattices pass through."""

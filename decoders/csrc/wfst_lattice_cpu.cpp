@@ -48,6 +48,7 @@
 #include <numeric>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "wfst_cpu_closure.h"
@@ -1389,6 +1390,138 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     }
   }
   return {o_ss, o_states, o_as, o_arcs, o_scores, o_labels};
+}
+
+namespace {
+
+// The k best distinct word sequences of one lattice (wfst_lattice_nbest): A* over (lattice state, word prefix) nodes,
+// popped in order of g + h (g: the node's path score, h: the state's exact best completion), ties by push order, so
+// the first pop of a node has its best g and the i-th final pop is the i-th best word sequence. The executable spec
+// is WfstLattices._nbest_paths_reference (decoders/lattice.py), which this follows step for step in float64.
+struct NbestPaths {
+  std::vector<std::vector<int32_t>> paths;  // local arc indices, in path order
+  std::vector<double> scores;
+};
+
+NbestPaths nbest_one(int32_t n, const int32_t* ar, const float* sc, int64_t na, const int64_t* wsp, const int32_t* wds,
+                     int64_t k) {
+  NbestPaths out;
+  if (n <= 0) return out;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  std::vector<int64_t> first(static_cast<size_t>(n) + 1, 0);  // arcs are sorted by source
+  for (int64_t a = 0; a < na; ++a) ++first[ar[3 * a] + 1];
+  for (int32_t s = 0; s < n; ++s) first[s + 1] += first[s];
+  std::vector<double> h(static_cast<size_t>(n), ninf);
+  h[n - 1] = 0.0;
+  for (int64_t a = na - 1; a >= 0; --a) {
+    const double v = static_cast<double>(sc[a]) + h[ar[3 * a + 1]];
+    if (v > h[ar[3 * a]]) h[ar[3 * a]] = v;
+  }
+  struct Item {
+    double key;  // -(g + h)
+    int64_t counter;
+    int32_t state, prefix;
+    double g;
+    int32_t parent, arc;
+  };
+  struct Later {
+    bool operator()(const Item& x, const Item& y) const {
+      return x.key != y.key ? x.key > y.key : x.counter > y.counter;
+    }
+  };
+  std::priority_queue<Item, std::vector<Item>, Later> heap;
+  auto node_key = [](int32_t s, int32_t p) { return (static_cast<uint64_t>(static_cast<uint32_t>(s)) << 32) | static_cast<uint32_t>(p); };
+  std::unordered_map<uint64_t, int32_t> trie;  // (prefix, word) -> prefix id; 0 = the empty prefix
+  std::unordered_set<uint64_t> seen;
+  std::vector<int32_t> node_parent, node_arc;
+  heap.push({-(0.0 + h[0]), 0, 0, 0, 0.0, -1, -1});
+  int64_t counter = 1;
+  while (!heap.empty() && static_cast<int64_t>(out.paths.size()) < k) {
+    const Item it = heap.top();
+    heap.pop();
+    if (!seen.insert(node_key(it.state, it.prefix)).second) continue;
+    const int32_t node = static_cast<int32_t>(node_parent.size());
+    node_parent.push_back(it.parent);
+    node_arc.push_back(it.arc);
+    if (it.state == n - 1) {
+      std::vector<int32_t> path;
+      for (int32_t m = node; m >= 0 && node_arc[m] >= 0; m = node_parent[m]) path.push_back(node_arc[m]);
+      std::reverse(path.begin(), path.end());
+      out.paths.push_back(std::move(path));
+      out.scores.push_back(it.g);
+      continue;
+    }
+    for (int64_t a = first[it.state]; a < first[it.state + 1]; ++a) {
+      const int32_t d = ar[3 * a + 1];
+      if (h[d] == ninf) continue;
+      int32_t q = it.prefix;
+      for (int64_t j = wsp[a]; j < wsp[a + 1]; ++j) {
+        const uint64_t tk = node_key(q, wds[j]);
+        auto found = trie.find(tk);
+        if (found == trie.end()) found = trie.emplace(tk, static_cast<int32_t>(trie.size()) + 1).first;
+        q = found->second;
+      }
+      if (seen.count(node_key(d, q))) continue;
+      const double g2 = it.g + static_cast<double>(sc[a]);
+      heap.push({-(g2 + h[d]), counter++, d, q, g2, node, static_cast<int32_t>(a)});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_nbest_cpu(
+    const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
+    const at::Tensor& arc_scores, const at::Tensor& word_splits, const at::Tensor& words, int64_t k) {
+  const int64_t B = check_packed_lattices("wfst_lattice_nbest", state_splits, states, arc_splits, arcs, arc_scores);
+  const int64_t* ssp = state_splits.data_ptr<int64_t>();
+  const int64_t* asp = arc_splits.data_ptr<int64_t>();
+  const int64_t A = asp[B];
+  check_labeled_dags("wfst_lattice_nbest", state_splits, arc_splits, arcs,
+                     at::zeros({A}, at::TensorOptions().dtype(at::kInt)), "labels", true);
+  BEAMDEC_CHECK(k >= 1, "wfst_lattice_nbest: k must be >= 1, got ", k);
+  BEAMDEC_CHECK(word_splits.dim() == 1 && word_splits.numel() == A + 1 && word_splits.scalar_type() == at::kLong &&
+                    word_splits.is_contiguous() && words.dim() == 1 && words.scalar_type() == at::kInt &&
+                    words.is_contiguous(),
+                "wfst_lattice_nbest: word_splits must be contiguous int64 (A + 1,) and words contiguous int32 (W,)");
+  const int64_t* wsp = word_splits.data_ptr<int64_t>();
+  BEAMDEC_CHECK(wsp[0] == 0 && wsp[A] == words.numel(),
+                "wfst_lattice_nbest: word_splits must start at 0 and end at words' length");
+  for (int64_t a = 0; a < A; ++a)
+    BEAMDEC_CHECK(wsp[a + 1] >= wsp[a], "wfst_lattice_nbest: word_splits must be monotone; arc ", a);
+  const int32_t* wd = words.data_ptr<int32_t>();
+  for (int64_t j = 0; j < words.numel(); ++j)
+    BEAMDEC_CHECK(wd[j] >= 0, "wfst_lattice_nbest: words must be >= 0; entry ", j);
+  const int32_t* ar = arcs.data_ptr<int32_t>();
+  const float* as = arc_scores.data_ptr<float>();
+  for (int64_t a = 0; a < A; ++a)
+    BEAMDEC_CHECK(std::isfinite(as[a]), "wfst_lattice_nbest: arc scores must be finite; arc ", a);
+  std::vector<NbestPaths> res(static_cast<size_t>(B));
+  lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
+    // arc indices are local to the utterance, words indexed through the batch's word_splits
+    res[b] = nbest_one(static_cast<int32_t>(ssp[b + 1] - ssp[b]), ar + 3 * asp[b], as + asp[b], asp[b + 1] - asp[b],
+                       wsp + asp[b], wd, k);
+  });
+  auto i64 = at::TensorOptions().dtype(at::kLong);
+  at::Tensor counts = at::zeros({B}, i64);
+  int64_t P = 0, L = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    counts.data_ptr<int64_t>()[b] = static_cast<int64_t>(res[b].paths.size());
+    P += static_cast<int64_t>(res[b].paths.size());
+    for (const auto& p : res[b].paths) L += static_cast<int64_t>(p.size());
+  }
+  at::Tensor path_splits = at::zeros({P + 1}, i64);
+  at::Tensor path_arcs = at::empty({L}, at::TensorOptions().dtype(at::kInt));
+  at::Tensor path_scores = at::empty({P}, at::TensorOptions().dtype(at::kDouble));
+  int64_t pi = 0, li = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (size_t j = 0; j < res[b].paths.size(); ++j, ++pi) {
+      for (int32_t a : res[b].paths[j]) path_arcs.data_ptr<int32_t>()[li++] = a;
+      path_splits.data_ptr<int64_t>()[pi + 1] = li;
+      path_scores.data_ptr<double>()[pi] = res[b].scores[j];
+    }
+  return {counts, path_splits, path_arcs, path_scores};
 }
 
 }  // namespace beamdec
