@@ -345,11 +345,29 @@ class WfstLattices:
             raise TypeError(f"nbest: k must be an int, got {type(k).__name__}")
         if k < 1:
             raise ValueError(f"nbest: k must be >= 1, got {k}")
-        paths = self._nbest_op(int(k))
-        out = []
-        for i in range(len(self)):
-            u = self._utt(i)
-            out.append([self._path_hypothesis(u, path, score) for path, score in paths[i]])
+        from decoders.wfst import _ops
+
+        counts, path_splits, path_arcs, path_scores = self._nbest_raw(int(k))
+        # the paths' hypotheses in one C++ pass (wfst_lattice_path_hypotheses: _path_hypothesis's rules)
+        splits, words = self.graph.aux_csr()
+        path_utt = torch.repeat_interleave(torch.arange(len(self), dtype=torch.int64), counts)
+        tok_splits, toks, word_splits, wtab = _ops().wfst_lattice_path_hypotheses(
+            self.state_splits, self.states, self.arc_splits, self.arcs, self.arc_scores, path_utt, path_splits,
+            path_arcs, _int32_tensor(self.graph.ilabel), _int32_tensor(splits), _int32_tensor(words),
+            -1 if self.blank_id is None else int(self.blank_id))
+        ts, ws, tl, wl = tok_splits.tolist(), word_splits.tolist(), toks.tolist(), wtab.tolist()
+        scores = path_scores.tolist()
+        out, p = [], 0
+        for c in counts.tolist():
+            hyps = []
+            for j in range(p, p + c):
+                t, w = tl[ts[j]:ts[j + 1]], wl[ws[j]:ws[j + 1]]
+                hyps.append(Hypothesis(tokens=[x[0] for x in t], words=self._word_strings([x[0] for x in w]),
+                                       score=float(scores[j]), timesteps=[x[1] for x in t],
+                                       word_start_frames=[float(x[1]) for x in w],
+                                       word_end_frames=[float(x[2]) for x in w]))
+            out.append(hyps)
+            p += c
         return out
 
     def _arc_word_csr(self, a0: int = 0, a1: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -368,6 +386,16 @@ class WfstLattices:
 
     def _nbest_op(self, k: int, i: Optional[int] = None) -> list[list[tuple[list[int], float]]]:
         """nbest_paths of every utterance (or of utterance i alone) by the C++ op wfst_lattice_nbest."""
+        counts, splits, arcs, scores = (x.tolist() for x in self._nbest_raw(k, i))
+        out, p = [], 0
+        for c in counts:
+            out.append([(arcs[splits[j]:splits[j + 1]], scores[j]) for j in range(p, p + c)])
+            p += c
+        return out
+
+    def _nbest_raw(self, k: int, i: Optional[int] = None) -> tuple:
+        """wfst_lattice_nbest's tensors for every utterance (or utterance i alone): (counts (B,), path_splits,
+        path_arcs (arc indices local to each utterance), path_scores float64)."""
         from decoders.wfst import _ops
 
         if i is None:
@@ -379,13 +407,7 @@ class WfstLattices:
             packed = (torch.tensor([0, s1 - s0]), self.states[s0:s1].contiguous(), torch.tensor([0, a1 - a0]),
                       self.arcs[a0:a1].contiguous(), self.arc_scores[a0:a1].contiguous())
             ws, w = self._arc_word_csr(a0, a1)
-        counts, splits, arcs, scores = _ops().wfst_lattice_nbest(*packed, ws, w, int(k))
-        counts, splits, arcs, scores = counts.tolist(), splits.tolist(), arcs.tolist(), scores.tolist()
-        out, p = [], 0
-        for c in counts:
-            out.append([(arcs[splits[j]:splits[j + 1]], scores[j]) for j in range(p, p + c)])
-            p += c
-        return out
+        return _ops().wfst_lattice_nbest(*packed, ws, w, int(k))
 
     def nbest_paths(self, i: int, k: int) -> list[tuple[list[int], float]]:
         """The paths behind nbest(k)[i]: (lattice arc indices of utterance i in path order, score), best first."""

@@ -926,8 +926,9 @@ def test_nbest_op_equals_the_python_reference(shape, multiword):
                 ref = lats._nbest_paths_reference(i, k)
                 assert batch[i] == ref == lats.nbest_paths(i, k), (gi, k, i)
                 compared += len(ref)
-            assert [[h.words for h in hs] for hs in lats.nbest(k)] == \
-                [[lats._path_hypothesis(lats._utt(i), p, s).words for p, s in batch[i]] for i in range(len(lats))]
+            # the hypotheses (wfst_lattice_path_hypotheses) by _path_hypothesis's rules, field for field
+            assert lats.nbest(k) == \
+                [[lats._path_hypothesis(lats._utt(i), p, s) for p, s in batch[i]] for i in range(len(lats))]
     assert compared > 100  # the lattices held paths: the comparison could fail
 
 
@@ -963,6 +964,20 @@ def test_nbest_op_rejects_bad_input_with_one_line_errors():
     n0 = lats.num_arcs(0)
     arcs_[[0, n0 - 1]] = arcs_[[n0 - 1, 0]]
     fails(args[:3] + [arcs_] + args[4:], ws, w, 3, "sorted by source")
+    # the path hypotheses op: paths must name a non-empty utterance and arcs inside it
+    hyp = _ops().wfst_lattice_path_hypotheses
+    g = lats.graph
+    graph_args = [torch.as_tensor(np.asarray(g.ilabel), dtype=torch.int32),
+                  torch.as_tensor(np.asarray(g.aux_csr()[0]), dtype=torch.int32),
+                  torch.as_tensor(np.asarray(g.aux_csr()[1]), dtype=torch.int32), -1]
+    ok = hyp(*args, torch.tensor([0]), torch.tensor([0, 1]), torch.tensor([0], dtype=torch.int32), *graph_args)
+    assert len(ok) == 4 and ok[0].tolist() == [0, int(ok[1].shape[0])]
+    for pu, ps, pa, match in ((torch.tensor([2]), torch.tensor([0, 1]), torch.tensor([0]), "names no utterance"),
+                              (torch.tensor([0]), torch.tensor([0, 1]), torch.tensor([99]), "outside its utterance"),
+                              (torch.tensor([0]), torch.tensor([0, 2]), torch.tensor([0]), "end at L")):
+        with pytest.raises(RuntimeError, match=match) as e:
+            hyp(*args, pu, ps, pa.to(torch.int32), *graph_args)
+        assert len(str(e.value).strip().splitlines()) == 1
 
 
 def test_word_determinize_op_rejects_bad_input_with_one_line_errors():

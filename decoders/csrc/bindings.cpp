@@ -81,6 +81,10 @@ TORCH_LIBRARY(beamdec, m) {
   m.def(
       "wfst_lattice_nbest(Tensor state_splits, Tensor states, Tensor arc_splits, Tensor arcs, Tensor arc_scores, "
       "Tensor word_splits, Tensor words, int k) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "wfst_lattice_path_hypotheses(Tensor state_splits, Tensor states, Tensor arc_splits, Tensor arcs, "
+      "Tensor arc_scores, Tensor path_utt, Tensor path_splits, Tensor path_arcs, Tensor ilabel, Tensor aux_splits, "
+      "Tensor aux_words, int blank_id) -> (Tensor, Tensor, Tensor, Tensor)");
   // the CUDA lattice op in two halves (wfst_lattice_ops.h): the device half, and the host half (CPU tensors)
   m.def(
       "wfst_lattice_gather(Tensor log_probs, Tensor lengths, Tensor row_splits, Tensor eps_begin, Tensor final_begin, "
@@ -130,6 +134,7 @@ TORCH_LIBRARY_IMPL(beamdec, CPU, m) {
   m.impl("wfst_lattice_assemble", &beamdec::lattice::assemble_lattices);
   m.impl("wfst_lattice_word_determinize", &beamdec::wfst_lattice_word_determinize_cpu);
   m.impl("wfst_lattice_nbest", &beamdec::wfst_lattice_nbest_cpu);
+  m.impl("wfst_lattice_path_hypotheses", &beamdec::wfst_lattice_path_hypotheses_cpu);
   m.impl("wfst_lattice_best", &beamdec::wfst_lattice_best_cpu);
   m.impl("wfst_lattice_mbr", &beamdec::wfst_lattice_mbr_cpu);
 #endif

@@ -914,6 +914,95 @@ static void check_labeled_dags(const char* op, const at::Tensor& state_splits, c
   }
 }
 
+// The hypothesis of one lattice path (local arc indices `path` of an utterance whose states are `st_u` [frame, graph
+// state] (ns of them) and arcs `ar_u` [src, dst, graph arc]): tokens with their frames, words with start / end frames;
+// decoders/lattice.py _path_hypothesis, the same rules. Graph arcs are checked against the graph (`op` names the error).
+struct PathHypothesis {
+  std::vector<int32_t> tokens, steps, words, starts, ends;
+};
+
+static void path_hypothesis(const int32_t* st_u, int64_t ns, const int32_t* ar_u, const std::vector<int64_t>& path,
+                            const int32_t* il, const int32_t* xs, const int32_t* xw, int64_t AG, int64_t XW,
+                            int64_t blank_id, const char* op, PathHypothesis& r) {
+  auto frame = [&](int64_t s) { return st_u[2 * s]; };
+  const int64_t final_state = ns - 1;
+  int32_t last_real = -1, prev_token = -1;
+  bool have_prev = false;
+  size_t group = 0;  // words of the current word arc, waiting for their end
+  auto word_end = [&](int32_t otherwise) { return (last_real >= 0 && blank_id >= 0) ? last_real + 1 : otherwise; };
+  for (const int64_t k : path) {
+    const int32_t src = ar_u[3 * k], dst = ar_u[3 * k + 1], ga = ar_u[3 * k + 2];
+    BEAMDEC_CHECK(ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW, op, ": graph arc ",
+                  ga, " outside the graph");
+    const int32_t f = frame(src);
+    const bool emitting = dst != final_state && frame(dst) == f + 1;
+    const int32_t lab = emitting ? il[ga] : -1;
+    if (xs[ga + 1] > xs[ga]) {
+      r.ends.insert(r.ends.end(), group, word_end(f));
+      group = 0;
+      for (int32_t j = xs[ga]; j < xs[ga + 1]; ++j) {
+        r.words.push_back(xw[j]);
+        r.starts.push_back(f);
+        ++group;
+      }
+      last_real = -1;
+    }
+    if (lab >= 0) {
+      if (lab != blank_id) {
+        last_real = f;
+        if (!have_prev || lab != prev_token) {
+          r.tokens.push_back(lab);
+          r.steps.push_back(f);
+        }
+      }
+      prev_token = lab;
+      have_prev = true;
+    }
+  }
+  r.ends.insert(r.ends.end(), group, word_end(frame(ns - 1) - 1));  // frames read: 0 .. len - 1
+}
+
+// Hypotheses as packed tensors: (tok_splits (N + 1,) i64, toks (T, 2) i32 [token, frame], word_splits (N + 1,) i64,
+// words (W, 3) i32 [word, start, end]).
+static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> pack_hypotheses(
+    const std::vector<const PathHypothesis*>& hyps) {
+  const int64_t N = static_cast<int64_t>(hyps.size());
+  auto i64 = at::TensorOptions().dtype(at::kLong);
+  auto i32 = at::TensorOptions().dtype(at::kInt);
+  at::Tensor tok_splits = at::zeros({N + 1}, i64), word_splits = at::zeros({N + 1}, i64);
+  int64_t nt = 0, nw = 0;
+  for (int64_t b = 0; b < N; ++b) {
+    tok_splits.data_ptr<int64_t>()[b + 1] = (nt += static_cast<int64_t>(hyps[b]->tokens.size()));
+    word_splits.data_ptr<int64_t>()[b + 1] = (nw += static_cast<int64_t>(hyps[b]->words.size()));
+  }
+  at::Tensor toks = at::empty({nt, 2}, i32), words = at::empty({nw, 3}, i32);
+  for (int64_t b = 0; b < N; ++b) {
+    const PathHypothesis& r = *hyps[b];
+    int32_t* t = toks.data_ptr<int32_t>() + 2 * tok_splits.data_ptr<int64_t>()[b];
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      t[2 * i] = r.tokens[i];
+      t[2 * i + 1] = r.steps[i];
+    }
+    int32_t* w = words.data_ptr<int32_t>() + 3 * word_splits.data_ptr<int64_t>()[b];
+    for (size_t i = 0; i < r.words.size(); ++i) {
+      w[3 * i] = r.words[i];
+      w[3 * i + 1] = r.starts[i];
+      w[3 * i + 2] = r.ends[i];
+    }
+  }
+  return {tok_splits, toks, word_splits, words};
+}
+
+// The graph arrays the path ops read (one-line errors naming `op`).
+static void check_graph_words(const char* op, const at::Tensor& ilabel, const at::Tensor& aux_splits,
+                              const at::Tensor& aux_words) {
+  BEAMDEC_CHECK(ilabel.dim() == 1 && ilabel.scalar_type() == at::kInt && ilabel.is_contiguous() &&
+                    aux_splits.dim() == 1 && aux_splits.numel() == ilabel.numel() + 1 &&
+                    aux_splits.scalar_type() == at::kInt && aux_splits.is_contiguous() &&
+                    aux_words.scalar_type() == at::kInt && aux_words.is_contiguous(),
+                op, ": the graph's ilabel (A_g,), aux_splits (A_g + 1,) and aux_words must be int32");
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_best_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& state_scores,
     const at::Tensor& arc_splits, const at::Tensor& arcs, const at::Tensor& arc_scores, const at::Tensor& ilabel,
@@ -924,11 +1013,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
   BEAMDEC_CHECK(state_scores.sizes() == states.sizes() && state_scores.scalar_type() == at::kFloat &&
                     state_scores.is_contiguous(),
                 "wfst_lattice_best: state_scores must be contiguous float32 (S, 2) like states");
-  BEAMDEC_CHECK(ilabel.dim() == 1 && ilabel.scalar_type() == at::kInt && ilabel.is_contiguous() &&
-                    aux_splits.dim() == 1 && aux_splits.numel() == ilabel.numel() + 1 &&
-                    aux_splits.scalar_type() == at::kInt && aux_splits.is_contiguous() &&
-                    aux_words.scalar_type() == at::kInt && aux_words.is_contiguous(),
-                "wfst_lattice_best: the graph's ilabel (A_g,), aux_splits (A_g + 1,) and aux_words must be int32");
+  check_graph_words("wfst_lattice_best", ilabel, aux_splits, aux_words);
   const int32_t* st = states.data_ptr<int32_t>();
   const float* ss = state_scores.data_ptr<float>();
   const int32_t* ar = arcs.data_ptr<int32_t>();
@@ -937,16 +1022,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
   const int32_t* xs = aux_splits.data_ptr<int32_t>();
   const int32_t* xw = aux_words.data_ptr<int32_t>();
   const int64_t AG = ilabel.numel(), XW = aux_words.numel();
-  struct Best {
+  struct Best : PathHypothesis {
     int64_t status = 0;  // 0 empty lattice, 1 traced, -1 no tight path (the caller falls back to the exact search)
-    std::vector<int32_t> tokens, steps, words, starts, ends;
   };
   std::vector<Best> res(static_cast<size_t>(B));
   lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
     const int64_t s0 = ssp[b], ns = ssp[b + 1] - s0, a0 = asp[b], na = asp[b + 1] - a0;
     Best& r = res[b];
     if (ns == 0) return;
-    auto frame = [&](int64_t s) { return st[2 * (s0 + s)]; };
     auto fwd = [&](int64_t s) { return ss[2 * (s0 + s)]; };
     // the first arc (in arc order) into each state whose float32 forward(src) + score equals forward(dst)
     std::vector<int64_t> first_in(static_cast<size_t>(ns), -1);
@@ -971,68 +1054,63 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
     }
     std::reverse(path.begin(), path.end());
     r.status = 1;
-    // the hypothesis of the path: decoders/lattice.py _path_hypothesis, the same rules
-    const int64_t final_state = ns - 1;
-    int32_t last_real = -1, prev_token = -1;
-    bool have_prev = false;
-    size_t group = 0;  // words of the current word arc, waiting for their end
-    auto word_end = [&](int32_t otherwise) { return (last_real >= 0 && blank_id >= 0) ? last_real + 1 : otherwise; };
-    for (const int64_t k : path) {
-      const int32_t src = ar[3 * (a0 + k)], dst = ar[3 * (a0 + k) + 1], ga = ar[3 * (a0 + k) + 2];
-      BEAMDEC_CHECK(ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW,
-                    "wfst_lattice_best: graph arc ", ga, " outside the graph");
-      const int32_t f = frame(src);
-      const bool emitting = dst != final_state && frame(dst) == f + 1;
-      const int32_t lab = emitting ? il[ga] : -1;
-      if (xs[ga + 1] > xs[ga]) {
-        r.ends.insert(r.ends.end(), group, word_end(f));
-        group = 0;
-        for (int32_t j = xs[ga]; j < xs[ga + 1]; ++j) {
-          r.words.push_back(xw[j]);
-          r.starts.push_back(f);
-          ++group;
-        }
-        last_real = -1;
-      }
-      if (lab >= 0) {
-        if (lab != blank_id) {
-          last_real = f;
-          if (!have_prev || lab != prev_token) {
-            r.tokens.push_back(lab);
-            r.steps.push_back(f);
-          }
-        }
-        prev_token = lab;
-        have_prev = true;
-      }
-    }
-    r.ends.insert(r.ends.end(), group, word_end(frame(ns - 1) - 1));  // frames read: 0 .. len - 1
+    path_hypothesis(st + 2 * s0, ns, ar + 3 * a0, path, il, xs, xw, AG, XW, blank_id, "wfst_lattice_best", r);
   });
-  auto i64 = at::TensorOptions().dtype(at::kLong);
-  auto i32 = at::TensorOptions().dtype(at::kInt);
-  at::Tensor status = at::empty({B}, i64), tok_splits = at::zeros({B + 1}, i64), word_splits = at::zeros({B + 1}, i64);
-  int64_t nt = 0, nw = 0;
+  at::Tensor status = at::empty({B}, at::TensorOptions().dtype(at::kLong));
+  std::vector<const PathHypothesis*> hyps(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     status.data_ptr<int64_t>()[b] = res[b].status;
-    tok_splits.data_ptr<int64_t>()[b + 1] = (nt += static_cast<int64_t>(res[b].tokens.size()));
-    word_splits.data_ptr<int64_t>()[b + 1] = (nw += static_cast<int64_t>(res[b].words.size()));
+    hyps[b] = &res[b];
   }
-  at::Tensor toks = at::empty({nt, 2}, i32), words = at::empty({nw, 3}, i32);  // [token, frame], [word, start, end]
-  for (int64_t b = 0; b < B; ++b) {
-    const Best& r = res[b];
-    int32_t* t = toks.data_ptr<int32_t>() + 2 * tok_splits.data_ptr<int64_t>()[b];
-    for (size_t i = 0; i < r.tokens.size(); ++i) {
-      t[2 * i] = r.tokens[i];
-      t[2 * i + 1] = r.steps[i];
-    }
-    int32_t* w = words.data_ptr<int32_t>() + 3 * word_splits.data_ptr<int64_t>()[b];
-    for (size_t i = 0; i < r.words.size(); ++i) {
-      w[3 * i] = r.words[i];
-      w[3 * i + 1] = r.starts[i];
-      w[3 * i + 2] = r.ends[i];
-    }
-  }
+  auto [tok_splits, toks, word_splits, words] = pack_hypotheses(hyps);
   return {status, tok_splits, toks, word_splits, words};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_path_hypotheses_cpu(
+    const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
+    const at::Tensor& arc_scores, const at::Tensor& path_utt, const at::Tensor& path_splits,
+    const at::Tensor& path_arcs, const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+    int64_t blank_id) {
+  const char* op = "wfst_lattice_path_hypotheses";
+  const int64_t B = check_packed_lattices(op, state_splits, states, arc_splits, arcs, arc_scores);
+  check_graph_words(op, ilabel, aux_splits, aux_words);
+  BEAMDEC_CHECK(path_utt.dim() == 1 && path_utt.scalar_type() == at::kLong && path_utt.is_contiguous() &&
+                    path_splits.dim() == 1 && path_splits.numel() == path_utt.numel() + 1 &&
+                    path_splits.scalar_type() == at::kLong && path_splits.is_contiguous() && path_arcs.dim() == 1 &&
+                    path_arcs.scalar_type() == at::kInt && path_arcs.is_contiguous(),
+                op, ": path_utt must be int64 (P,), path_splits int64 (P + 1,), path_arcs int32 (L,), contiguous");
+  const int64_t P = path_utt.numel();
+  const int64_t* ssp = state_splits.data_ptr<int64_t>();
+  const int64_t* asp = arc_splits.data_ptr<int64_t>();
+  const int64_t* pu = path_utt.data_ptr<int64_t>();
+  const int64_t* ps = path_splits.data_ptr<int64_t>();
+  const int32_t* pa = path_arcs.data_ptr<int32_t>();
+  BEAMDEC_CHECK(ps[0] == 0 && ps[P] == path_arcs.numel(), op, ": path_splits must start at 0 and end at L");
+  for (int64_t p = 0; p < P; ++p) {
+    BEAMDEC_CHECK(pu[p] >= 0 && pu[p] < B && ps[p + 1] >= ps[p], op, ": path ", p,
+                  " names no utterance or has a negative length");
+    BEAMDEC_CHECK(ssp[pu[p] + 1] > ssp[pu[p]], op, ": path ", p, " is in an empty lattice");
+    for (int64_t j = ps[p]; j < ps[p + 1]; ++j)
+      BEAMDEC_CHECK(pa[j] >= 0 && pa[j] < asp[pu[p] + 1] - asp[pu[p]], op, ": path ", p, " has an arc outside its "
+                    "utterance");
+  }
+  const int32_t* st = states.data_ptr<int32_t>();
+  const int32_t* ar = arcs.data_ptr<int32_t>();
+  const int32_t* il = ilabel.data_ptr<int32_t>();
+  const int32_t* xs = aux_splits.data_ptr<int32_t>();
+  const int32_t* xw = aux_words.data_ptr<int32_t>();
+  const int64_t AG = ilabel.numel(), XW = aux_words.numel();
+  std::vector<PathHypothesis> res(static_cast<size_t>(P));
+  at::parallel_for(0, P, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t b = pu[p], s0 = ssp[b], a0 = asp[b];
+      const std::vector<int64_t> path(pa + ps[p], pa + ps[p + 1]);
+      path_hypothesis(st + 2 * s0, ssp[b + 1] - s0, ar + 3 * a0, path, il, xs, xw, AG, XW, blank_id, op, res[p]);
+    }
+  });
+  std::vector<const PathHypothesis*> hyps(static_cast<size_t>(P));
+  for (int64_t p = 0; p < P; ++p) hyps[p] = &res[p];
+  return pack_hypotheses(hyps);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_mbr_cpu(

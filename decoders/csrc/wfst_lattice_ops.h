@@ -139,6 +139,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_nbest_cp
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
     const at::Tensor& arc_scores, const at::Tensor& word_splits, const at::Tensor& words, int64_t k);
 
+// wfst_lattice_path_hypotheses(state_splits, states, arc_splits, arcs, arc_scores, path_utt (P,) i64, path_splits
+//     (P + 1,) i64, path_arcs (L,) i32 (arc indices local to the path's utterance), ilabel, aux_splits, aux_words,
+//     blank_id) -> (tok_splits (P + 1,) i64, toks (T, 2) i32 [token, frame], word_splits (P + 1,) i64, words (W, 3)
+//     i32 [word, start, end]): each path's hypothesis by the rules of wfst_lattice_best (WfstLattices._path_hypothesis).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_path_hypotheses_cpu(
+    const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
+    const at::Tensor& arc_scores, const at::Tensor& path_utt, const at::Tensor& path_splits,
+    const at::Tensor& path_arcs, const at::Tensor& ilabel, const at::Tensor& aux_splits, const at::Tensor& aux_words,
+    int64_t blank_id);
+
 // wfst_lattice_map_slots(batch, frontier_capacity, num_states) -> int: the rule above, for the record (no tensors).
 inline int64_t wfst_lattice_map_slots_op(int64_t batch, int64_t frontier_capacity, int64_t num_states) {
   return lattice_map_slots(batch, frontier_capacity, num_states);
