@@ -330,13 +330,16 @@ class WfstLattices:
             elif st[i] < 0:  # no tight path (not seen from the forward pass): the exact search
                 out.append(self._path_hypothesis(self._utt(i), self.best_path(i), float(self.scores[i])))
             else:
-                t, w = tl[ts[i]:ts[i + 1]], wl[ws[i]:ws[i + 1]]
-                out.append(Hypothesis(tokens=[x[0] for x in t], words=self._word_strings([x[0] for x in w]),
-                                      score=float(self.scores[i]), timesteps=[x[1] for x in t],
-                                      word_start_frames=[float(x[1]) for x in w],
-                                      word_end_frames=[float(x[2]) for x in w]))
+                out.append(self._packed_hypothesis(tl[ts[i]:ts[i + 1]], wl[ws[i]:ws[i + 1]], float(self.scores[i])))
         timer.mark("hypotheses (Python)")
         return out
+
+    def _packed_hypothesis(self, toks: list, words: list, score: float) -> Hypothesis:
+        """A Hypothesis from the path ops' rows (wfst_lattice_best / wfst_lattice_path_hypotheses): toks [token,
+        frame], words [word, start, end]."""
+        return Hypothesis(tokens=[x[0] for x in toks], words=self._word_strings([x[0] for x in words]), score=score,
+                          timesteps=[x[1] for x in toks], word_start_frames=[float(x[1]) for x in words],
+                          word_end_frames=[float(x[2]) for x in words])
 
     def nbest(self, k: int) -> list[list[Hypothesis]]:
         """Per utterance the k best distinct word sequences (tropical: each scored by its best path), best
@@ -361,28 +364,10 @@ class WfstLattices:
         for c in counts.tolist():
             hyps = []
             for j in range(p, p + c):
-                t, w = tl[ts[j]:ts[j + 1]], wl[ws[j]:ws[j + 1]]
-                hyps.append(Hypothesis(tokens=[x[0] for x in t], words=self._word_strings([x[0] for x in w]),
-                                       score=float(scores[j]), timesteps=[x[1] for x in t],
-                                       word_start_frames=[float(x[1]) for x in w],
-                                       word_end_frames=[float(x[2]) for x in w]))
+                hyps.append(self._packed_hypothesis(tl[ts[j]:ts[j + 1]], wl[ws[j]:ws[j + 1]], float(scores[j])))
             out.append(hyps)
             p += c
         return out
-
-    def _arc_word_csr(self, a0: int = 0, a1: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The words of lattice arcs a0..a1 as a CSR (word_splits (A + 1,) int64, words (W,) int32), gathered from
-        the graph's word CSR at the arcs' graph arc ids."""
-        splits, words = self.graph.aux_csr()
-        ga = self.arcs[a0:a1, 2].numpy().astype(np.int64)
-        sp = np.asarray(splits).astype(np.int64)
-        lo = sp[ga] if ga.size else np.zeros(0, np.int64)
-        n = sp[ga + 1] - lo if ga.size else np.zeros(0, np.int64)
-        ws = np.zeros(len(ga) + 1, np.int64)
-        np.cumsum(n, out=ws[1:])
-        idx = np.repeat(lo - ws[:-1], n) + np.arange(int(ws[-1]), dtype=np.int64)
-        w = np.asarray(words).astype(np.int32)[idx] if idx.size else np.zeros(0, np.int32)
-        return torch.from_numpy(ws), torch.from_numpy(np.ascontiguousarray(w))
 
     def _nbest_op(self, k: int, i: Optional[int] = None) -> list[list[tuple[list[int], float]]]:
         """nbest_paths of every utterance (or of utterance i alone) by the C++ op wfst_lattice_nbest."""
@@ -400,14 +385,13 @@ class WfstLattices:
 
         if i is None:
             packed = (self.state_splits, self.states, self.arc_splits, self.arcs, self.arc_scores)
-            ws, w = self._arc_word_csr()
         else:
             s0, s1, a0, a1 = (int(self.state_splits[i]), int(self.state_splits[i + 1]), int(self.arc_splits[i]),
                               int(self.arc_splits[i + 1]))
             packed = (torch.tensor([0, s1 - s0]), self.states[s0:s1].contiguous(), torch.tensor([0, a1 - a0]),
                       self.arcs[a0:a1].contiguous(), self.arc_scores[a0:a1].contiguous())
-            ws, w = self._arc_word_csr(a0, a1)
-        return _ops().wfst_lattice_nbest(*packed, ws, w, int(k))
+        splits, words = self.graph.aux_csr()
+        return _ops().wfst_lattice_nbest(*packed, _int32_tensor(splits), _int32_tensor(words), int(k))
 
     def nbest_paths(self, i: int, k: int) -> list[tuple[list[int], float]]:
         """The paths behind nbest(k)[i]: (lattice arc indices of utterance i in path order, score), best first."""

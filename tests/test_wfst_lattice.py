@@ -938,7 +938,8 @@ def test_nbest_op_rejects_bad_input_with_one_line_errors():
     op = _ops().wfst_lattice_nbest
     lats = WfstDecoder(_three_path_graph(), WfstDecoderConfig(search_beam=50.0, output_beam=50.0)).decode_lattice(
         torch.zeros(2, 2, 1), torch.tensor([2, 0]))
-    ws, w = lats._arc_word_csr()
+    g = lats.graph
+    ws, w = (torch.as_tensor(np.asarray(x), dtype=torch.int32) for x in g.aux_csr())  # the graph's word CSR
     args = [lats.state_splits, lats.states, lats.arc_splits, lats.arcs, lats.arc_scores]
     counts, splits, arcs, scores = op(*args, ws, w, 5)
     assert counts[0] == 3 and int(splits[-1]) == len(arcs)  # the three word sequences of the graph
@@ -950,12 +951,14 @@ def test_nbest_op_rejects_bad_input_with_one_line_errors():
         assert len(str(e.value).strip().splitlines()) == 1
 
     fails(args, ws, w, 0, "k must be >= 1")
-    fails(args, ws[:-1].contiguous(), w, 3, "word_splits must be contiguous int64")
-    fails(args, ws.to(torch.int32), w, 3, "word_splits must be contiguous int64")
-    fails(args, ws, w.to(torch.int64), 3, "words contiguous int32")
-    fails(args, ws, w[:-1].contiguous(), 3, "end at words' length")
+    fails(args, ws.to(torch.int64), w, 3, "aux_splits .* must be contiguous int32")
+    fails(args, ws, w.to(torch.int64), 3, "aux_words must be contiguous int32")
+    used = int(lats.arcs[:, 2].max())  # a graph arc some lattice arc uses
+    fails(args, ws[:used + 1].contiguous(), w, 3, "outside the graph")  # the CSR ends before that arc
+    word_arc = next(int(a) for a in lats.arcs[:, 2].tolist() if int(ws[a + 1]) > int(ws[a]))
+    fails(args, ws, w[:int(ws[word_arc])].contiguous(), 3, "outside the graph")  # its words cut off
     bad = w.clone()
-    bad[0] = -2
+    bad[int(ws[word_arc])] = -2
     fails(args, ws, bad, 3, "words must be >= 0")
     scores_ = lats.arc_scores.clone()
     scores_[0] = float("nan")
@@ -966,10 +969,7 @@ def test_nbest_op_rejects_bad_input_with_one_line_errors():
     fails(args[:3] + [arcs_] + args[4:], ws, w, 3, "sorted by source")
     # the path hypotheses op: paths must name a non-empty utterance and arcs inside it
     hyp = _ops().wfst_lattice_path_hypotheses
-    g = lats.graph
-    graph_args = [torch.as_tensor(np.asarray(g.ilabel), dtype=torch.int32),
-                  torch.as_tensor(np.asarray(g.aux_csr()[0]), dtype=torch.int32),
-                  torch.as_tensor(np.asarray(g.aux_csr()[1]), dtype=torch.int32), -1]
+    graph_args = [torch.as_tensor(np.asarray(g.ilabel), dtype=torch.int32), ws, w, -1]
     ok = hyp(*args, torch.tensor([0]), torch.tensor([0, 1]), torch.tensor([0], dtype=torch.int32), *graph_args)
     assert len(ok) == 4 and ok[0].tolist() == [0, int(ok[1].shape[0])]
     for pu, ps, pa, match in ((torch.tensor([2]), torch.tensor([0, 1]), torch.tensor([0]), "names no utterance"),

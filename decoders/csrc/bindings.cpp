@@ -80,7 +80,7 @@ TORCH_LIBRARY(beamdec, m) {
       "Tensor arc_scores, Tensor labels, float beam) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "wfst_lattice_nbest(Tensor state_splits, Tensor states, Tensor arc_splits, Tensor arcs, Tensor arc_scores, "
-      "Tensor word_splits, Tensor words, int k) -> (Tensor, Tensor, Tensor, Tensor)");
+      "Tensor aux_splits, Tensor aux_words, int k) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "wfst_lattice_path_hypotheses(Tensor state_splits, Tensor states, Tensor arc_splits, Tensor arcs, "
       "Tensor arc_scores, Tensor path_utt, Tensor path_splits, Tensor path_arcs, Tensor ilabel, Tensor aux_splits, "

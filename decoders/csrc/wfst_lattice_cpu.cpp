@@ -890,18 +890,14 @@ static int64_t check_packed_lattices(const char* op, const at::Tensor& state_spl
   return B;
 }
 
-// What the ops that walk a packed batch as DAGs read besides check_packed_lattices' layout: one int32 label per arc
-// (`labels_name`), monotone splits, every arc from a lower to a higher state id of its utterance and, with
-// `by_source`, the arcs sorted by source. One-line errors naming `op`.
-static void check_labeled_dags(const char* op, const at::Tensor& state_splits, const at::Tensor& arc_splits,
-                               const at::Tensor& arcs, const at::Tensor& labels, const char* labels_name,
-                               bool by_source) {
+// What the ops that walk a packed batch as DAGs read besides check_packed_lattices' layout: monotone splits, every arc
+// from a lower to a higher state id of its utterance and, with `by_source`, the arcs sorted by source. One-line
+// errors naming `op`.
+static void check_dags(const char* op, const at::Tensor& state_splits, const at::Tensor& arc_splits,
+                       const at::Tensor& arcs, bool by_source) {
   const int64_t B = state_splits.numel() - 1;
   const int64_t* ssp = state_splits.data_ptr<int64_t>();
   const int64_t* asp = arc_splits.data_ptr<int64_t>();
-  BEAMDEC_CHECK(labels.dim() == 1 && labels.numel() == asp[B] && labels.scalar_type() == at::kInt &&
-                    labels.is_contiguous(),
-                op, ": ", labels_name, " must be contiguous int32 (A,) with A = arc_splits[-1]");
   const int32_t* ar = arcs.data_ptr<int32_t>();
   for (int64_t b = 0; b < B; ++b) {
     const int64_t ns = ssp[b + 1] - ssp[b];
@@ -912,6 +908,17 @@ static void check_labeled_dags(const char* op, const at::Tensor& state_splits, c
                     op, ": arcs must go from a lower to a higher state id within the utterance (topologically "
                     "sorted lattice)", by_source ? ", sorted by source" : "", "; arc ", k);
   }
+}
+
+// check_dags plus one int32 label per arc (`labels_name`).
+static void check_labeled_dags(const char* op, const at::Tensor& state_splits, const at::Tensor& arc_splits,
+                               const at::Tensor& arcs, const at::Tensor& labels, const char* labels_name,
+                               bool by_source) {
+  const int64_t B = state_splits.numel() - 1;
+  BEAMDEC_CHECK(labels.dim() == 1 && labels.numel() == arc_splits.data_ptr<int64_t>()[B] &&
+                    labels.scalar_type() == at::kInt && labels.is_contiguous(),
+                op, ": ", labels_name, " must be contiguous int32 (A,) with A = arc_splits[-1]");
+  check_dags(op, state_splits, arc_splits, arcs, by_source);
 }
 
 // The hypothesis of one lattice path (local arc indices `path` of an utterance whose states are `st_u` [frame, graph
@@ -1481,7 +1488,7 @@ struct NbestPaths {
   std::vector<double> scores;
 };
 
-NbestPaths nbest_one(int32_t n, const int32_t* ar, const float* sc, int64_t na, const int64_t* wsp, const int32_t* wds,
+NbestPaths nbest_one(int32_t n, const int32_t* ar, const float* sc, int64_t na, const int32_t* xs, const int32_t* xw,
                      int64_t k) {
   NbestPaths out;
   if (n <= 0) return out;
@@ -1533,8 +1540,8 @@ NbestPaths nbest_one(int32_t n, const int32_t* ar, const float* sc, int64_t na, 
       const int32_t d = ar[3 * a + 1];
       if (h[d] == ninf) continue;
       int32_t q = it.prefix;
-      for (int64_t j = wsp[a]; j < wsp[a + 1]; ++j) {
-        const uint64_t tk = node_key(q, wds[j]);
+      for (int32_t j = xs[ar[3 * a + 2]]; j < xs[ar[3 * a + 2] + 1]; ++j) {
+        const uint64_t tk = node_key(q, xw[j]);
         auto found = trie.find(tk);
         if (found == trie.end()) found = trie.emplace(tk, static_cast<int32_t>(trie.size()) + 1).first;
         q = found->second;
@@ -1551,35 +1558,36 @@ NbestPaths nbest_one(int32_t n, const int32_t* ar, const float* sc, int64_t na, 
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_nbest_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
-    const at::Tensor& arc_scores, const at::Tensor& word_splits, const at::Tensor& words, int64_t k) {
-  const int64_t B = check_packed_lattices("wfst_lattice_nbest", state_splits, states, arc_splits, arcs, arc_scores);
+    const at::Tensor& arc_scores, const at::Tensor& aux_splits, const at::Tensor& aux_words, int64_t k) {
+  const char* op = "wfst_lattice_nbest";
+  const int64_t B = check_packed_lattices(op, state_splits, states, arc_splits, arcs, arc_scores);
   const int64_t* ssp = state_splits.data_ptr<int64_t>();
   const int64_t* asp = arc_splits.data_ptr<int64_t>();
   const int64_t A = asp[B];
-  check_labeled_dags("wfst_lattice_nbest", state_splits, arc_splits, arcs,
-                     at::zeros({A}, at::TensorOptions().dtype(at::kInt)), "labels", true);
-  BEAMDEC_CHECK(k >= 1, "wfst_lattice_nbest: k must be >= 1, got ", k);
-  BEAMDEC_CHECK(word_splits.dim() == 1 && word_splits.numel() == A + 1 && word_splits.scalar_type() == at::kLong &&
-                    word_splits.is_contiguous() && words.dim() == 1 && words.scalar_type() == at::kInt &&
-                    words.is_contiguous(),
-                "wfst_lattice_nbest: word_splits must be contiguous int64 (A + 1,) and words contiguous int32 (W,)");
-  const int64_t* wsp = word_splits.data_ptr<int64_t>();
-  BEAMDEC_CHECK(wsp[0] == 0 && wsp[A] == words.numel(),
-                "wfst_lattice_nbest: word_splits must start at 0 and end at words' length");
-  for (int64_t a = 0; a < A; ++a)
-    BEAMDEC_CHECK(wsp[a + 1] >= wsp[a], "wfst_lattice_nbest: word_splits must be monotone; arc ", a);
-  const int32_t* wd = words.data_ptr<int32_t>();
-  for (int64_t j = 0; j < words.numel(); ++j)
-    BEAMDEC_CHECK(wd[j] >= 0, "wfst_lattice_nbest: words must be >= 0; entry ", j);
+  check_dags(op, state_splits, arc_splits, arcs, true);
+  BEAMDEC_CHECK(k >= 1, op, ": k must be >= 1, got ", k);
+  BEAMDEC_CHECK(aux_splits.dim() == 1 && aux_splits.numel() >= 1 && aux_splits.scalar_type() == at::kInt &&
+                    aux_splits.is_contiguous() && aux_words.dim() == 1 && aux_words.scalar_type() == at::kInt &&
+                    aux_words.is_contiguous(),
+                op, ": the graph's aux_splits (A_g + 1,) and aux_words must be contiguous int32");
   const int32_t* ar = arcs.data_ptr<int32_t>();
   const float* as = arc_scores.data_ptr<float>();
-  for (int64_t a = 0; a < A; ++a)
-    BEAMDEC_CHECK(std::isfinite(as[a]), "wfst_lattice_nbest: arc scores must be finite; arc ", a);
+  const int32_t* xs = aux_splits.data_ptr<int32_t>();
+  const int32_t* xw = aux_words.data_ptr<int32_t>();
+  const int64_t AG = aux_splits.numel() - 1, XW = aux_words.numel();
+  for (int64_t a = 0; a < A; ++a) {
+    const int32_t ga = ar[3 * a + 2];
+    BEAMDEC_CHECK(ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW, op, ": graph arc ",
+                  ga, " outside the graph; arc ", a);
+    for (int32_t j = xs[ga]; j < xs[ga + 1]; ++j)
+      BEAMDEC_CHECK(xw[j] >= 0, op, ": words must be >= 0; graph arc ", ga);
+    BEAMDEC_CHECK(std::isfinite(as[a]), op, ": arc scores must be finite; arc ", a);
+  }
   std::vector<NbestPaths> res(static_cast<size_t>(B));
   lattice::parallel_largest_first(B, [&](int64_t b) { return asp[b + 1] - asp[b]; }, [&](int64_t b) {
-    // arc indices are local to the utterance, words indexed through the batch's word_splits
+    // arc indices are local to the utterance; an arc's words are the graph's words of its graph arc
     res[b] = nbest_one(static_cast<int32_t>(ssp[b + 1] - ssp[b]), ar + 3 * asp[b], as + asp[b], asp[b + 1] - asp[b],
-                       wsp + asp[b], wd, k);
+                       xs, xw, k);
   });
   auto i64 = at::TensorOptions().dtype(at::kLong);
   at::Tensor counts = at::zeros({B}, i64);

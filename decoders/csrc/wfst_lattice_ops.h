@@ -130,14 +130,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
     const at::Tensor& arc_scores, const at::Tensor& labels, double beam);
 
-// wfst_lattice_nbest(state_splits, states, arc_splits, arcs, arc_scores, word_splits (A + 1,) i64, words (W,) i32, k)
+// wfst_lattice_nbest(state_splits, states, arc_splits, arcs, arc_scores, aux_splits, aux_words (the graph's word CSR), k)
 //     -> (counts (B,) i64, path_splits (P + 1,) i64, path_arcs (L,) i32: arc indices local to the utterance,
 //     path_scores (P,) f64): per utterance the paths of its k best distinct word sequences (each by its best path,
-//     best first; fewer when the lattice holds fewer), the words of arc a being words[word_splits[a]:word_splits[a+1]];
+//     best first; fewer when the lattice holds fewer), a lattice arc's words those of its graph arc (arcs[:, 2]);
 //     what WfstLattices.nbest runs (wfst_lattice_cpu.cpp nbest_one; spec: WfstLattices._nbest_paths_reference).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_nbest_cpu(
     const at::Tensor& state_splits, const at::Tensor& states, const at::Tensor& arc_splits, const at::Tensor& arcs,
-    const at::Tensor& arc_scores, const at::Tensor& word_splits, const at::Tensor& words, int64_t k);
+    const at::Tensor& arc_scores, const at::Tensor& aux_splits, const at::Tensor& aux_words, int64_t k);
 
 // wfst_lattice_path_hypotheses(state_splits, states, arc_splits, arcs, arc_scores, path_utt (P,) i64, path_splits
 //     (P + 1,) i64, path_arcs (L,) i32 (arc indices local to the path's utterance), ilabel, aux_splits, aux_words,
