@@ -305,7 +305,7 @@ def _round_inputs():
 @pytest.mark.parametrize("half", [False, True])
 def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
     """BEAMDEC_CTC_ROUNDS=select (the one-warp kernel's top-`beam` rounds as selects, the next ordinary
-    extension's key kept a round ahead) and =rank (rank counting above a threshold) pick the same winners in the same order as the branch form: bit-equal tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to
+    extension's key kept a round ahead) picks the same winners in the same order as the branch form: bit-equal tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to
     the CPU reference. The inputs (_round_inputs) hold exact ties between beams, stays and extensions, -inf tails
     and 1-frame rows."""
     monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
@@ -318,14 +318,14 @@ def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
                                       page_size=8)
             monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "branch")
             branch = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
-            for mode in ("select", "rank"):
+            for mode in ("select",):
                 monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
                 got = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
                 assert got.tokens == branch.tokens and torch.equal(got.scores, branch.scores), (mode, paged, thr)
                 assert_results_match(got, ctc_beam_search(lp.float(), lengths, cfg))
         dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), paged=paged, page_size=8))
         outs = []
-        for mode in ("branch", "select", "rank"):
+        for mode in ("branch", "select"):
             monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
             st = dec.create_state(lp.shape[0] - 1, lp.shape[2], device="cuda")
             for t0 in range(0, lp.shape[1], 7):
@@ -335,7 +335,7 @@ def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
             assert o.tokens == outs[0].tokens and torch.equal(o.scores, outs[0].scores)
 
 
-@pytest.mark.parametrize("mode", ["branch", "select", "rank"])
+@pytest.mark.parametrize("mode", ["branch", "select"])
 @pytest.mark.parametrize("beam", [4, 10, 15, 32])
 def test_gpu_round_forms_random_long(ops, mode, beam, monkeypatch):
     """Every form of the one-warp kernel's rounds against the CPU reference on random log-probs: Gaussian (OASR's
@@ -348,54 +348,6 @@ def test_gpu_round_forms_random_long(ops, mode, beam, monkeypatch):
         lengths = torch.tensor([300, 171, 2])
         cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=1.0)
         assert_results_match(ctc_beam_search(lp.cuda(), lengths.cuda(), cfg), ctc_beam_search(lp, lengths, cfg))
-
-
-@pytest.mark.parametrize("beam", [1, 2, 3, 4, 10, 20, 32])
-def test_gpu_rank_form_takes_both_paths(ops, beam, monkeypatch):
-    """The rank form (BEAMDEC_CTC_ROUNDS=rank) ranks a frame by counting when at most 128 candidates reach its
-    threshold and hands the frame to the select rounds otherwise. Its frame counters (BEAMDEC_CTC_ROUND_STATS=1,
-    ops.ctc_round_stats) show which path ran: Gaussian inputs are ranked (few ties at the threshold), and inputs
-    where every non-blank char ties go to the rounds from beam 10 up (more than 128 candidates tie) -- and
-    either way the tokens and scores equal the select form's bit for bit and the CPU reference's. Quantised
-    inputs (log-probs on a 0.5 grid: exact ties between beams and extensions at the threshold) are ranked and
-    equal too. Offline, flat and paged, and streamed in 5-frame chunks."""
-    monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
-    monkeypatch.setenv("BEAMDEC_CTC_ROUND_STATS", "1")
-    V, T = 300, 120
-    gauss = random_log_probs(3, T, V, seed=11 * beam, peaky=1.0)
-    tied = torch.zeros(3, T, V)
-    tied[..., 0] = 0.7
-    tied = tied.log_softmax(-1)
-    g = torch.Generator().manual_seed(beam)
-    quant = ((torch.randn(3, T, V, generator=g) * 2).round() / 2).log_softmax(-1)
-    lengths = torch.tensor([T, 77, 1])
-    dev = torch.zeros(1, device="cuda")
-    for name, lp in (("gauss", gauss), ("tied", tied), ("quant", quant)):
-        for paged in (False, True):
-            cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=1.0, paged=paged,
-                                      page_size=8)
-            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "select")
-            want = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
-            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "rank")
-            ops.ctc_round_stats(dev, True)
-            got = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
-            ranked, fallback = ops.ctc_round_stats(dev, True).tolist()
-            assert got.tokens == want.tokens and torch.equal(got.scores, want.scores), (name, paged)
-            assert_results_match(got, ctc_beam_search(lp, lengths, cfg))
-            assert ranked + fallback == int(lengths.sum()), (name, ranked, fallback)  # every frame, once per row
-            if name == "tied" and beam >= 10:
-                assert fallback > 0, (name, beam, ranked, fallback)
-            else:
-                assert ranked > 0, (name, beam, ranked, fallback)
-        dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4)))
-        outs = []
-        for mode in ("select", "rank"):
-            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
-            st = dec.create_state(2, V, device="cuda")
-            for t0 in range(0, T, 5):
-                dec.decode_chunk(lp[:2, t0:t0 + 5].cuda(), state=st)
-            outs.append(dec.finalize(st))
-        assert outs[1].tokens == outs[0].tokens and torch.equal(outs[1].scores, outs[0].scores), name
 
 
 @pytest.mark.parametrize("beam", [2, 10, 32])
@@ -604,7 +556,6 @@ def test_gpu_state_stamp_refuses_cpu_state_and_same_state_twice(ops):
 
 
 @pytest.mark.parametrize("name,bad", [("BEAMDEC_CTC_ROUNDS", "split"), ("BEAMDEC_CTC_KERNEL", "Warp"),
-                                      ("BEAMDEC_CTC_ROUND_STATS", "yes"),
                                       ("BEAMDEC_CTC_PREPASS", "ranks"), ("BEAMDEC_CTC_PAGED_SMEM", "yes")])
 def test_gpu_unknown_switch_values_are_one_line_errors(ops, name, bad, monkeypatch):
     """The CUDA CTC ops' A/B switches accept their listed values (or unset); any other value is a one-line

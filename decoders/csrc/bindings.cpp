@@ -39,9 +39,6 @@ TORCH_LIBRARY(beamdec, m) {
       "ctc_init_state(Tensor(a!) state, int beam_size, int blank_id, int vocab_size, int max_seq_len, "
       "int page_size, int num_pages) -> ()");
   m.def("ctc_debug_raise(Tensor x, int mode) -> ()");  // error-path diagnostics (tests only)
-  // the one-warp kernel's rank-form frame counters on x's device [ranked, handed to the rounds] (diagnostic;
-  // counted only under BEAMDEC_CTC_ROUND_STATS=1)
-  m.def("ctc_round_stats(Tensor x, bool reset) -> Tensor");
   // ---- CTC prefix beam search + token n-gram LM + phrase boosting, fused (decoders/ctc_lm.py kernel="fused") ----
   // Arguments and outputs: decoders/csrc/ctc_lm_ops.h; semantics: decoders/include/ctc_lm_kernels.cuh.
   m.def(
@@ -154,7 +151,6 @@ TORCH_LIBRARY_IMPL(beamdec, CUDA, m) {
   m.impl("ctc_finalize", &beamdec::ctc_finalize_cuda);
   m.impl("ctc_init_state", &beamdec::ctc_init_state_cuda);
   m.impl("ctc_debug_raise", &beamdec::ctc_debug_raise_cuda);
-  m.impl("ctc_round_stats", &beamdec::ctc_round_stats_cuda);
   m.impl("ctc_lm_decode", &beamdec::ctc_lm_decode_cuda);
 #endif
 #ifdef BEAMDEC_WITH_WFST

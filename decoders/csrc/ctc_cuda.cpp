@@ -60,11 +60,7 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.paged_smem = env_switch("BEAMDEC_CTC_PAGED_SMEM", {"0", "1"}) == "1" ? 1 : 0;
   // the select-form rounds and the warp-threshold pre-pass are the defaults since 2026-12-06 (H100 A/B, one call:
   // kernel RTFx +3 to +15 % at 10 of OASR's 12 offline shapes); =branch / =rank give the earlier forms
-  {
-    const std::string r = env_switch("BEAMDEC_CTC_ROUNDS", {"select", "branch", "rank"});
-    d.rounds_select = r == "branch" ? 0 : r == "rank" ? 2 : 1;
-  }
-  d.round_stats = env_switch("BEAMDEC_CTC_ROUND_STATS", {"0", "1"}) == "1" ? 1 : 0;
+  d.rounds_select = env_switch("BEAMDEC_CTC_ROUNDS", {"select", "branch"}) == "branch" ? 0 : 1;
   d.prepass_warp_tau = env_switch("BEAMDEC_CTC_PREPASS", {"warp", "rank"}) == "rank" ? 0 : 1;
   return d;
 }
@@ -364,18 +360,6 @@ void ctc_init_state_cuda(at::Tensor& state, int64_t beam_size, int64_t blank_id,
   CTC_CUDA_OK(ctc::ctc_seal_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0), nullptr,
                                    &st, at::cuda::getCurrentCUDAStream()),
               "init_state");
-}
-
-at::Tensor ctc_round_stats_cuda(const at::Tensor& x, bool reset) {
-  CTC_CHECK_ON_CUDA(x, "x");
-  c10::cuda::CUDAGuard guard(x.device());
-  AT_CUDA_CHECK(cudaStreamSynchronize(at::cuda::getCurrentCUDAStream()));
-  unsigned long long v[2] = {0ull, 0ull};
-  CTC_CUDA_OK(ctc::ctc_round_stats(v, reset), "round_stats");
-  at::Tensor out = at::empty({2}, at::TensorOptions().dtype(at::kLong));
-  out[0] = (int64_t)v[0];
-  out[1] = (int64_t)v[1];
-  return out;
 }
 
 // Error-path diagnostics: the same variants as ctc_debug_raise_cpu, plus one thrown while a CUDAGuard is alive.

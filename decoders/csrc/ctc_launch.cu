@@ -46,7 +46,6 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.page_size = d.page_size;
   fa.paged_smem = d.paged_smem && d.page_size > 0 && d.num_pages <= kPagedSmemMaxPages ? 1 : 0;
   fa.num_pages = d.num_pages;
-  fa.round_stats = d.round_stats;
   fa.lengths = d.lengths;
   fa.mask = d.mask;
   fa.mask_b_stride = d.mask_b_stride;
@@ -104,8 +103,6 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
           return err2;
         ctc_decode_warp_kernel<T, true><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
       }
-      else if (d.rounds_select == 2)
-        ctc_decode_warp_kernel<T, false, true, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       else if (d.rounds_select)
         ctc_decode_warp_kernel<T, false, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       else
@@ -121,13 +118,6 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   return cudaSuccess;
 }
 }  // namespace
-
-cudaError_t ctc_round_stats(unsigned long long out[2], bool reset) {
-  cudaError_t err = cudaMemcpyFromSymbol(out, g_ctc_round_stats, sizeof(unsigned long long) * 2);
-  if (err != cudaSuccess || !reset) return err;
-  const unsigned long long zero[2] = {0ull, 0ull};
-  return cudaMemcpyToSymbol(g_ctc_round_stats, zero, sizeof(zero));
-}
 
 size_t ctc_prepass_workspace_bytes(int rows, int beam, int vocab) {
   const size_t cap = (size_t)kTile * rows * candidate_count(beam, vocab);

@@ -35,11 +35,8 @@ struct DecodeLaunch {
   // fits kPagedSmemMaxPages (opt-in, untested on a GPU at commit time; BEAMDEC_CTC_PAGED_SMEM=1)
   int paged_smem = 0;
   // 1: the one-warp kernel's top-`beam` rounds in their select form (ctc_kernels.cuh, kSelect; the same winners
-  // in the same order; the default); 0: the branch form; 2: the rank form (kRank: rank counting over the candidates
-  // above a threshold, the select rounds when too many pass it). BEAMDEC_CTC_ROUNDS=select|branch|rank
+  // in the same order; the default); 0: the branch form. BEAMDEC_CTC_ROUNDS=select|branch
   int rounds_select = 1;
-  // 1: the rank form counts its ranked / fallback frames (ctc_round_stats). BEAMDEC_CTC_ROUND_STATS=0|1
-  int round_stats = 0;
   // 1: the pre-pass threshold from the warps' r-th largest maxima and a packed-word rank (ctc_kernels.cuh,
   // kWarpTau; the same lists; the default); 0: rank counting over the block's maxima. BEAMDEC_CTC_PREPASS=warp|rank
   int prepass_warp_tau = 1;
@@ -56,9 +53,6 @@ constexpr int kPagedSmemMaxPages = 4096;  // 48 KiB of shared memory
 constexpr int kWarpKernelMaxRows = 64;
 
 size_t ctc_prepass_workspace_bytes(int rows, int beam, int vocab);
-
-// The rank form's frame counters (ranked, handed to the rounds) of the current device, since the last reset.
-cudaError_t ctc_round_stats(unsigned long long out[2], bool reset);
 
 // Decodes T frames of every row (tiles of kTile frames: pre-pass + decode launch each) and advances the
 // rows' frame counters by T. Returns cudaSuccess or the first launch error.

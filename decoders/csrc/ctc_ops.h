@@ -75,8 +75,6 @@ void ctc_debug_raise_cpu(const at::Tensor& x, int64_t mode);
 void ctc_debug_throw_from_helper(int64_t mode);
 
 // CUDA (ctc_cuda.cpp)
-// [ranked, handed to the rounds] frames of the one-warp kernel's rank form since the last reset (int64 on the CPU)
-at::Tensor ctc_round_stats_cuda(const at::Tensor& x, bool reset);
 CtcOutputs ctc_decode_offline_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, int64_t beam_size,
                                    int64_t blank_id, double blank_skip_threshold, int64_t nbest,
                                    int64_t max_seq_len, int64_t page_size, int64_t num_pages);

@@ -76,7 +76,6 @@ struct FrameArgs {
   int32_t* pre_cnt;        // (kTile, rows): C, or -1 = frame not decoded
   int page_size, num_pages;  // paged token storage (page_size 0: flat)
   int paged_smem;            // one-warp kernel, paged: page metadata in shared memory (opt-in)
-  int round_stats;           // one-warp kernel, rank form: count ranked / fallback frames (g_ctc_round_stats)
   // (rows, kStateErrorWords) from ctc_state_check_kernel, or null (offline: the op made the rows itself).
   // A row with a nonzero code is skipped by every kernel of the launch: none reads or writes it.
   const int32_t* row_err;
@@ -842,17 +841,6 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
 //      tokens per load round) or paged (ctc_common.cuh), warp-synchronous
 // The next frame's candidate list, lp[blank] and lp[new last] are loaded during the frame.
 constexpr int kSelExt = 1 << 16;  // select-form winner code of an extension (source lane << 8 | list position)
-// Rank form (kRank): the frame's candidates at or above the threshold are ranked by counting when there are at most
-// kRankCap of them (else the select rounds run). A candidate is one 64-bit word: key << 32 | (0xFFF - t) << 17 | code,
-// t the slot order of the rounds' tie rule (stays first by beam, then extensions by beam and list position; unique)
-// and code the select form's winner code (17 bits). Larger word = earlier winner, exactly the rounds' order.
-constexpr int kRankCap = 128;
-__device__ __forceinline__ unsigned long long rank_compose(uint32_t key, unsigned t, unsigned code) {
-  return ((unsigned long long)key << 32) | (unsigned long long)(((0xFFFu - t) << 17) | code);
-}
-// How many frames the one-warp kernel's rank form ranked [0] and handed to the select rounds [1]: counted only when
-// BEAMDEC_CTC_ROUND_STATS=1 (a diagnostic: tests check that both paths run, benchmarks how often each does).
-__device__ unsigned long long g_ctc_round_stats[2];
 
 struct WarpShared {
   int ids[2][2 * 32 + 1];
@@ -866,7 +854,6 @@ struct WarpShared {
   // flat, lazy storage: per decoded frame f of the launch and winner r, src | (token + 1) << 8 (token -1: a stay)
   unsigned hist[kTile][32];
   int cp_src[32], cp_dst[32], cp_n[32];  // end of launch: prefix copies (source slot, destination slot, length)
-  unsigned long long cand[kRankCap];  // rank form: the frame's candidates at or above the threshold (rank_compose)
 };
 
 // Copies runs of elements within `base` (a warp, all lanes): run i is n[i] elements from src[i] * stride to
@@ -906,9 +893,7 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
-// kRank (implies kSelect): the top `beam` by rank counting over the candidates at or above a threshold (see "rank
-// form" below), the select rounds when more than kRankCap candidates pass it. The same winners in the same order.
-template <typename T, bool kOptIn, bool kSelect = false, bool kRank = false>
+template <typename T, bool kOptIn, bool kSelect = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
@@ -1095,7 +1080,6 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
         else rem2 &= bit;
       }
     }
-    const unsigned rm0 = rem0, rm1 = rem1, rm2 = rem2;  // all my ordinary extensions (the rank form reads them)
     // branch-free pop (select form): the same position and bit-set update as pop_ord, as selects
     auto pop_ord_sel = [&](bool take) -> int {
       const int f0 = __ffs(rem0) - 1, f1 = 31 + __ffs(rem1);
@@ -1180,100 +1164,6 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       head_sel();  // the same head as head() above, with the select form's codes
       uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
       bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
-      bool ranked = false;
-      if constexpr (kRank) {
-        // Rank form. The rounds are a chain of `beam` dependent cross-lane steps (~260 cycles each on an H100,
-        // half of a frame). Instead:
-        //  a. every beam's own beam-th best candidate key (its ordinary extensions are sorted; the stay and the
-        //     last-char extension are merged in by the k-th-of-a-union formula), and tau = the largest of them:
-        //     the beam that has it holds `beam` candidates >= tau, so the top `beam` are all >= tau;
-        //  b. the candidates >= tau written to shared memory, list position by lane, one beam per step (ballots
-        //     give the write positions);
-        //  c. each candidate's rank = how many candidates' words are larger; rank r < beam is winner r.
-        // Steps b and c are independent per lane and pipelined; when more than kRankCap candidates pass tau
-        // (ties at tau), the rounds below run instead.
-        auto nth_ord_key = [&](int n) -> uint32_t {  // my n-th best ordinary extension's key (n < 0: above all)
-          if (n < 0) return 0xFFFFFFFFu;
-          const int c0 = __popc(rm0), c1 = __popc(rm1);
-          const int i = n < c0 ? (int)__fns(rm0, 0, n + 1)
-                                : n < c0 + c1 ? 32 + (int)__fns(rm1, 0, n - c0 + 1) : (n == c0 + c1 && rm2 ? 64 : cnt);
-          return key_of(i);
-        };
-        const uint32_t ka = k_stay > k_last ? k_stay : k_last, kb = k_stay > k_last ? k_last : k_stay;
-        const uint32_t o1 = nth_ord_key(beam - 1), o2 = nth_ord_key(beam - 2), o3 = nth_ord_key(beam - 3);
-        const uint32_t m2 = o2 < ka ? o2 : ka, m3 = o3 < kb ? o3 : kb;
-        uint32_t kth = o1 > m2 ? o1 : m2;
-        kth = kth > m3 ? kth : m3;
-        const uint32_t tau_all = __reduce_max_sync(kFull, valid ? kth : 0u);
-        const uint32_t tau = tau_all > 1u ? tau_all : 1u;  // key 0 is "no candidate"
-        float lpm[3];
-#pragma unroll
-        for (int m = 0; m < 3; ++m) lpm[m] = lane + 32 * m < cnt ? lps[lane + 32 * m] : 0.0f;
-        const int chunks = (cnt + 31) >> 5;
-        int n = 0;
-        for (int j = 0; j < nb; ++j) {
-          const float Aj = __shfl_sync(kFull, A, j);
-          const unsigned r0 = __shfl_sync(kFull, rm0, j), r1 = __shfl_sync(kFull, rm1, j), r2 = __shfl_sync(kFull, rm2, j);
-#pragma unroll
-          for (int m = 0; m < 3; ++m) {
-            if (m < chunks) {  // warp-uniform
-              const unsigned rb = m == 0 ? r0 : (m == 1 ? r1 : r2);
-              const float sc = lpm[m] + Aj;
-              const uint32_t key = ((rb >> lane) & 1u) && sc != -INFINITY ? float_key(sc) : 0u;
-              const bool f = key >= tau;
-              const unsigned bal = __ballot_sync(kFull, f);
-              const int at = n + __popc(bal & lt_mask);
-              const int i = lane + 32 * m;
-              if (f && at < kRankCap)
-                s.cand[at] = rank_compose(key, 32u + (unsigned)(j * 65 + i), kSelExt | ((unsigned)j << 8) | (unsigned)i);
-              n += __popc(bal);
-            }
-          }
-        }
-        {
-          const bool fs = k_stay >= tau, fl = k_last >= tau;
-          const unsigned bs = __ballot_sync(kFull, fs), bl = __ballot_sync(kFull, fl);
-          const int as = n + __popc(bs & lt_mask), al = n + __popc(bs) + __popc(bl & lt_mask);
-          if (fs && as < kRankCap) s.cand[as] = rank_compose(k_stay, (unsigned)lane, (unsigned)lane);
-          if (fl && al < kRankCap)
-            s.cand[al] = rank_compose(k_last, 32u + (unsigned)(lane * 65 + lastpos),
-                                      kSelExt | ((unsigned)lane << 8) | (unsigned)lastpos);
-          n += __popc(bs) + __popc(bl);
-        }
-        ranked = n <= kRankCap;
-        if (ranked) {
-          __syncwarp();
-          unsigned long long mine[4];
-          int rk[4] = {0, 0, 0, 0};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) mine[q] = lane + 32 * q < n ? s.cand[lane + 32 * q] : ~0ull;
-          const int per = (n + 31) >> 5;  // warp-uniform
-          if (per <= 1) {
-#pragma unroll 8
-            for (int x = 0; x < n; ++x) rk[0] += s.cand[x] > mine[0];
-          } else if (per == 2) {
-#pragma unroll 4
-            for (int x = 0; x < n; ++x) {
-              const unsigned long long v = s.cand[x];
-              rk[0] += v > mine[0];
-              rk[1] += v > mine[1];
-            }
-          } else {
-#pragma unroll 2
-            for (int x = 0; x < n; ++x) {
-              const unsigned long long v = s.cand[x];
-#pragma unroll
-              for (int q = 0; q < 4; ++q) rk[q] += v > mine[q];
-            }
-          }
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-            if (lane + 32 * q < n && rk[q] < beam) s.win[rk[q]] = (int)(mine[q] & 0x1FFFFull);
-          nw = n < beam ? n : beam;
-        }
-        if (a.round_stats && lane == 0) atomicAdd(&g_ctc_round_stats[ranked ? 0 : 1], 1ull);
-      }
-      if (!ranked)
       for (; nw < beam; ++nw) {
         const uint32_t m = __reduce_max_sync(kFull, bk);
         {  // last round's refill, independent of m

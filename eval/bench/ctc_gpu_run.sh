@@ -14,7 +14,8 @@
 # the bench runs once per entry, run name suffixed by the entry's index, e.g. "BEAMDEC_CTC_KERNEL=block;"),
 # AB_IN_PROCESS (switches for ctc_bench --ab-env: the A/B interleaved per repeat in one process, e.g.
 # "BEAMDEC_CTC_ROUNDS=branch BEAMDEC_CTC_PREPASS=rank"), NCU_SHAPES ("B:T:V:beam ..." profiled shapes, default "1:200:5000:10 16:200:5000:10 64:200:5000:10"),
-# TESTS_TIMEOUT_S (300: the gpu tests stage's cap), NCU_SET (full), "nsys" in STAGES: Nsight Systems timelines of offline B=1 and one 16-frame stream, SANITIZERS (memcheck racecheck synccheck).
+# GPU_TESTS_K (a pytest -k expression for the gpu tests: GPU_TESTS is split on spaces, so an expression with spaces
+# there fails, as in session 19's first call), TESTS_TIMEOUT_S (300: the gpu tests stage's cap), NCU_SET (full), "nsys" in STAGES: Nsight Systems timelines of offline B=1 and one 16-frame stream, SANITIZERS (memcheck racecheck synccheck).
 # Results: $OUT/summary.txt, $OUT/ctc_gpu.log, $OUT/ctc_gpu.tgz (runs/, ncu/ reports and their CSV pages, logs).
 set -o pipefail
 OUT=${OUT:-/tmp/ctc_gpu_out}; W=$OUT/work; mkdir -p "$W/runs" "$W/ncu" || exit 1
@@ -43,7 +44,7 @@ if has tests; then
   # a hung kernel costs TESTS_TIMEOUT_S (300 s), not the call: the whole stage is capped, and pytest's faulthandler
   # prints every thread's stack (the hung test's name in it) after 120 s in one test (session 17: a kernel form
   # hung and took the call's ten minutes)
-  stage gpu_tests timeout ${TESTS_TIMEOUT_S:-300} python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120 ${GPU_TESTS:-tests/test_ctc_gpu.py tests/test_ctc_lm_fused.py} \
+  stage gpu_tests timeout ${TESTS_TIMEOUT_S:-300} python3 -m pytest -q -m gpu -p no:cacheprovider -o faulthandler_timeout=120 ${GPU_TESTS:-tests/test_ctc_gpu.py tests/test_ctc_lm_fused.py} ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} \
     > "$W/gpu_tests.txt" 2>&1 || status=1
   tail -3 "$W/gpu_tests.txt"; echo "gpu tests: $(tail -1 "$W/gpu_tests.txt")" >> "$OUT/summary.txt"
 fi
