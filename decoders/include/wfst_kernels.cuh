@@ -800,7 +800,9 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
   bool rest = on && deg > skip_first;
   if (rest && ws.frame_max != nullptr) {
     const float top = __fmul_rn(ws.frame_max[(int64_t)b * T + tn], opt.acoustic_scale);
-    const float ub = __fadd_rn(score, __fadd_rn(top, ws.max_emit_weight));
+    // with the token bound's per-state weights (ws.emit_maxw) when it is on: tighter than the graph-wide bound
+    const float wmax = ws.emit_maxw != nullptr ? __half2float(ws.emit_maxw[s]) : ws.max_emit_weight;
+    const float ub = __fadd_rn(score, __fadd_rn(top, wmax));
     rest = float_to_ordered(ub) >= ld_volatile(ws.lanes[b].max_next);
   }
   int32_t cur_lane = -1;
