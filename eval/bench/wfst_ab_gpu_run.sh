@@ -2,7 +2,8 @@
 # One device call: an A/B of one decoder switch on the same graphs and log-probs, beside OASR, then the WFST gpu tests.
 #   A: eval/bench/wfst_gpu_run.sh as configured (DECODERS, default "wfst oasr"; RUN default <SCALE>_a)
 #   B: ours again once per entry of AB_ENVS (space-separated; default BEAMDEC_WFST_FUSED_MAX=1 BEAMDEC_WFST_FUSED_MAX=2:
-#      the two fused-max variants against A's Max walk), runs <SCALE>_b1, _b2, ..., right after A on the same warm
+#      the two fused-max variants against A's Max walk; an entry's several settings joined by ',', e.g.
+#      BEAMDEC_WFST_TOKEN_BOUND=1,BEAMDEC_WFST_FUSED_MAX=1), runs <SCALE>_b1, _b2, ..., right after A on the same warm
 #      machine (timings are compared within one call); AB_ENV (one entry) is still read when AB_ENVS is unset
 #   then GPU_TESTS (default the offline, streaming and device-layout WFST tests) unless SKIP_TESTS=1.
 #   there:     SCALE=small TOPOLOGIES=compact bash eval/bench/wfst_ab_gpu_run.sh      (carry: .whl .anchors)
@@ -20,7 +21,7 @@ GDIRS=$(for t in ${TOPOLOGIES:-compact normal}; do printf -- "--graph-dir %s=%s 
 n=0
 for ab in $AB_ENVS; do
   n=$((n + 1)); s=$SECONDS
-  env $ab timeout ${B_TIMEOUT:-150} python3 -m eval.bench.wfst_bench --lp-file data/lp/${SCALE}_other_char_${UTTS:-200}.pt \
+  env ${ab//,/ } timeout ${B_TIMEOUT:-150} python3 -m eval.bench.wfst_bench --lp-file data/lp/${SCALE}_other_char_${UTTS:-200}.pt \
     --scale $SCALE --max-utts ${UTTS:-200} --b1-utts ${B1:-30} $GDIRS --graphs ${GRAPHS:-TLG HLG} --decoders wfst \
     --run ${SCALE}_b$n --isolate > "$OUT/ab_b$n.log" 2>&1; echo "B$n ($ab) rc=$? wall_s=$(( SECONDS - s ))"
 done
