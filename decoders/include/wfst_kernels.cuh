@@ -494,11 +494,16 @@ __device__ __forceinline__ bool token_bound_skips(const Workspace& ws, const Sea
 // (the start closure); else every token's arcs of its lane's phase. `on_token(lane, tok)` runs once per item.
 // skip_ready: lanes whose step max is already known (max_ready, fused max) walk no arcs. bound: kBound* (the token
 // bound on emitting steps, step t of T frames; kBoundNone or no ws.emit_maxw: every token's arcs are walked).
-template <bool kStart, typename TokFn, typename ArcFn>
+// after_chunk(): called by the whole warp after the arcs of each 32 items (the Max walk posts its running max there).
+struct NoChunkFn {
+  __device__ void operator()() const {}
+};
+template <bool kStart, typename TokFn, typename ArcFn, typename ChunkFn = NoChunkFn>
 __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
                                                 int32_t buf, int32_t F, TokFn on_token, ArcFn on_arc,
                                                 bool skip_ready = false, const SearchOptions* opt = nullptr,
-                                                int32_t bound = kBoundNone, int32_t t = 0, int32_t T = 0) {
+                                                int32_t bound = kBoundNone, int32_t t = 0, int32_t T = 0,
+                                                ChunkFn after_chunk = ChunkFn()) {
   const bool bounded = !kStart && bound != kBoundNone && ws.emit_maxw != nullptr && ws.bound_frame_max != nullptr;
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) {
     int32_t begin = 0, deg = 0, link = -1, phase = kDone;
@@ -528,6 +533,7 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
       }
     }
     warp_arc_rounds(b, tok, score, link, phase, begin, deg, on_arc);
+    after_chunk();  // warp-synchronous, after each 32 items' arcs
   });
 }
 
@@ -608,7 +614,17 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
         const uint32_t o = float_to_ordered(end);
         if (o > cur_max) cur_max = o;
       },
-      fused, &opt, kBoundMax, t, T);
+      fused, &opt, kBoundMax, t, T, [&]() {
+        // with the token bound, post the running max after every 32 tokens (the bound's threshold for the tokens
+        // read after it): one guarded atomic per (warp, lane); the combine below still posts the final values
+        if (ws.emit_maxw == nullptr) return;
+        const unsigned peers = __match_any_sync(0xffffffffu, cur_lane);
+        const uint32_t m = __reduce_max_sync(peers, cur_max);
+        if (cur_lane >= 0 && m > 0u && (threadIdx.x & 31) == __ffs(peers) - 1) {
+          uint32_t* p = &ws.lanes[cur_lane].max_ord;
+          if (m > ld_volatile(*p)) atomicMax(p, m);
+        }
+      });
   // Combine threads of the warp that hold the same lane, then one guarded atomic per (warp, lane).
   const unsigned peers = __match_any_sync(0xffffffffu, cur_lane);
   const uint32_t m = __reduce_max_sync(peers, cur_max);
