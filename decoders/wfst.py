@@ -458,68 +458,6 @@ def max_emit_weight(graph: WfstGraph, word_bonus: float) -> float:
     return hit
 
 
-def emit_weight_bound(graph: WfstGraph, word_bonus: float) -> np.ndarray:
-    """Per state an upper bound of its emitting arcs' weights as a search with `word_bonus` reads them (arc_weights),
-    float16 rounded up (so it bounds the float32 weights), -inf for a state without emitting arcs; computed once per
-    (graph, bonus) on the host. The CUDA decoder's token bound (BEAMDEC_WFST_TOKEN_BOUND=1; decoders/include/
-    wfst_kernels.cuh "Token bound") skips the arcs of tokens whose best conceivable arc cannot pass a walk's threshold;
-    no result depends on it."""
-    with _graph_cache_lock:
-        entry = _host_entry(graph)
-        key = ("emit_weight_bound", float(word_bonus))
-        hit = entry.get(key)
-        if hit is None:
-            arrays = entry.get("arrays")
-            if arrays is None:
-                arrays = entry["arrays"] = _graph_arrays(graph)
-            starts = arrays["row_splits"][:-1].astype(np.int64)
-            counts = arrays["eps_begin"].astype(np.int64) - starts
-            bound = np.full(graph.num_states, -np.inf, dtype=np.float32)
-            has = counts > 0
-            if has.any():
-                w = _bonus_weights(graph, word_bonus)
-                bound[has] = np.maximum.reduceat(w, starts[has]) if has.all() else _segment_max(w, starts[has],
-                                                                                               counts[has])
-            with np.errstate(over="ignore"):  # beyond the fp16 range: +-inf, then fixed below where it went down
-                half = bound.astype(np.float16)
-                low = half.astype(np.float32) < bound  # round-to-nearest went down (or below the fp16 range): one up
-                half[low] = np.nextafter(half[low], np.float16(np.inf))
-            hit = entry[key] = half
-    return hit
-
-
-def _segment_max(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """max(values[s:s + c]) for every (s, c), c >= 1, segments disjoint and in order."""
-    ends = starts + counts
-    idx = np.empty(2 * len(starts), dtype=np.int64)
-    idx[0::2], idx[1::2] = starts, ends
-    keep = idx < len(values)
-    out = np.maximum.reduceat(values, idx[keep])
-    # reduceat over [start, end) pairs: the even positions are the segments (an end equal to len(values) is dropped,
-    # which leaves the last segment running to the end of the array, as it should)
-    return out[0::2][: len(starts)]
-
-
-def token_bound_enabled() -> bool:
-    """BEAMDEC_WFST_TOKEN_BOUND: 1 runs the CUDA 1-best search with the token bound, 0 / unset without it (one-line
-    ValueError for any other value)."""
-    import os
-
-    v = os.environ.get("BEAMDEC_WFST_TOKEN_BOUND", "0")
-    if v not in ("0", "1"):
-        raise ValueError(f"BEAMDEC_WFST_TOKEN_BOUND must be one of ['0', '1'], got {v!r}")
-    return v == "1"
-
-
-def emit_weight_bound_on_device(g: dict, graph: WfstGraph, word_bonus: float) -> torch.Tensor:
-    """emit_weight_bound as a device tensor, cached beside the graph's device arrays per bonus."""
-    key = ("emit_weight_bound", float(word_bonus))
-    hit = g.get(key)
-    if hit is None:
-        hit = g[key] = torch.from_numpy(emit_weight_bound(graph, word_bonus)).to(g["row_splits"].device)
-    return hit
-
-
 # ---------------------------------------------------------------------------------------------------
 def _hash_u32(x: int) -> int:
     """Same mixer as wfst::hash_u32 (decoders/include/wfst_defs.h)."""
@@ -766,9 +704,6 @@ class WfstDecoder:
             bool(cfg.online),
             # the CUDA op's fused-max bound (one O(arcs) pass per graph and bonus); the CPU reference ignores it
             max_emit_weight(self.graph, cfg.word_bonus) if self.device.type == "cuda" else 3.0e38,
-            # the token bound's per-state weights (opt-in; one O(arcs) pass per graph and bonus, on the device once)
-            emit_weight_bound_on_device(self._graph, self.graph, cfg.word_bonus)
-            if self.device.type == "cuda" and token_bound_enabled() else None,
         )
         return out.cpu()  # the one device->host copy of the batch
 

@@ -23,7 +23,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
                             int64_t arena_capacity, int64_t words_capacity, bool online,
-                            double max_emit_weight, const std::optional<at::Tensor>& emit_maxw) {
+                            double max_emit_weight) {
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
@@ -60,16 +60,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
   // weights the caller passed (decoders/wfst.py; >= 1e30: none given, no skipping).
   at::Tensor frame_max;
   const bool skip = caps.hash_tables == 2 && max_emit_weight < 1e30 && boost_keys.size(1) == 0 && B > 0 && T > 0;
-  // The token bound (wfst_kernels.cuh "Token bound"): per state an fp16 upper bound of its emitting arcs' weights
-  // (decoders/wfst.py emit_weight_bound), with the frame maxima below; none with boosts.
-  const bool bound = emit_maxw.has_value() && emit_maxw->defined() && boost_keys.size(1) == 0 && B > 0 && T > 0;
-  if (emit_maxw.has_value() && emit_maxw->defined()) {
-    BEAMDEC_CHECK(emit_maxw->scalar_type() == at::kHalf && emit_maxw->dim() == 1 &&
-                      emit_maxw->numel() == row_splits.numel() - 1 && emit_maxw->is_contiguous() &&
-                      emit_maxw->device() == log_probs.device(),
-                  "wfst_decode: emit_maxw must be a contiguous float16 tensor of one value per state on the log-probs' device");
-  }
-  if (skip || bound) frame_max = std::get<0>(log_probs.max(-1)).to(at::kFloat).contiguous();
+  if (skip) frame_max = std::get<0>(log_probs.max(-1)).to(at::kFloat).contiguous();
 
   at::Tensor result = at::zeros({B, wfst::kResultHeader + words_capacity}, dev_i32);
   const size_t ws_bytes = wfst::workspace_bytes(static_cast<int32_t>(B), caps);
@@ -84,8 +75,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
       static_cast<int32_t>(max_length), C ? boost_keys.data_ptr<int32_t>() : nullptr,
       C ? boost_values.data_ptr<float>() : nullptr, static_cast<int32_t>(C), workspace.data_ptr(),
       result.data_ptr<int32_t>(), num_sms, c10::cuda::getCurrentCUDAStream().stream(),
-      skip || bound ? frame_max.data_ptr<float>() : nullptr, static_cast<float>(max_emit_weight),
-      bound ? emit_maxw->data_ptr() : nullptr);
+      skip ? frame_max.data_ptr<float>() : nullptr, static_cast<float>(max_emit_weight));
   BEAMDEC_CHECK(err == cudaSuccess, "wfst_decode_cuda: CUDA error ", cudaGetErrorString(err));
   return result;
 }

@@ -94,8 +94,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
                     int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t steps,
                     const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
                     int32_t* result, int32_t num_sms, bool persistent, cudaStream_t stream,
-                    const float* frame_max = nullptr, float max_emit_weight = 0.0f,
-                    const __half* emit_maxw = nullptr) {
+                    const float* frame_max = nullptr, float max_emit_weight = 0.0f) {
   using namespace kernels;
   Workspace ws;
   carve(static_cast<char*>(workspace), B, caps, &ws);
@@ -104,9 +103,6 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   ws.fused = persistent && caps.hash_tables == 2 ? fused_max_mode() : 0;
   ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
   ws.max_emit_weight = max_emit_weight;
-  // the token bound (wfst_kernels.cuh "Token bound"): every launch form, no boosts (a boost can lift an arc above it)
-  ws.emit_maxw = boost_cap == 0 && frame_max ? emit_maxw : nullptr;
-  ws.bound_frame_max = ws.emit_maxw ? frame_max : nullptr;
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
   // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.
@@ -256,7 +252,7 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
                 int32_t B, int32_t T, int32_t V, const int32_t* lengths, int32_t max_length,
                 const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, void* workspace,
                 int32_t* result, int32_t num_sms, cudaStream_t stream, const float* frame_max,
-                float max_emit_weight, const __half* emit_maxw) {
+                float max_emit_weight) {
   const bool persistent = persistent_selected();
   if (!persistent && env_flag("BEAMDEC_WFST_CUDA_GRAPH")) {  // the graph replays the per-kernel launches
     const int32_t steps = (max_length + 1 + 31) / 32 * 32;
@@ -265,7 +261,7 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
       return cudaSuccess;
   }
   return enqueue<scalar_t>(g, opt, caps, lp, B, T, V, lengths, max_length + 1, boost_keys, boost_values, boost_cap,
-                           workspace, result, num_sms, persistent, stream, frame_max, max_emit_weight, emit_maxw);
+                           workspace, result, num_sms, persistent, stream, frame_max, max_emit_weight);
 }
 
 }  // namespace
@@ -278,17 +274,15 @@ cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, con
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,
                          const int32_t* lengths, int32_t max_length, const int32_t* boost_keys,
                          const float* boost_values, int32_t boost_capacity, void* workspace, int32_t* result,
-                         int32_t num_sms, cudaStream_t stream, const float* frame_max, float max_emit_weight,
-                         const void* emit_maxw) {
-  const __half* maxw = static_cast<const __half*>(emit_maxw);
+                         int32_t num_sms, cudaStream_t stream, const float* frame_max, float max_emit_weight) {
   if (batch == 0) return cudaSuccess;
   if (is_half)
     return run<__half>(graph, opt, caps, static_cast<const __half*>(log_probs), batch, frames, vocab, lengths,
                        max_length, boost_keys, boost_values, boost_capacity, workspace, result, num_sms, stream,
-                       frame_max, max_emit_weight, maxw);
+                       frame_max, max_emit_weight);
   return run<float>(graph, opt, caps, static_cast<const float*>(log_probs), batch, frames, vocab, lengths, max_length,
                     boost_keys, boost_values, boost_capacity, workspace, result, num_sms, stream, frame_max,
-                    max_emit_weight, maxw);
+                    max_emit_weight);
 }
 
 }  // namespace wfst

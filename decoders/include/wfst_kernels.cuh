@@ -111,10 +111,6 @@ struct Workspace {
   int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
-  // Token bound (see "Token bound" at walk_token_arcs): per state an upper bound of its emitting arcs' weights (fp16
-  // rounded up; -inf: none, +inf: never skip), and each frame's largest log-prob; both null: no token is skipped
-  const __half* emit_maxw;
-  const float* bound_frame_max;  // (B, T)
 };
 
 // The table / claim list of frontier buffer `k` (a select, like `frontier` below: no runtime-indexed parameter array).
@@ -470,41 +466,13 @@ __device__ __forceinline__ void warp_arc_rounds(int32_t b, int32_t tok, float sc
   }
 }
 
-// Token bound (ws.emit_maxw; opt-in, BEAMDEC_WFST_TOKEN_BOUND=1, no boosts). On an emitting step every arc of a
-// token in state s ends at fl(score + fl(fl(lp[il] * scale) + w)) <= ub = fl(score + fl(fl(frame_max * scale) +
-// emit_maxw[s])): fp32 rounding is monotone, lp[il] <= the frame's largest log-prob, w <= emit_maxw[s] (rounded up
-// to fp16 on the host; +inf where a state has an emitting arc without an acoustic term), scale >= 0. So a token
-// whose ub is not above a walk's threshold has no arc that passes it, and its arcs are not walked at all:
-//   kBoundExpand: the step's cutoff max - beam (exact after the Max walk): no arc of the token is admitted;
-//   kBoundMax: the lane's posted max, always a real end of this step: no arc of the token raises it.
-// The per-state bound is what makes this pay on an HLG, whose emitting arcs carry the LM weights (a graph-wide bound,
-// the fused max's, is far looser there). No result changes: the skipped arcs are exactly arcs whose walk would have
-// rejected them.
-enum BoundMode : int32_t { kBoundNone = 0, kBoundMax = 1, kBoundExpand = 2 };
-__device__ __forceinline__ bool token_bound_skips(const Workspace& ws, const SearchOptions& opt, int32_t b, int32_t s,
-                                                  float score, int32_t t, int32_t T, int32_t mode) {
-  const float ub = __fadd_rn(score, __fadd_rn(__fmul_rn(ws.bound_frame_max[(int64_t)b * T + t], opt.acoustic_scale),
-                                              __half2float(ws.emit_maxw[s])));
-  const LaneState& L = ws.lanes[b];
-  if (mode == kBoundExpand) return !(ub > ordered_to_float(L.max_ord) - L.beam);
-  return !(float_to_ordered(ub) > ld_volatile(L.max_ord));
-}
-
 // Arc walk of the frontier tokens in `buf` given by the current items. kStart: the start token's epsilon arcs
 // (the start closure); else every token's arcs of its lane's phase. `on_token(lane, tok)` runs once per item.
-// skip_ready: lanes whose step max is already known (max_ready, fused max) walk no arcs. bound: kBound* (the token
-// bound on emitting steps, step t of T frames; kBoundNone or no ws.emit_maxw: every token's arcs are walked).
-// after_chunk(): called by the whole warp after the arcs of each 32 items (the Max walk posts its running max there).
-struct NoChunkFn {
-  __device__ void operator()() const {}
-};
-template <bool kStart, typename TokFn, typename ArcFn, typename ChunkFn = NoChunkFn>
+// skip_ready: lanes whose step max is already known (max_ready, fused max) walk no arcs.
+template <bool kStart, typename TokFn, typename ArcFn>
 __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
                                                 int32_t buf, int32_t F, TokFn on_token, ArcFn on_arc,
-                                                bool skip_ready = false, const SearchOptions* opt = nullptr,
-                                                int32_t bound = kBoundNone, int32_t t = 0, int32_t T = 0,
-                                                ChunkFn after_chunk = ChunkFn()) {
-  const bool bounded = !kStart && bound != kBoundNone && ws.emit_maxw != nullptr && ws.bound_frame_max != nullptr;
+                                                bool skip_ready = false) {
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) {
     int32_t begin = 0, deg = 0, link = -1, phase = kDone;
     float score = -INFINITY;
@@ -522,7 +490,6 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
         } else if (phase == kEmit) {
           begin = g.row_splits[s];
           deg = g.eps_begin[s] - begin;
-          if (bounded && deg > 0 && token_bound_skips(ws, *opt, b, s, score, t, T, bound)) deg = 0;
         } else if (phase == kFinal) {
           begin = g.final_begin[s];
           deg = g.row_splits[s + 1] - begin;
@@ -533,7 +500,6 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
       }
     }
     warp_arc_rounds(b, tok, score, link, phase, begin, deg, on_arc);
-    after_chunk();  // warp-synchronous, after each 32 items' arcs
   });
 }
 
@@ -614,17 +580,7 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
         const uint32_t o = float_to_ordered(end);
         if (o > cur_max) cur_max = o;
       },
-      fused, &opt, kBoundMax, t, T, [&]() {
-        // with the token bound, post the running max after every 32 tokens (the bound's threshold for the tokens
-        // read after it): one guarded atomic per (warp, lane); the combine below still posts the final values
-        if (ws.emit_maxw == nullptr) return;
-        const unsigned peers = __match_any_sync(0xffffffffu, cur_lane);
-        const uint32_t m = __reduce_max_sync(peers, cur_max);
-        if (cur_lane >= 0 && m > 0u && (threadIdx.x & 31) == __ffs(peers) - 1) {
-          uint32_t* p = &ws.lanes[cur_lane].max_ord;
-          if (m > ld_volatile(*p)) atomicMax(p, m);
-        }
-      });
+      fused);
   // Combine threads of the warp that hold the same lane, then one guarded atomic per (warp, lane).
   const unsigned peers = __match_any_sync(0xffffffffu, cur_lane);
   const uint32_t m = __reduce_max_sync(peers, cur_max);
@@ -747,8 +703,7 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
                           [&](bool valid, const ArcItem& a, int32_t phase) {
                             expand_arc<scalar_t, kStart>(g, opt, ws, lp, T, V, t, out, F, C, H, boost_keys,
                                                          boost_values, boost_cap, valid, a, phase);
-                          },
-                          false, &opt, kBoundExpand, t, T);
+                          });
   arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{kWalkCands, t, false, false, !kStart});
 }
 
@@ -816,9 +771,7 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
   bool rest = on && deg > skip_first;
   if (rest && ws.frame_max != nullptr) {
     const float top = __fmul_rn(ws.frame_max[(int64_t)b * T + tn], opt.acoustic_scale);
-    // with the token bound's per-state weights (ws.emit_maxw) when it is on: tighter than the graph-wide bound
-    const float wmax = ws.emit_maxw != nullptr ? __half2float(ws.emit_maxw[s]) : ws.max_emit_weight;
-    const float ub = __fadd_rn(score, __fadd_rn(top, wmax));
+    const float ub = __fadd_rn(score, __fadd_rn(top, ws.max_emit_weight));
     rest = float_to_ordered(ub) >= ld_volatile(ws.lanes[b].max_next);
   }
   int32_t cur_lane = -1;

@@ -97,14 +97,12 @@ size_t workspace_bytes(int32_t batch, const Capacities& caps);
 // `workspace` must hold workspace_bytes(B, caps) bytes. Returns a CUDA error code (cudaSuccess on success).
 // frame_max (B, T) fp32, the largest log-prob of each frame, and max_emit_weight, an upper bound of every emitting
 // arc's weight, let the fused max skip tokens that cannot reach the step's maximum (wfst_kernels.cuh); null (or any
-// boost table): no skipping. Neither changes a result. emit_maxw (num_states,) fp16, per state an upper bound of its
-// emitting arcs' weights (null: none), with frame_max: the token bound of the Max and Expand walks (wfst_kernels.cuh
-// "Token bound"; no boosts), which changes no result either.
+// boost table): no skipping. Neither changes a result.
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,
                          const int32_t* lengths, int32_t max_length, const int32_t* boost_keys,
                          const float* boost_values, int32_t boost_capacity, void* workspace, int32_t* result,
                          int32_t num_sms, cudaStream_t stream, const float* frame_max = nullptr,
-                         float max_emit_weight = 0.0f, const void* emit_maxw = nullptr);
+                         float max_emit_weight = 0.0f);
 
 }  // namespace wfst
