@@ -921,6 +921,11 @@ static void check_labeled_dags(const char* op, const at::Tensor& state_splits, c
   check_dags(op, state_splits, arc_splits, arcs, by_source);
 }
 
+// Whether graph arc `ga` and its word range [xs[ga], xs[ga + 1]) lie inside a graph of AG arcs and XW words.
+static inline bool graph_arc_ok(int32_t ga, const int32_t* xs, int64_t AG, int64_t XW) {
+  return ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW;
+}
+
 // The hypothesis of one lattice path (local arc indices `path` of an utterance whose states are `st_u` [frame, graph
 // state] (ns of them) and arcs `ar_u` [src, dst, graph arc]): tokens with their frames, words with start / end frames;
 // decoders/lattice.py _path_hypothesis, the same rules. Graph arcs are checked against the graph (`op` names the error).
@@ -939,8 +944,7 @@ static void path_hypothesis(const int32_t* st_u, int64_t ns, const int32_t* ar_u
   auto word_end = [&](int32_t otherwise) { return (last_real >= 0 && blank_id >= 0) ? last_real + 1 : otherwise; };
   for (const int64_t k : path) {
     const int32_t src = ar_u[3 * k], dst = ar_u[3 * k + 1], ga = ar_u[3 * k + 2];
-    BEAMDEC_CHECK(ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW, op, ": graph arc ",
-                  ga, " outside the graph");
+    BEAMDEC_CHECK(graph_arc_ok(ga, xs, AG, XW), op, ": graph arc ", ga, " outside the graph");
     const int32_t f = frame(src);
     const bool emitting = dst != final_state && frame(dst) == f + 1;
     const int32_t lab = emitting ? il[ga] : -1;
@@ -1577,8 +1581,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_nbest_cp
   const int64_t AG = aux_splits.numel() - 1, XW = aux_words.numel();
   for (int64_t a = 0; a < A; ++a) {
     const int32_t ga = ar[3 * a + 2];
-    BEAMDEC_CHECK(ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW, op, ": graph arc ",
-                  ga, " outside the graph; arc ", a);
+    BEAMDEC_CHECK(graph_arc_ok(ga, xs, AG, XW), op, ": graph arc ", ga, " outside the graph; arc ", a);
     for (int32_t j = xs[ga]; j < xs[ga + 1]; ++j)
       BEAMDEC_CHECK(xw[j] >= 0, op, ": words must be >= 0; graph arc ", ga);
     BEAMDEC_CHECK(std::isfinite(as[a]), op, ": arc scores must be finite; arc ", a);

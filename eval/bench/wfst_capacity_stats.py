@@ -58,7 +58,8 @@ def search_pass(adapter, data: LogProbSet, chunk: int) -> tuple[Pass, dict]:
 def summarize(per: dict, frontier_capacity: int, candidate_capacity: int, what_if: Sequence[int] = ()) -> dict:
     """Distribution of the per-utterance peaks and what the default capacities would do with them; `what_if`: other
     frontier capacities F, each with how many utterances it would rescue (peak frontier > F or peak candidates >
-    candidate_factor 2 x F: `rescued_at_frontier` {F: count})."""
+    candidate_factor x F, the factor of the capacities given: `rescued_at_frontier` {F: count})."""
+    factor = candidate_capacity // max(frontier_capacity, 1)
     pf, pc = np.asarray(per.get("peak_frontier", [])), np.asarray(per.get("peak_candidates", []))
     links, steps = np.asarray(per.get("word_links", [0])), np.maximum(np.asarray(per.get("steps", [1])), 1)
     return dict(
@@ -67,7 +68,7 @@ def summarize(per: dict, frontier_capacity: int, candidate_capacity: int, what_i
         word_links_per_step_max_utt=float((links / steps).max()),
         frontier_capacity=int(frontier_capacity), over_frontier=int((pf > frontier_capacity).sum()),
         candidate_capacity=int(candidate_capacity), over_candidates=int((pc > candidate_capacity).sum()),
-    ) | ({"rescued_at_frontier": {str(int(f)): int(((pf > f) | (pc > 2 * f)).sum()) for f in what_if}}
+    ) | ({"rescued_at_frontier": {str(int(f)): int(((pf > f) | (pc > factor * f)).sum()) for f in what_if}}
          if what_if else {})
 
 
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
                     help="log-prob scale (default: the harness YAML's, 3; the GPU benchmarks wfst_bench / "
                          "wfst_mbr_bench decode at 1.0, where the search is wider)")
     ap.add_argument("--what-if-frontier", type=int, nargs="*", default=[],
-                    help="frontier capacities to count rescues at (peak frontier > F or peak candidates > 2 F)")
+                    help="frontier capacities to count rescues at (peak frontier > F or peak candidates > candidate_factor F)")
     ap.add_argument("--chunk", type=int, default=8, help="utterances per CPU call (threads split a call)")
     ap.add_argument("--output-dir", default="runs/bench")
     ap.add_argument("--experiment", default="wfst_capacity")
