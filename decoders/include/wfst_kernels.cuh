@@ -111,6 +111,7 @@ struct Workspace {
   int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
+  int32_t expand_slot;      // 1: the Expand walk's admitted arcs read their slot whole at the probe (expand_arc)
 };
 
 // The table / claim list of frontier buffer `k` (a select, like `frontier` below: no runtime-indexed parameter array).
@@ -620,6 +621,65 @@ __device__ __forceinline__ int32_t hash_insert(HashSlot* table, int32_t H, int32
   return -1;
 }
 
+// hash_insert that also returns what the slot held: one 16-byte load per probe (key, token, packed value), so an arc
+// whose destination is already in the table has the slot's best end without a second round trip. `seen`: the packed
+// value at the probe (0 for a slot this thread claimed). Its high word (the ordered end) is one 32-bit word, read
+// whole; the value only grows (atomicMax), so a stale read admits more candidates, never fewer.
+__device__ __forceinline__ int32_t hash_insert_read(HashSlot* table, int32_t H, int32_t state, bool& claimed,
+                                                    unsigned long long& seen) {
+  claimed = false;
+  seen = 0ull;
+  const uint32_t key = static_cast<uint32_t>(state) + 1u;
+  uint32_t h = hash_u32(key) & static_cast<uint32_t>(H - 1);
+  const int probes = H < kMaxProbes ? H : kMaxProbes;
+  for (int p = 0; p < probes; ++p) {
+    uint32_t k, tok_word, lo, hi;  // the slot's four words in one volatile 16-byte load
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(k), "=r"(tok_word), "=r"(lo), "=r"(hi)
+                 : "l"(&table[h]));
+    (void)tok_word;
+    if (k == key) {
+      seen = static_cast<unsigned long long>(lo) | (static_cast<unsigned long long>(hi) << 32);
+      return static_cast<int32_t>(h);
+    }
+    if (k == kEmptyKey) {
+      const uint32_t old = atomicCAS(&table[h].key, kEmptyKey, key);
+      if (old == kEmptyKey) {
+        claimed = true;
+        return static_cast<int32_t>(h);
+      }
+      if (old == key) {
+        seen = ld_volatile(table[h].val);
+        return static_cast<int32_t>(h);
+      }
+    }
+    h = (h + 1) & static_cast<uint32_t>(H - 1);
+  }
+  return -1;
+}
+
+// warp_take of two counters at once (each thread may take from both): the two atomics are in flight together.
+template <typename T>
+__device__ __forceinline__ void warp_take2(T* ca, bool pa, T* cb, bool pb, T& ia, T& ib) {
+  const unsigned any = __ballot_sync(0xffffffffu, pa || pb);
+  ia = T(-1);
+  ib = T(-1);
+  if (any == 0u) return;
+  const int lane = threadIdx.x & 31;
+  const unsigned long long ka = pa ? reinterpret_cast<unsigned long long>(ca) : 0ull;
+  const unsigned long long kb = pb ? reinterpret_cast<unsigned long long>(cb) : 0ull;
+  const unsigned peers_a = __match_any_sync(0xffffffffu, ka), peers_b = __match_any_sync(0xffffffffu, kb);
+  const int lead_a = __ffs(peers_a) - 1, lead_b = __ffs(peers_b) - 1;
+  T base_a = 0, base_b = 0;
+  if (pa && lane == lead_a) base_a = atomicAdd(ca, static_cast<T>(__popc(peers_a)));
+  if (pb && lane == lead_b) base_b = atomicAdd(cb, static_cast<T>(__popc(peers_b)));
+  base_a = __shfl_sync(0xffffffffu, base_a, lead_a);
+  base_b = __shfl_sync(0xffffffffu, base_b, lead_b);
+  const unsigned below = (1u << lane) - 1u;
+  if (pa) ia = base_a + static_cast<T>(__popc(peers_a & below));
+  if (pb) ib = base_b + static_cast<T>(__popc(peers_b & below));
+}
+
 // One arc of the expansion (warp-synchronous: all 32 threads call it, valid = the thread has an arc). kEps: an
 // epsilon arc relaxed against the step's cutoff; else an arc of the step's phase against max - beam. Admits,
 // recombines by destination state in the lane's hash table (a new destination claims the next token of the
@@ -646,6 +706,47 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
   }
   int32_t h = -1, dest = 0;
   bool claimed = false;
+  const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
+  if (ws.expand_slot) {
+    // Slot form (opt-in BEAMDEC_WFST_EXPAND=slot): the probe reads the whole slot, so the dominance test needs no
+    // second load, and the claim and candidate counters are taken together: two fewer dependent round trips per
+    // admitted arc. The same claims, candidates and winners as the form below, up to which dominated candidates a
+    // staler read lets through (every winner is the same: the slot's atomicMax decides).
+    unsigned long long seen = 0ull;
+    if (admit) {
+      dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
+      h = hash_insert_read(table + hrow, H, dest, claimed, seen);
+      if (h < 0) {
+        atomicOr(&L->overflow, kOverflowHash);
+        admit = false;
+      }
+    }
+    if (admit) admit = !(seen != 0 && packed_end < (seen & 0xffffffff00000000ull));
+    int32_t tok = -1, c = -1;
+    warp_take2(claimed ? &L->n_claims : nullptr, claimed, admit ? &L->n_cands : nullptr, admit, tok, c);
+    if (claimed) {
+      if (tok < F) {
+        claims_of(ws, out)[frow + tok] = h;
+        table[hrow + h].tok = tok;
+        frontier(ws, out).state[frow + tok] = dest;
+        frontier(ws, out).score[frow + tok] = -INFINITY;
+        frontier(ws, out).winner[frow + tok] = -2;
+      } else {
+        table[hrow + h].tok = -1;
+        atomicOr(&L->overflow, kOverflowFrontier);
+      }
+    }
+    if (admit) {
+      if (c >= C) {
+        atomicOr(&L->overflow, kOverflowCandidates);
+      } else {
+        ws.cands[crow + c] = make_int2(a.link, a.arc);
+        ws.cand_slot[crow + c] = h;
+        atomicMax(&table[hrow + h].val, packed_end | static_cast<uint32_t>(c));
+      }
+    }
+    return;
+  }
   if (admit) {
     dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
     h = hash_insert(table + hrow, H, dest, claimed);
@@ -668,7 +769,6 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
       atomicOr(&L->overflow, kOverflowFrontier);
     }
   }
-  const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
   if (admit) {  // dominated by the slot's best so far: cannot win
     const unsigned long long cur = ld_volatile(table[hrow + h].val);
     admit = !(cur != 0 && packed_end < (cur & 0xffffffff00000000ull));
