@@ -491,11 +491,95 @@ def _check_boost(where: str, value) -> float:
     return float(v32)
 
 
+def _epsilon_cycle_arcs(graph: WfstGraph) -> np.ndarray:
+    """Indices of the epsilon arcs that lie on an epsilon cycle (both ends in one strongly connected component of the
+    epsilon subgraph, self-loops included); empty when the epsilon subgraph is acyclic. Cached per graph."""
+    with _graph_cache_lock:
+        entry = _host_entry(graph)
+        hit = entry.get("eps_cycle_arcs")
+    if hit is not None:
+        return hit
+    il = np.asarray(graph.ilabel)
+    eps = np.nonzero(il == EPSILON)[0]
+    out = np.zeros(0, dtype=np.int64)
+    if eps.size:
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        src = np.asarray(graph.src())[eps].astype(np.int64)
+        dst = np.asarray(graph.dest)[eps].astype(np.int64)
+        n = graph.num_states
+        adj = csr_matrix((np.ones(eps.size, dtype=np.int8), (src, dst)), shape=(n, n))
+        _, comp = connected_components(adj, directed=True, connection="strong")
+        out = eps[comp[src] == comp[dst]]  # same component: on a cycle (a self-loop is its own component)
+    with _graph_cache_lock:
+        _host_entry(graph)["eps_cycle_arcs"] = out
+    return out
+
+
+def check_epsilon_cycles(graph: WfstGraph, word_bonus: float, boosts: Sequence[Mapping[int, float]] = ()) -> None:
+    """A one-line ValueError when an epsilon cycle of `graph` gains score once `word_bonus` (per output word) and an
+    utterance's word boosts ({word id: boost}) are added to its arcs: every loop through it raises the score, so no
+    best path exists (the closure would only stop at eps_iterations, overflow-flagged, with a result that depends on
+    the order of relaxation). Zero-gain cycles are fine (they never improve a token). Cost: one strongly-connected-
+    component pass per graph; graphs whose epsilon arcs are acyclic (our TLGs) need nothing more."""
+    cyc = _epsilon_cycle_arcs(graph)
+    if cyc.size == 0:
+        return
+    splits, words = graph.aux_csr()
+    splits = np.asarray(splits, dtype=np.int64)
+    base = np.asarray(graph.weight, dtype=np.float64)[cyc] + float(word_bonus) * (splits[cyc + 1] - splits[cyc])
+    src = np.asarray(graph.src())[cyc].astype(np.int64)
+    dst = np.asarray(graph.dest)[cyc].astype(np.int64)
+    with _graph_cache_lock:  # the bonus-only check is the same for every batch: cache its verdict
+        entry = _host_entry(graph)
+        done = entry.setdefault("eps_cycle_ok", set())
+    tables = [(-1, {})] + [(b, t) for b, t in enumerate(boosts) if t]
+    for b, table in tables:
+        if b < 0 and float(word_bonus) in done:
+            continue
+        gain = base
+        if b >= 0:  # the boosts of the words on each cycle arc (only arcs with words can change)
+            cyc_words = [np.asarray(words[splits[a]:splits[a + 1]]) for a in cyc]
+            extra = np.array([sum(table.get(int(w), 0.0) for w in ws) for ws in cyc_words])
+            if not extra.any():
+                continue
+            gain = base + extra
+        state = _positive_cycle_state(src, dst, gain)
+        if state is not None:
+            who = "" if b < 0 else f" and utterance {b}'s word boosts"
+            raise ValueError(f"the graph has an epsilon cycle through state {state} whose score grows with every "
+                             f"loop under word_bonus={word_bonus:g}{who}: no best path exists (lower the bonus or "
+                             "boosts, or remove the cycle's word outputs)")
+        if b < 0:
+            with _graph_cache_lock:
+                done.add(float(word_bonus))
+
+
+def _positive_cycle_state(src: np.ndarray, dst: np.ndarray, gain: np.ndarray) -> Optional[int]:
+    """A state on (or reached from) a cycle of positive total gain among the arcs (src, dst, gain), or None:
+    max-plus Bellman-Ford from every state at 0; still improving after as many rounds as states -> a positive cycle.
+    Improvements below 1e-5 (float rounding of a zero-gain cycle) do not count."""
+    nodes, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    s, d = inv[: src.size], inv[src.size:]
+    dist = np.zeros(nodes.size)
+    for _ in range(nodes.size):
+        cand = np.full(nodes.size, -np.inf)
+        np.maximum.at(cand, d, dist[s] + gain)
+        better = cand > dist + 1e-5
+        if not better.any():
+            return None
+        dist = np.where(better, cand, dist)
+    return int(nodes[np.argmax(better)])
+
+
 def build_boost_tables(
-    boosts: Optional[Sequence[Optional[BoostTable]]], batch: int, graph: WfstGraph
+    boosts: Optional[Sequence[Optional[BoostTable]]], batch: int, graph: WfstGraph, word_bonus: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor, list[list]]:
-    """Per-utterance open-addressing tables (keys -1 = empty) + the out-of-vocabulary keys per utterance."""
+    """Per-utterance open-addressing tables (keys -1 = empty) + the out-of-vocabulary keys per utterance, after
+    check_epsilon_cycles with the search's `word_bonus` and these boosts."""
     if boosts is None:
+        check_epsilon_cycles(graph, word_bonus)
         return torch.zeros((batch, 0), dtype=torch.int32), torch.zeros((batch, 0), dtype=torch.float32), [
             [] for _ in range(batch)
         ]
@@ -539,6 +623,7 @@ def build_boost_tables(
                 ids[wid] = _check_boost(f"boosts[{b}]: the summed boosts of word id {wid}", ids.get(wid, 0.0) + value)
         resolved.append(ids)
         oov.append(bad)
+    check_epsilon_cycles(graph, word_bonus, resolved)
     most = max((len(r) for r in resolved), default=0)
     if most == 0:
         return torch.zeros((batch, 0), dtype=torch.int32), torch.zeros((batch, 0), dtype=torch.float32), oov
@@ -738,7 +823,7 @@ class WfstDecoder:
         after blank skipping when configured."""
         lengths = self._check(log_probs, lengths)
         B = log_probs.shape[0]
-        keys, values, oov = build_boost_tables(boosts, B, self.graph)
+        keys, values, oov = build_boost_tables(boosts, B, self.graph, self.config.word_bonus)
         if self.config.blank_skip_threshold is not None and B:
             log_probs, lengths = self._skip_blanks(log_probs, lengths)
         return log_probs.contiguous(), lengths, keys, values, oov

@@ -135,7 +135,8 @@ class WfstStreamingDecoder:
         """Opens a stream in a free slot; `boosts` as WfstDecoder.decode's (one {word: boost} dict)."""
         if boosts is not None and not isinstance(boosts, dict):
             raise TypeError(f"boosts must be a dict {{word: boost}} or None, got {type(boosts).__name__}")
-        keys, values, oov = build_boost_tables([boosts] if boosts is not None else None, 1, self.graph)
+        keys, values, oov = build_boost_tables([boosts] if boosts is not None else None, 1, self.graph,
+                                              self.config.word_bonus)
         try:
             slot = self._streams.index(None)
         except ValueError:

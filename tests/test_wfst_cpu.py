@@ -156,7 +156,7 @@ def test_boosting_equals_explicit_composition(epsilon):
     """Decoding with boosts == decoding graph o B, B the one-state boost acceptor (built with kaldifst)."""
     rng = np.random.default_rng(21 + epsilon)
     for _ in range(12):
-        g = random_graph(rng, epsilon=epsilon, num_words=8)
+        g = random_graph(rng, epsilon=epsilon, num_words=8, words_on_epsilon_cycles=False)
         boosts = {int(w): float(rng.uniform(-3, 3)) for w in rng.choice(np.arange(1, 8), size=3, replace=False)}
         composed = compose_with_boosts(g, boosts)
         cfg = WfstDecoderConfig(search_beam=12.0, min_active=2, max_active=50, eps_iterations=32)
@@ -640,3 +640,47 @@ def test_max_emit_weight_bounds_every_emitting_arc_as_the_search_reads_it():
             bw = arc_weights(host, g, bonus).numpy()
             assert max_emit_weight(g, bonus) == float(bw[emit].max())
             assert np.all(bw[emit] <= np.float32(max_emit_weight(g, bonus)))
+
+
+def test_an_epsilon_cycle_that_gains_score_is_a_one_line_error():
+    """An epsilon cycle whose score grows with each loop (its own weights, or word_bonus / an utterance's boosts on its
+    word arcs) has no best path: decode and create_stream refuse it with one line naming the cycle's state and the
+    cause (decode_lattice refuses any epsilon cycle), for the graph's weights, a word bonus, and one utterance's boosts; a zero-gain cycle, a
+    bonus the cycle cannot use, and boosts of other words decode as before."""
+    from decoders.wfst import check_epsilon_cycles
+    from decoders.wfst_stream import WfstStreamingDecoder
+
+    # 0 -a-> 1, 1 -eps:c (weight -1)-> 2, 2 -eps (weight w)-> 1, 1 -b-> 3, 3 final, blank loops on 0, 1, 3;
+    # tokens: 0 blank, 1 a, 2 b. The cycle 1 -> 2 -> 1 gains w - 1 + word_bonus + boost(c) per loop.
+    def graph(w):
+        return WfstGraph.from_arcs(src=[0, 1, 1, 2, 3, 0, 1, 3], dest=[1, 2, 3, 1, 4, 0, 1, 3],
+                                   ilabel=[1, EPSILON, 2, EPSILON, FINAL, 0, 0, 0], olabel=[1, 3, 2, 0, 0, 0, 0, 0],
+                                   weight=[0.0, -1.0, 0.0, w, 0.0, 0.0, 0.0, 0.0], num_states=5, num_tokens=3,
+                                   start_state=0, final_state=4, words=["<eps>", "a", "b", "c"])
+
+    lp = torch.log_softmax(torch.randn(2, 6, 3, generator=torch.Generator().manual_seed(0)), dim=-1)
+    lengths = torch.tensor([6, 4])
+    ok = WfstDecoder(graph(0.5)).decode(lp, lengths)  # cycle gain -0.5
+    assert all(math.isfinite(s) for s in ok.scores.tolist()) and ok.overflow == [0, 0]
+    WfstDecoder(graph(1.0)).decode(lp, lengths)  # gain exactly 0: never improves a token
+    cases = [(graph(1.5), {}, None, "word_bonus=0"),  # the graph's own weights
+             (graph(0.5), dict(word_bonus=0.75), None, "word_bonus=0.75"),
+             (graph(0.5), {}, [{}, {"c": 0.6}], "utterance 1's word boosts")]
+    for g, cfg, boosts, cause in cases:
+        dec = WfstDecoder(g, WfstDecoderConfig(**cfg))
+        with pytest.raises(ValueError, match=rf"epsilon cycle through state [12] .*{re.escape(cause)}"):
+            dec.decode(lp, lengths, boosts=boosts)
+        with pytest.raises(ValueError, match="epsilon cycle"):  # lattices refuse every epsilon cycle
+            dec.decode_lattice(lp, lengths, boosts=boosts)
+        if boosts is None:
+            with pytest.raises(ValueError, match="epsilon cycle"):
+                WfstStreamingDecoder(g, WfstDecoderConfig(**cfg), "cpu").create_stream()
+        else:
+            with pytest.raises(ValueError, match="epsilon cycle .*utterance 0's"):
+                WfstStreamingDecoder(g, WfstDecoderConfig(**cfg), "cpu").create_stream(boosts[1])
+    # a bonus the cycle cannot reach (negative), boosts of a word off the cycle: decode
+    WfstDecoder(graph(0.5), WfstDecoderConfig(word_bonus=-3.0)).decode(lp, lengths)
+    WfstDecoder(graph(0.5)).decode(lp, lengths, boosts=[{"a": 5.0}, {"b": 5.0}])
+    check_epsilon_cycles(graph(0.5), 0.25, [{3: 0.2}])  # gain -0.05: fine
+    with pytest.raises(ValueError, match="epsilon cycle"):
+        check_epsilon_cycles(graph(0.5), 0.25, [{3: 0.3}])  # gain +0.05

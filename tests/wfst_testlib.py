@@ -21,11 +21,15 @@ def random_graph(
     finals: str = "some",  # "some" | "none" (unreachable finals: allow_partial paths) | "all"
     dead_end_prob: float = 0.15,
     max_emitting: int = 5,
+    words_on_epsilon_cycles: bool = True,
 ) -> WfstGraph:
     """A random graph in our conventions: odd sizes, dead ends, epsilon chains/cycles, optional finals.
 
     The final state is the last state (k2's convention, so the same graph can be given to k2py).
     Epsilon weights are <= 0 so every epsilon cycle is non-improving and the closure converges.
+    words_on_epsilon_cycles=False: the epsilon arcs that lie on an epsilon cycle output no word (the same draws
+    otherwise), so a positive word bonus or boost cannot make a cycle gain score (decoders/wfst.py
+    check_epsilon_cycles refuses that); tests that boost words on epsilon graphs ask for it.
     """
     n = int(num_states or rng.integers(2, 40))
     v = int(num_tokens or rng.integers(2, 13))
@@ -54,6 +58,14 @@ def random_graph(
             ol.append(0)
             wt.append(float(rng.uniform(-1.0, 0.0)))
     words = ["<eps>"] + [f"w{i}" for i in range(1, num_words)]
+    if not words_on_epsilon_cycles and epsilon:
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        s_, d_, e_ = np.asarray(src), np.asarray(dst), np.asarray(il) == EPSILON
+        adj = csr_matrix((np.ones(int(e_.sum()), dtype=np.int8), (s_[e_], d_[e_])), shape=(n, n))
+        comp = connected_components(adj, directed=True, connection="strong")[1]
+        ol = [0 if e and comp[a] == comp[b] else o for a, b, e, o in zip(s_, d_, e_, ol)]
     return WfstGraph.from_arcs(
         src, dst, il, ol, wt, num_states=n, start_state=0, final_state=final, num_tokens=v, words=words
     )

@@ -55,12 +55,6 @@ bool persistent_selected() {
 // about a phase at batch 1 while variant 2's Resolve grew by a chain of ~6 dependent loads and an atomic round trip;
 // variant 1 (lean, written after those calls, NOT measured yet) keeps that chain to the arcs. BEAMDEC_WFST_FUSED_MAX=1 /
 // 2 turns variant 1 / 2 on (exact; the gpu tests compare both with the Max walk and the CPU bit for bit); 0 or unset: off.
-// BEAMDEC_WFST_EXPAND=slot: the Expand walk's slot form (wfst_kernels.cuh expand_arc; opt-in until measured).
-int expand_slot_mode() {
-  const char* env = std::getenv("BEAMDEC_WFST_EXPAND");
-  return env && std::strcmp(env, "slot") == 0 ? 1 : 0;
-}
-
 int fused_max_mode() {
   if (!persistent_selected()) return 0;
   const char* env = std::getenv("BEAMDEC_WFST_FUSED_MAX");
@@ -109,7 +103,6 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   ws.fused = persistent && caps.hash_tables == 2 ? fused_max_mode() : 0;
   ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
   ws.max_emit_weight = max_emit_weight;
-  ws.expand_slot = expand_slot_mode();
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
   // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.

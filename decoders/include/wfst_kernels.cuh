@@ -111,7 +111,6 @@ struct Workspace {
   int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
-  int32_t expand_slot;      // 1: the Expand walk's admitted arcs read their slot whole at the probe (expand_arc)
 };
 
 // The table / claim list of frontier buffer `k` (a select, like `frontier` below: no runtime-indexed parameter array).
@@ -599,30 +598,9 @@ __global__ void __launch_bounds__(kWalkBlock)
   max_step<scalar_t>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
 }
 
-// Hash insert of state `state` in a lane's table: returns the slot (and whether this thread claimed it) or -1.
-__device__ __forceinline__ int32_t hash_insert(HashSlot* table, int32_t H, int32_t state, bool& claimed) {
-  claimed = false;
-  const uint32_t key = static_cast<uint32_t>(state) + 1u;
-  uint32_t h = hash_u32(key) & static_cast<uint32_t>(H - 1);
-  const int probes = H < kMaxProbes ? H : kMaxProbes;
-  for (int p = 0; p < probes; ++p) {
-    const uint32_t k = ld_volatile(table[h].key);
-    if (k == key) return static_cast<int32_t>(h);
-    if (k == kEmptyKey) {
-      const uint32_t old = atomicCAS(&table[h].key, kEmptyKey, key);
-      if (old == kEmptyKey) {
-        claimed = true;
-        return static_cast<int32_t>(h);
-      }
-      if (old == key) return static_cast<int32_t>(h);
-    }
-    h = (h + 1) & static_cast<uint32_t>(H - 1);
-  }
-  return -1;
-}
-
-// hash_insert that also returns what the slot held: one 16-byte load per probe (key, token, packed value), so an arc
-// whose destination is already in the table has the slot's best end without a second round trip. `seen`: the packed
+// Hash insert of state `state` in a lane's table: returns the slot (and whether this thread claimed it) or -1, and
+// what the slot held: one 16-byte load per probe (key, token, packed value), so an arc whose destination is already
+// in the table has the slot's best end without a second round trip. `seen`: the packed
 // value at the probe (0 for a slot this thread claimed). Its high word (the ordered end) is one 32-bit word, read
 // whole; the value only grows (atomicMax), so a stale read admits more candidates, never fewer.
 __device__ __forceinline__ int32_t hash_insert_read(HashSlot* table, int32_t H, int32_t state, bool& claimed,
@@ -704,59 +682,27 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
     const float cutoff = kEps ? L->cutoff : ordered_to_float(L->max_ord) - L->beam;
     admit = end > cutoff;
   }
+  // The admitted-arc path: the probe reads the whole 16-byte slot, so the dominance test needs no second load, and
+  // the claim and candidate counters are taken in one warp step with both atomics in flight. A new destination is a
+  // new token of the frontier being built, dead until a candidate wins it. A candidate is dropped when the slot's
+  // best end at the probe already beats it (it cannot win); a stale read only lets more candidates through, and the
+  // slot's atomicMax picks the same winner either way (session 20: +1 / +7 / +9 % RTFx on the bench compact HLG at
+  // batch 1 / 32 / 200 over the form that loaded the value after the claim and took the counters one by one).
+  const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
   int32_t h = -1, dest = 0;
   bool claimed = false;
-  const unsigned long long packed_end = static_cast<unsigned long long>(float_to_ordered(end)) << 32;
-  if (ws.expand_slot) {
-    // Slot form (opt-in BEAMDEC_WFST_EXPAND=slot): the probe reads the whole slot, so the dominance test needs no
-    // second load, and the claim and candidate counters are taken together: two fewer dependent round trips per
-    // admitted arc. The same claims, candidates and winners as the form below, up to which dominated candidates a
-    // staler read lets through (every winner is the same: the slot's atomicMax decides).
-    unsigned long long seen = 0ull;
-    if (admit) {
-      dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
-      h = hash_insert_read(table + hrow, H, dest, claimed, seen);
-      if (h < 0) {
-        atomicOr(&L->overflow, kOverflowHash);
-        admit = false;
-      }
-    }
-    if (admit) admit = !(seen != 0 && packed_end < (seen & 0xffffffff00000000ull));
-    int32_t tok = -1, c = -1;
-    warp_take2(claimed ? &L->n_claims : nullptr, claimed, admit ? &L->n_cands : nullptr, admit, tok, c);
-    if (claimed) {
-      if (tok < F) {
-        claims_of(ws, out)[frow + tok] = h;
-        table[hrow + h].tok = tok;
-        frontier(ws, out).state[frow + tok] = dest;
-        frontier(ws, out).score[frow + tok] = -INFINITY;
-        frontier(ws, out).winner[frow + tok] = -2;
-      } else {
-        table[hrow + h].tok = -1;
-        atomicOr(&L->overflow, kOverflowFrontier);
-      }
-    }
-    if (admit) {
-      if (c >= C) {
-        atomicOr(&L->overflow, kOverflowCandidates);
-      } else {
-        ws.cands[crow + c] = make_int2(a.link, a.arc);
-        ws.cand_slot[crow + c] = h;
-        atomicMax(&table[hrow + h].val, packed_end | static_cast<uint32_t>(c));
-      }
-    }
-    return;
-  }
+  unsigned long long seen = 0ull;
   if (admit) {
     dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
-    h = hash_insert(table + hrow, H, dest, claimed);
+    h = hash_insert_read(table + hrow, H, dest, claimed, seen);
     if (h < 0) {
       atomicOr(&L->overflow, kOverflowHash);
       admit = false;
     }
   }
-  // A new destination is a new token of the frontier being built, dead until a candidate wins it.
-  const int32_t tok = warp_take(claimed ? &L->n_claims : nullptr, claimed);
+  if (admit) admit = !(seen != 0 && packed_end < (seen & 0xffffffff00000000ull));
+  int32_t tok = -1, c = -1;
+  warp_take2(claimed ? &L->n_claims : nullptr, claimed, admit ? &L->n_cands : nullptr, admit, tok, c);
   if (claimed) {
     if (tok < F) {
       claims_of(ws, out)[frow + tok] = h;
@@ -769,11 +715,6 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
       atomicOr(&L->overflow, kOverflowFrontier);
     }
   }
-  if (admit) {  // dominated by the slot's best so far: cannot win
-    const unsigned long long cur = ld_volatile(table[hrow + h].val);
-    admit = !(cur != 0 && packed_end < (cur & 0xffffffff00000000ull));
-  }
-  const int32_t c = warp_take(admit ? &L->n_cands : nullptr, admit);
   if (admit) {
     if (c >= C) {
       atomicOr(&L->overflow, kOverflowCandidates);
