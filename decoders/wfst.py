@@ -23,7 +23,9 @@ k2/csrc/intersect_dense_pruned.cu, `GetPruningCutoffs` and `GetArcs`):
 - Epsilon arcs (TLG; k2 has none): after each emitting step (and for the start state) an epsilon closure
   in Jacobi passes with the step's cutoff, until no state with epsilon arcs improves, at most
   `eps_iterations` passes (overflow bit 16 when still changing). The GPU overlaps pass k's resolution with
-  pass k + 1's expansion; the converged closure is the same (decoders/include/wfst_kernels.cuh).
+  pass k + 1's expansion; the converged closure is the same (decoders/include/wfst_kernels.cuh). An epsilon
+  cycle whose score grows per loop (its weights plus word_bonus and an utterance's boosts on its words) has no best
+  path and is a one-line ValueError before decoding (check_epsilon_cycles).
 - Word boosting: per utterance {word: boost} (log domain, positive favours the word). Whenever an arc is
   taken, the boosts of the words it outputs (its aux words; usually one or none) are added, i.e. decoding the graph composed with a one-state
   boost acceptor, without composing. Zero boosts change nothing; out-of-vocabulary words are reported in

@@ -2,6 +2,7 @@
 # Builds, on this (CPU) machine, every git-ignored folder the GPU-host calls carry (a fresh checkout has none):
 #   .whl         requirements.txt (hydra, jiwer, kaldifst, kaldilm, k2py, flashlight-text, riva, kaldi-decoder, tvm-ffi)
 #   .whl-lite    the part of .whl the NeMo / speech calls need beside .whl-nemo and .whl-speech (64 MiB carry limit)
+#   .whl-oasr    .whl-lite + tvm-ffi: the WFST-vs-OASR bench calls (WHEELS=.whl-oasr; carry it with .anchors)
 #   .whl-nemo    requirements-nemo.txt
 #   .whl-speech  requirements-speech.txt (espeak-ng for the synthesized test sets)
 #   .anchors     the seed system's source (OASR), unpacked from ../shared/anchors
@@ -36,6 +37,13 @@ if [ ! -d .whl-lite ]; then
   for p in hydra_core omegaconf antlr4 jiwer rapidfuzz kaldilm kaldifst flashlight_text; do cp .whl/${p}*.whl .whl-lite/; done
   exclude .whl-lite
 fi
+if [ ! -d .whl-oasr ]; then
+  # the WFST-vs-OASR calls (DECODERS="wfst oasr") without riva / k2py / kaldi-decoder: .whl (18 MB) + .anchors + the
+  # tree (~47 MB) passed the carry limit in session 20; WHEELS=.whl-oasr eval/bench/wfst_ab_gpu_run.sh
+  echo "== .whl-oasr <- .whl-lite + apache_tvm_ffi (OASR's JIT)"
+  mkdir -p .whl-oasr && cp .whl-lite/*.whl .whl/apache_tvm_ffi*.whl .whl-oasr/
+  exclude .whl-oasr
+fi
 if [ ! -f .anchors/oasr/oasr/jit/wfst_decoder.py ]; then
   echo "== .anchors/oasr <- ../shared/anchors/oasr-*.tar.xz"
   mkdir -p .anchors/oasr && tar -xJf ../shared/anchors/oasr-*.tar.xz -C .anchors/oasr
@@ -46,5 +54,5 @@ if [ "${LP:-0}" = 1 ] && [ ! -f data/lp/speech_other_100.pt ]; then
   [ -d data/speech ] || make demo
   mkdir -p data/lp && python3 -m eval.bench.ctc_lm_bench --max-utts 100 --dump-speech-lp data/lp/speech_other_100.pt
 fi
-du -sh .whl .whl-lite .whl-nemo .whl-speech .anchors 2>/dev/null
+du -sh .whl .whl-lite .whl-oasr .whl-nemo .whl-speech .anchors 2>/dev/null
 echo "carry limit 64 MiB with the tree ($(git ls-files | xargs du -cb 2>/dev/null | tail -1 | cut -f1) bytes tracked)"
