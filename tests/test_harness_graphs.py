@@ -111,3 +111,18 @@ def test_a_lexicon_symbol_outside_the_token_table_is_named(inputs, capsys):
         build_main([f"arpa={inputs['arpa']}", f"tokens={inputs['tokens']}", f"lexicon={inputs['lexicon']}",
                     f"out_root={inputs['root'] / 'g'}"])
     assert "word 'cat' is spelled with 'k'" in capsys.readouterr().err
+
+
+def test_a_graph_file_the_build_skipped_names_the_builds_reason(tmp_path):
+    """A graph directory built with an HLG skipped by max_hlg_arcs: the adapter's missing-file error repeats the
+    build's recorded reason and how to rebuild; a directory without graph_info.json names the recipe."""
+    from eval.adapters.base import load_graph_cached
+
+    (tmp_path / "graph_info.json").write_text(json.dumps(
+        {"HLG": {"skipped": "epsilon-free LG would have ~9 arcs (> max_hlg_arcs=0): HLG not built"}}))
+    with pytest.raises(FileNotFoundError, match=r"HLG.k2.txt not found \(this graph directory was built without it: "
+                                                r"epsilon-free LG .*max_hlg_arcs=0.*force=true"):
+        load_graph_cached("k2py", tmp_path, "HLG.k2.txt", lambda p: None)
+    (tmp_path / "graph_info.json").write_text("{not json")
+    with pytest.raises(FileNotFoundError, match="build graphs with recipes.build_graphs"):
+        load_graph_cached("k2py", tmp_path, "HLG.k2.txt", lambda p: None)

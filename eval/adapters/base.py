@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import threading
 import typing
 from dataclasses import MISSING, dataclass, field
@@ -238,6 +239,20 @@ _GRAPH_CACHE: dict = {}
 _GRAPH_LOCK = threading.Lock()
 
 
+def _why_missing(path: Path) -> str:
+    """What to do about a missing graph file: the build's own reason when its graph_info.json recorded one (an HLG
+    skipped by max_hlg_arcs), else the recipe to run."""
+    try:
+        info = json.loads((path.parent / "graph_info.json").read_text())
+        skipped = info.get(path.name.split(".")[0], {}).get("skipped")
+    except (OSError, ValueError, AttributeError):
+        skipped = None
+    if skipped:
+        return (f"this graph directory was built without it: {skipped}; rebuild with recipes.build_graphs "
+                "force=true and a larger max_hlg_arcs")
+    return "build graphs with recipes.build_graphs"
+
+
 def load_graph_cached(adapter: str, graph_dir: Path, graph_file: str, loader: Callable[[Path], Any]):
     """`loader(path)` once per (adapter, graph file) and process: parsing a TLG/HLG takes seconds and every
     batch size / boost value of a run builds a fresh adapter. A missing file names the recipe to run."""
@@ -246,6 +261,6 @@ def load_graph_cached(adapter: str, graph_dir: Path, graph_file: str, loader: Ca
     with _GRAPH_LOCK:
         if key not in _GRAPH_CACHE:
             if not path.is_file():
-                raise FileNotFoundError(f"{adapter} adapter: {path} not found (build graphs with recipes.build_graphs)")
+                raise FileNotFoundError(f"{adapter} adapter: {path} not found ({_why_missing(path)})")
             _GRAPH_CACHE[key] = loader(path)
         return _GRAPH_CACHE[key]
