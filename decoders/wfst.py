@@ -547,6 +547,11 @@ def check_epsilon_cycles(graph: WfstGraph, word_bonus: float, boosts: Sequence[M
             if not extra.any():
                 continue
             gain = base + extra
+        if not (gain > 0).any():  # no arc gains: no cycle can (the usual case: epsilon weights <= 0, no bonus)
+            if b < 0:
+                with _graph_cache_lock:
+                    done.add(float(word_bonus))
+            continue
         state = _positive_cycle_state(src, dst, gain)
         if state is not None:
             who = "" if b < 0 else f" and utterance {b}'s word boosts"
@@ -558,21 +563,28 @@ def check_epsilon_cycles(graph: WfstGraph, word_bonus: float, boosts: Sequence[M
                 done.add(float(word_bonus))
 
 
+# Bellman-Ford's work bound in check_epsilon_cycles (rounds x cycle arcs): past it the check gives up without an
+# error and the search's own guard remains (the closure stops at eps_iterations, overflow bit 16 per utterance).
+_MAX_CYCLE_CHECK_WORK = 50_000_000
+
+
 def _positive_cycle_state(src: np.ndarray, dst: np.ndarray, gain: np.ndarray) -> Optional[int]:
     """A state on (or reached from) a cycle of positive total gain among the arcs (src, dst, gain), or None:
     max-plus Bellman-Ford from every state at 0; still improving after as many rounds as states -> a positive cycle.
-    Improvements below 1e-5 (float rounding of a zero-gain cycle) do not count."""
+    Improvements below 1e-5 (float rounding of a zero-gain cycle) do not count. None also when the rounds would pass
+    _MAX_CYCLE_CHECK_WORK before deciding (a huge epsilon component with gaining arcs: left to the runtime flag)."""
     nodes, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
     s, d = inv[: src.size], inv[src.size:]
     dist = np.zeros(nodes.size)
-    for _ in range(nodes.size):
+    rounds = min(nodes.size, max(1, _MAX_CYCLE_CHECK_WORK // max(1, src.size)))
+    for _ in range(rounds):
         cand = np.full(nodes.size, -np.inf)
         np.maximum.at(cand, d, dist[s] + gain)
         better = cand > dist + 1e-5
         if not better.any():
             return None
         dist = np.where(better, cand, dist)
-    return int(nodes[np.argmax(better)])
+    return int(nodes[np.argmax(better)]) if rounds == nodes.size else None
 
 
 def build_boost_tables(

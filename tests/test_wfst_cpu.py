@@ -684,3 +684,19 @@ def test_an_epsilon_cycle_that_gains_score_is_a_one_line_error():
     check_epsilon_cycles(graph(0.5), 0.25, [{3: 0.2}])  # gain -0.05: fine
     with pytest.raises(ValueError, match="epsilon cycle"):
         check_epsilon_cycles(graph(0.5), 0.25, [{3: 0.3}])  # gain +0.05
+
+
+def test_epsilon_cycle_check_stays_bounded_on_a_large_component(monkeypatch):
+    """check_epsilon_cycles on one large epsilon component: arcs that cannot gain decide at once, a gaining cycle is
+    found, and a component past the work bound is left to the search's own overflow flag instead of hanging."""
+    import decoders.wfst as W
+
+    n = 3000  # a ring 0 -> 1 -> ... -> n-1 -> 0 of epsilon arcs, word 1 on the first
+    src = np.arange(n)
+    dst = (src + 1) % n
+    gain = np.full(n, -1e-3)
+    assert W._positive_cycle_state(src, dst, gain) is None
+    gain[0] = 3.5  # total +0.5
+    assert W._positive_cycle_state(src, dst, gain) is not None
+    monkeypatch.setattr(W, "_MAX_CYCLE_CHECK_WORK", 10 * n)  # 10 rounds: cannot decide
+    assert W._positive_cycle_state(src, dst, gain) is None
