@@ -537,13 +537,15 @@ def check_epsilon_cycles(graph: WfstGraph, word_bonus: float, boosts: Sequence[M
         entry = _host_entry(graph)
         done = entry.setdefault("eps_cycle_ok", set())
     tables = [(-1, {})] + [(b, t) for b, t in enumerate(boosts) if t]
+    cyc_words = None  # the words of each cycle arc, listed once for all boosted utterances
     for b, table in tables:
         if b < 0 and float(word_bonus) in done:
             continue
         gain = base
         if b >= 0:  # the boosts of the words on each cycle arc (only arcs with words can change)
-            cyc_words = [np.asarray(words[splits[a]:splits[a + 1]]) for a in cyc]
-            extra = np.array([sum(table.get(int(w), 0.0) for w in ws) for ws in cyc_words])
+            if cyc_words is None:
+                cyc_words = [[int(w) for w in words[splits[a]:splits[a + 1]]] for a in cyc]
+            extra = np.array([sum(table.get(w, 0.0) for w in ws) for ws in cyc_words])
             if not extra.any():
                 continue
             gain = base + extra
