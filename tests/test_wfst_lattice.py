@@ -547,6 +547,17 @@ def _with_multiword_arcs(rng, g):
     return replace(g, aux_splits=splits, aux_words=words)
 
 
+def _path_test_graph(rng, shape, multiword, *, max_states, max_tokens, num_words):
+    """A random graph for the path-rule tests: "TLG" an acyclic-epsilon graph with `num_words` words and some finals,
+    "HLG" an epsilon-free one; `multiword`: several words on its word arcs."""
+    if shape == "TLG":
+        g = acyclic_eps_graph(rng, num_states=int(rng.integers(3, max_states)),
+                              num_tokens=int(rng.integers(2, max_tokens)), num_words=num_words, finals="some")
+    else:
+        g = random_graph(rng, num_states=int(rng.integers(2, max_states)), num_tokens=int(rng.integers(2, max_tokens)))
+    return _with_multiword_arcs(rng, g) if multiword else g
+
+
 @pytest.mark.parametrize("shape", ["HLG", "TLG"])
 @pytest.mark.parametrize("multiword", [False, True])
 def test_batched_best_equals_the_python_path_rules(shape, multiword):
@@ -554,11 +565,7 @@ def test_batched_best_equals_the_python_path_rules(shape, multiword):
     rules, also behind nbest): tokens, frames, words and their start/end frames, with and without a blank id."""
     rng = np.random.default_rng(77 + len(shape) + 3 * multiword)
     for gi in range(6):
-        g = acyclic_eps_graph(rng, num_states=int(rng.integers(3, 60)), num_tokens=int(rng.integers(2, 12)),
-                              num_words=15, finals="some") if shape == "TLG" else \
-            random_graph(rng, num_states=int(rng.integers(2, 60)), num_tokens=int(rng.integers(2, 12)))
-        if multiword:
-            g = _with_multiword_arcs(rng, g)
+        g = _path_test_graph(rng, shape, multiword, max_states=60, max_tokens=12, num_words=15)
         lp = random_log_probs(rng, 6, 30, g.num_tokens)
         lengths = torch.tensor([30, 0, 1, 17, 30, 5])
         for blank in (None, 0, g.num_tokens - 1):
@@ -912,11 +919,7 @@ def test_nbest_op_equals_the_python_reference(shape, multiword):
     rng = np.random.default_rng(401 + len(shape) + 7 * multiword)
     compared = 0
     for gi in range(6):
-        g = acyclic_eps_graph(rng, num_states=int(rng.integers(3, 40)), num_tokens=int(rng.integers(2, 8)),
-                              num_words=9, finals="some") if shape == "TLG" else \
-            random_graph(rng, num_states=int(rng.integers(2, 40)), num_tokens=int(rng.integers(2, 8)))
-        if multiword:
-            g = _with_multiword_arcs(rng, g)
+        g = _path_test_graph(rng, shape, multiword, max_states=40, max_tokens=8, num_words=9)
         lp = random_log_probs(rng, 5, 12, g.num_tokens, peaky=float(rng.choice([0.0, 1.0, 4.0])))
         lengths = torch.tensor([12, 0, 1, 7, 12])
         lats = WfstDecoder(g, WfstDecoderConfig(search_beam=12.0, output_beam=6.0)).decode_lattice(lp, lengths)
