@@ -493,30 +493,39 @@ def _check_boost(where: str, value) -> float:
     return float(v32)
 
 
-def _epsilon_cycle_arcs(graph: WfstGraph) -> np.ndarray:
-    """Indices of the epsilon arcs that lie on an epsilon cycle (both ends in one strongly connected component of the
-    epsilon subgraph, self-loops included); empty when the epsilon subgraph is acyclic. Cached per graph."""
+def epsilon_cycle_arcs(src: np.ndarray, dest: np.ndarray, ilabel: np.ndarray, num_states: int) -> np.ndarray:
+    """Indices of the epsilon arcs (ilabel == EPSILON) that lie on an epsilon cycle: both ends in one strongly
+    connected component of the epsilon subgraph (a self-loop is its own component). Empty when it is acyclic."""
+    eps = np.nonzero(np.asarray(ilabel) == EPSILON)[0]
+    if eps.size == 0:
+        return eps.astype(np.int64)
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    s, d = np.asarray(src)[eps].astype(np.int64), np.asarray(dest)[eps].astype(np.int64)
+    adj = csr_matrix((np.ones(eps.size, dtype=np.int8), (s, d)), shape=(num_states, num_states))
+    comp = connected_components(adj, directed=True, connection="strong")[1]
+    return eps[comp[s] == comp[d]].astype(np.int64)
+
+
+def _epsilon_cycles(graph: WfstGraph) -> Optional[dict]:
+    """The arcs on the epsilon cycles of `graph` ({"arcs", "src", "dst", "ok": bonuses already checked}), or None when
+    its epsilon arcs are acyclic (known at once from the decoder's epsilon_depth when that ran). Cached per graph."""
     with _graph_cache_lock:
         entry = _host_entry(graph)
-        hit = entry.get("eps_cycle_arcs")
-    if hit is not None:
-        return hit
-    il = np.asarray(graph.ilabel)
-    eps = np.nonzero(il == EPSILON)[0]
-    out = np.zeros(0, dtype=np.int64)
-    if eps.size:
-        from scipy.sparse import csr_matrix
-        from scipy.sparse.csgraph import connected_components
-
-        src = np.asarray(graph.src())[eps].astype(np.int64)
-        dst = np.asarray(graph.dest)[eps].astype(np.int64)
-        n = graph.num_states
-        adj = csr_matrix((np.ones(eps.size, dtype=np.int8), (src, dst)), shape=(n, n))
-        _, comp = connected_components(adj, directed=True, connection="strong")
-        out = eps[comp[src] == comp[dst]]  # same component: on a cycle (a self-loop is its own component)
+        if "eps_cycles" in entry:
+            return entry["eps_cycles"]
+        acyclic = entry.get("eps_depth", -1) >= 0
+    cycles = None
+    if not acyclic:
+        src = np.asarray(graph.src())
+        arcs = epsilon_cycle_arcs(src, graph.dest, graph.ilabel, graph.num_states)
+        if arcs.size:
+            cycles = {"arcs": arcs, "src": src[arcs].astype(np.int64),
+                      "dst": np.asarray(graph.dest)[arcs].astype(np.int64), "ok": set()}
     with _graph_cache_lock:
-        _host_entry(graph)["eps_cycle_arcs"] = out
-    return out
+        _host_entry(graph)["eps_cycles"] = cycles
+    return cycles
 
 
 def check_epsilon_cycles(graph: WfstGraph, word_bonus: float, boosts: Sequence[Mapping[int, float]] = ()) -> None:
@@ -525,21 +534,20 @@ def check_epsilon_cycles(graph: WfstGraph, word_bonus: float, boosts: Sequence[M
     best path exists (the closure would only stop at eps_iterations, overflow-flagged, with a result that depends on
     the order of relaxation). Zero-gain cycles are fine (they never improve a token). Cost: one strongly-connected-
     component pass per graph; graphs whose epsilon arcs are acyclic (our TLGs) need nothing more."""
-    cyc = _epsilon_cycle_arcs(graph)
-    if cyc.size == 0:
+    cycles = _epsilon_cycles(graph)
+    if cycles is None:
         return
+    boosted = [(b, t) for b, t in enumerate(boosts) if t]
+    bonus = float(word_bonus)
+    if bonus in cycles["ok"] and not boosted:  # the bonus-only verdict is the same for every batch
+        return
+    cyc = cycles["arcs"]
     splits, words = graph.aux_csr()
     splits = np.asarray(splits, dtype=np.int64)
-    base = np.asarray(graph.weight, dtype=np.float64)[cyc] + float(word_bonus) * (splits[cyc + 1] - splits[cyc])
-    src = np.asarray(graph.src())[cyc].astype(np.int64)
-    dst = np.asarray(graph.dest)[cyc].astype(np.int64)
-    with _graph_cache_lock:  # the bonus-only check is the same for every batch: cache its verdict
-        entry = _host_entry(graph)
-        done = entry.setdefault("eps_cycle_ok", set())
-    tables = [(-1, {})] + [(b, t) for b, t in enumerate(boosts) if t]
+    base = np.asarray(graph.weight, dtype=np.float64)[cyc] + bonus * (splits[cyc + 1] - splits[cyc])
     cyc_words = None  # the words of each cycle arc, listed once for all boosted utterances
-    for b, table in tables:
-        if b < 0 and float(word_bonus) in done:
+    for b, table in [(-1, {})] + boosted:
+        if b < 0 and bonus in cycles["ok"]:
             continue
         gain = base
         if b >= 0:  # the boosts of the words on each cycle arc (only arcs with words can change)
@@ -549,12 +557,8 @@ def check_epsilon_cycles(graph: WfstGraph, word_bonus: float, boosts: Sequence[M
             if not extra.any():
                 continue
             gain = base + extra
-        if not (gain > 0).any():  # no arc gains: no cycle can (the usual case: epsilon weights <= 0, no bonus)
-            if b < 0:
-                with _graph_cache_lock:
-                    done.add(float(word_bonus))
-            continue
-        state = _positive_cycle_state(src, dst, gain)
+        # no arc that gains: no cycle can (the usual case: epsilon weights <= 0, no bonus)
+        state = _positive_cycle_state(cycles["src"], cycles["dst"], gain) if (gain > 0).any() else None
         if state is not None:
             who = "" if b < 0 else f" and utterance {b}'s word boosts"
             raise ValueError(f"the graph has an epsilon cycle through state {state} whose score grows with every "
@@ -562,7 +566,7 @@ def check_epsilon_cycles(graph: WfstGraph, word_bonus: float, boosts: Sequence[M
                              "boosts, or remove the cycle's word outputs)")
         if b < 0:
             with _graph_cache_lock:
-                done.add(float(word_bonus))
+                cycles["ok"].add(bonus)
 
 
 # Bellman-Ford's work bound in check_epsilon_cycles (rounds x cycle arcs): past it the check gives up without an

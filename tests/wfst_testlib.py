@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from decoders.graph import EPSILON, FINAL, WfstGraph
+from decoders.wfst import epsilon_cycle_arcs
 
 
 def random_graph(
@@ -59,13 +60,8 @@ def random_graph(
             wt.append(float(rng.uniform(-1.0, 0.0)))
     words = ["<eps>"] + [f"w{i}" for i in range(1, num_words)]
     if not words_on_epsilon_cycles and epsilon:
-        from scipy.sparse import csr_matrix
-        from scipy.sparse.csgraph import connected_components
-
-        s_, d_, e_ = np.asarray(src), np.asarray(dst), np.asarray(il) == EPSILON
-        adj = csr_matrix((np.ones(int(e_.sum()), dtype=np.int8), (s_[e_], d_[e_])), shape=(n, n))
-        comp = connected_components(adj, directed=True, connection="strong")[1]
-        ol = [0 if e and comp[a] == comp[b] else o for a, b, e, o in zip(s_, d_, e_, ol)]
+        ol = np.asarray(ol)
+        ol[epsilon_cycle_arcs(src, dst, il, n)] = 0
     return WfstGraph.from_arcs(
         src, dst, il, ol, wt, num_states=n, start_state=0, final_state=final, num_tokens=v, words=words
     )
