@@ -144,6 +144,15 @@ def epsilon_levels(graph: WfstGraph) -> np.ndarray:
     return level
 
 
+def _split_by_counts(items: list, counts: list[int]) -> list[list]:
+    """`items` (laid out utterance after utterance) as one list per utterance of counts[i] items."""
+    out, p = [], 0
+    for c in counts:
+        out.append(items[p:p + c])
+        p += c
+    return out
+
+
 @dataclass
 class WfstLattices:
     """A batch of lattices (CPU tensors, layout decoders/csrc/wfst_lattice_ops.h) plus the graph they index."""
@@ -359,24 +368,14 @@ class WfstLattices:
             path_arcs, _int32_tensor(self.graph.ilabel), _int32_tensor(splits), _int32_tensor(words),
             -1 if self.blank_id is None else int(self.blank_id))
         ts, ws, tl, wl = tok_splits.tolist(), word_splits.tolist(), toks.tolist(), wtab.tolist()
-        scores = path_scores.tolist()
-        out, p = [], 0
-        for c in counts.tolist():
-            hyps = []
-            for j in range(p, p + c):
-                hyps.append(self._packed_hypothesis(tl[ts[j]:ts[j + 1]], wl[ws[j]:ws[j + 1]], float(scores[j])))
-            out.append(hyps)
-            p += c
-        return out
+        hyps = [self._packed_hypothesis(tl[ts[j]:ts[j + 1]], wl[ws[j]:ws[j + 1]], float(score))
+                for j, score in enumerate(path_scores.tolist())]
+        return _split_by_counts(hyps, counts.tolist())
 
     def _nbest_op(self, k: int, i: Optional[int] = None) -> list[list[tuple[list[int], float]]]:
         """nbest_paths of every utterance (or of utterance i alone) by the C++ op wfst_lattice_nbest."""
         counts, splits, arcs, scores = (x.tolist() for x in self._nbest_raw(k, i))
-        out, p = [], 0
-        for c in counts:
-            out.append([(arcs[splits[j]:splits[j + 1]], scores[j]) for j in range(p, p + c)])
-            p += c
-        return out
+        return _split_by_counts([(arcs[splits[j]:splits[j + 1]], score) for j, score in enumerate(scores)], counts)
 
     def _nbest_raw(self, k: int, i: Optional[int] = None) -> tuple:
         """wfst_lattice_nbest's tensors for every utterance (or utterance i alone): (counts (B,), path_splits,
