@@ -921,10 +921,16 @@ static void check_labeled_dags(const char* op, const at::Tensor& state_splits, c
   check_dags(op, state_splits, arc_splits, arcs, by_source);
 }
 
-// Whether graph arc `ga` and its word range [xs[ga], xs[ga + 1]) lie inside a graph of AG arcs and XW words.
-static inline bool graph_arc_ok(int32_t ga, const int32_t* xs, int64_t AG, int64_t XW) {
-  return ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW;
-}
+// What the path ops read of the graph: its ilabel (null where unused) and each arc's words (aux CSR xs / xw) over
+// AG arcs and XW words.
+struct GraphWords {
+  const int32_t* il;
+  const int32_t* xs;
+  const int32_t* xw;
+  int64_t AG, XW;
+  // Whether graph arc `ga` and its word range [xs[ga], xs[ga + 1]) lie inside the graph.
+  bool arc_ok(int32_t ga) const { return ga >= 0 && ga < AG && xs[ga] >= 0 && xs[ga] <= xs[ga + 1] && xs[ga + 1] <= XW; }
+};
 
 // The hypothesis of one lattice path (local arc indices `path` of an utterance whose states are `st_u` [frame, graph
 // state] (ns of them) and arcs `ar_u` [src, dst, graph arc]): tokens with their frames, words with start / end frames;
@@ -934,8 +940,8 @@ struct PathHypothesis {
 };
 
 static void path_hypothesis(const int32_t* st_u, int64_t ns, const int32_t* ar_u, const std::vector<int64_t>& path,
-                            const int32_t* il, const int32_t* xs, const int32_t* xw, int64_t AG, int64_t XW,
-                            int64_t blank_id, const char* op, PathHypothesis& r) {
+                            const GraphWords& gw, int64_t blank_id, const char* op, PathHypothesis& r) {
+  const int32_t *il = gw.il, *xs = gw.xs, *xw = gw.xw;
   auto frame = [&](int64_t s) { return st_u[2 * s]; };
   const int64_t final_state = ns - 1;
   int32_t last_real = -1, prev_token = -1;
@@ -944,7 +950,7 @@ static void path_hypothesis(const int32_t* st_u, int64_t ns, const int32_t* ar_u
   auto word_end = [&](int32_t otherwise) { return (last_real >= 0 && blank_id >= 0) ? last_real + 1 : otherwise; };
   for (const int64_t k : path) {
     const int32_t src = ar_u[3 * k], dst = ar_u[3 * k + 1], ga = ar_u[3 * k + 2];
-    BEAMDEC_CHECK(graph_arc_ok(ga, xs, AG, XW), op, ": graph arc ", ga, " outside the graph");
+    BEAMDEC_CHECK(gw.arc_ok(ga), op, ": graph arc ", ga, " outside the graph");
     const int32_t f = frame(src);
     const bool emitting = dst != final_state && frame(dst) == f + 1;
     const int32_t lab = emitting ? il[ga] : -1;
@@ -1004,14 +1010,16 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> pack_hypothese
   return {tok_splits, toks, word_splits, words};
 }
 
-// The graph arrays the path ops read (one-line errors naming `op`).
-static void check_graph_words(const char* op, const at::Tensor& ilabel, const at::Tensor& aux_splits,
-                              const at::Tensor& aux_words) {
+// The graph arrays the path ops read, checked (one-line errors naming `op`).
+static GraphWords checked_graph_words(const char* op, const at::Tensor& ilabel, const at::Tensor& aux_splits,
+                                      const at::Tensor& aux_words) {
   BEAMDEC_CHECK(ilabel.dim() == 1 && ilabel.scalar_type() == at::kInt && ilabel.is_contiguous() &&
                     aux_splits.dim() == 1 && aux_splits.numel() == ilabel.numel() + 1 &&
                     aux_splits.scalar_type() == at::kInt && aux_splits.is_contiguous() &&
                     aux_words.scalar_type() == at::kInt && aux_words.is_contiguous(),
                 op, ": the graph's ilabel (A_g,), aux_splits (A_g + 1,) and aux_words must be int32");
+  return GraphWords{ilabel.data_ptr<int32_t>(), aux_splits.data_ptr<int32_t>(), aux_words.data_ptr<int32_t>(),
+                    ilabel.numel(), aux_words.numel()};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_best_cpu(
@@ -1024,15 +1032,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
   BEAMDEC_CHECK(state_scores.sizes() == states.sizes() && state_scores.scalar_type() == at::kFloat &&
                     state_scores.is_contiguous(),
                 "wfst_lattice_best: state_scores must be contiguous float32 (S, 2) like states");
-  check_graph_words("wfst_lattice_best", ilabel, aux_splits, aux_words);
+  const GraphWords gw = checked_graph_words("wfst_lattice_best", ilabel, aux_splits, aux_words);
   const int32_t* st = states.data_ptr<int32_t>();
   const float* ss = state_scores.data_ptr<float>();
   const int32_t* ar = arcs.data_ptr<int32_t>();
   const float* as = arc_scores.data_ptr<float>();
-  const int32_t* il = ilabel.data_ptr<int32_t>();
-  const int32_t* xs = aux_splits.data_ptr<int32_t>();
-  const int32_t* xw = aux_words.data_ptr<int32_t>();
-  const int64_t AG = ilabel.numel(), XW = aux_words.numel();
   struct Best : PathHypothesis {
     int64_t status = 0;  // 0 empty lattice, 1 traced, -1 no tight path (the caller falls back to the exact search)
   };
@@ -1065,7 +1069,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_latt
     }
     std::reverse(path.begin(), path.end());
     r.status = 1;
-    path_hypothesis(st + 2 * s0, ns, ar + 3 * a0, path, il, xs, xw, AG, XW, blank_id, "wfst_lattice_best", r);
+    path_hypothesis(st + 2 * s0, ns, ar + 3 * a0, path, gw, blank_id, "wfst_lattice_best", r);
   });
   at::Tensor status = at::empty({B}, at::TensorOptions().dtype(at::kLong));
   std::vector<const PathHypothesis*> hyps(static_cast<size_t>(B));
@@ -1084,7 +1088,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_path_hyp
     int64_t blank_id) {
   const char* op = "wfst_lattice_path_hypotheses";
   const int64_t B = check_packed_lattices(op, state_splits, states, arc_splits, arcs, arc_scores);
-  check_graph_words(op, ilabel, aux_splits, aux_words);
+  const GraphWords gw = checked_graph_words(op, ilabel, aux_splits, aux_words);
   BEAMDEC_CHECK(path_utt.dim() == 1 && path_utt.scalar_type() == at::kLong && path_utt.is_contiguous() &&
                     path_splits.dim() == 1 && path_splits.numel() == path_utt.numel() + 1 &&
                     path_splits.scalar_type() == at::kLong && path_splits.is_contiguous() && path_arcs.dim() == 1 &&
@@ -1107,16 +1111,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_path_hyp
   }
   const int32_t* st = states.data_ptr<int32_t>();
   const int32_t* ar = arcs.data_ptr<int32_t>();
-  const int32_t* il = ilabel.data_ptr<int32_t>();
-  const int32_t* xs = aux_splits.data_ptr<int32_t>();
-  const int32_t* xw = aux_words.data_ptr<int32_t>();
-  const int64_t AG = ilabel.numel(), XW = aux_words.numel();
   std::vector<PathHypothesis> res(static_cast<size_t>(P));
   at::parallel_for(0, P, 16, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const int64_t b = pu[p], s0 = ssp[b], a0 = asp[b];
       const std::vector<int64_t> path(pa + ps[p], pa + ps[p + 1]);
-      path_hypothesis(st + 2 * s0, ssp[b + 1] - s0, ar + 3 * a0, path, il, xs, xw, AG, XW, blank_id, op, res[p]);
+      path_hypothesis(st + 2 * s0, ssp[b + 1] - s0, ar + 3 * a0, path, gw, blank_id, op, res[p]);
     }
   });
   std::vector<const PathHypothesis*> hyps(static_cast<size_t>(P));
@@ -1578,10 +1578,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> wfst_lattice_nbest_cp
   const float* as = arc_scores.data_ptr<float>();
   const int32_t* xs = aux_splits.data_ptr<int32_t>();
   const int32_t* xw = aux_words.data_ptr<int32_t>();
-  const int64_t AG = aux_splits.numel() - 1, XW = aux_words.numel();
+  const GraphWords gw{nullptr, xs, xw, aux_splits.numel() - 1, aux_words.numel()};
   for (int64_t a = 0; a < A; ++a) {
     const int32_t ga = ar[3 * a + 2];
-    BEAMDEC_CHECK(graph_arc_ok(ga, xs, AG, XW), op, ": graph arc ", ga, " outside the graph; arc ", a);
+    BEAMDEC_CHECK(gw.arc_ok(ga), op, ": graph arc ", ga, " outside the graph; arc ", a);
     for (int32_t j = xs[ga]; j < xs[ga + 1]; ++j)
       BEAMDEC_CHECK(xw[j] >= 0, op, ": words must be >= 0; graph arc ", ga);
     BEAMDEC_CHECK(std::isfinite(as[a]), op, ": arc scores must be finite; arc ", a);
