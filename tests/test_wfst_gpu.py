@@ -76,41 +76,6 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
                 assert (math.isinf(sc) and math.isinf(sp)) or abs(sp - sc) <= 1e-4 * max(1.0, abs(sc)), (gi, b)
 
 
-@pytest.mark.parametrize("batch", [1, 3, 33])
-@pytest.mark.parametrize("epsilon", [False, True])
-@pytest.mark.parametrize("fused_max", ["0", "1"])
-def test_one_barrier_walks_equal_grid_sync_walks_and_cpu(monkeypatch, batch, epsilon, fused_max):
-    """BEAMDEC_WFST_ONE_BARRIER=1: in the persistent kernel the Expand / Resolve walks' arrive-and-prepare is their
-    grid barrier (the other blocks wait for the preparing block's release) instead of an arrival followed by a
-    grid.sync(). Same step bodies, so the same scores as the grid.sync() form and the CPU, on odd batches, empty and
-    one-frame utterances, fp16, boosts, epsilon closures, a frontier-capacity rescue, with and without the fused max."""
-    rng = np.random.default_rng(700 + batch + 7 * epsilon + 31 * int(fused_max))
-    monkeypatch.setenv("BEAMDEC_WFST_FUSED_MAX", fused_max)
-    for gi in range(4):
-        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 300)),
-                         num_tokens=int(rng.choice([2, 29])))
-        cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), max_active=int(rng.choice([40, 10000])),
-                                frontier_capacity=16 if gi == 3 else None)
-        lp, lengths = random_batch(rng, batch, g.num_tokens)
-        boosts = [{1: 1.5}] + [{}] * (batch - 1)
-        for dtype in (torch.float32, torch.float16):
-            x = lp.to(dtype)
-            monkeypatch.delenv("BEAMDEC_WFST_ONE_BARRIER", raising=False)
-            two = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-            monkeypatch.setenv("BEAMDEC_WFST_ONE_BARRIER", "1")
-            one = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-            again = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)  # the release word moved on
-            monkeypatch.delenv("BEAMDEC_WFST_ONE_BARRIER")
-            key = (gi, str(dtype))
-            assert one.scores.tolist() == two.scores.tolist() == again.scores.tolist(), key
-            assert one.overflow == two.overflow and one.has_path == two.has_path, key
-            assert sum(one.words[b] != two.words[b] for b in range(batch)) <= max(1, batch // 8), key
-            cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
-            for b in range(batch):
-                sc, so = float(cpu.scores[b]), float(one.scores[b])
-                assert (math.isinf(sc) and math.isinf(so)) or abs(so - sc) <= 1e-4 * max(1.0, abs(sc)), key + (b,)
-
-
 @pytest.mark.parametrize("blocks_per_sm", ["1", "2"])
 def test_gpu_results_do_not_depend_on_the_walk_grid(monkeypatch, blocks_per_sm):
     """BEAMDEC_WFST_BLOCKS_PER_SM shrinks the walk grids (an A/B knob for small batches): the warps' spans follow the

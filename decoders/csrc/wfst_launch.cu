@@ -103,7 +103,6 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   ws.fused = persistent && caps.hash_tables == 2 ? fused_max_mode() : 0;
   ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
   ws.max_emit_weight = max_emit_weight;
-  ws.one_barrier = persistent && env_flag("BEAMDEC_WFST_ONE_BARRIER");
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
   // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.
@@ -114,7 +113,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   if ((err = cudaMemsetAsync(ws.step_flags, 0, sizeof(int32_t), stream))) return err;
   if ((err = cudaMemsetAsync(ws.clear_lanes, 0, sizeof(int32_t) * (B + 1), stream))) return err;
   if ((err = cudaMemsetAsync(ws.arena_cursor, 0, sizeof(unsigned long long), stream))) return err;
-  if ((err = cudaMemsetAsync(ws.arrive, 0, sizeof(unsigned int) * kArriveWords, stream))) return err;
+  if ((err = cudaMemsetAsync(ws.arrive, 0, sizeof(unsigned int), stream))) return err;
 
   // Walk grids: as many blocks as are resident at once (a warp's span of items is sized from the grid).
   static const int blocks_per_sm = [] {
@@ -142,7 +141,6 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
                                                                num_sms, stream);
   if (!fused) {
     ws.fused = 0;  // the plain launches (InitKernel's bookkeeping is the same either way)
-    ws.one_barrier = 0;  // their kernel boundaries are the barriers: no block may wait for another
     ws.frame_max = nullptr;
     if (passes > 0) {  // the start token's closure (cutoff -search_beam), on buffer 0
       ExpandKernel<scalar_t, true><<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, lp, T, V, 0, 0, 0, F, C, H, B,

@@ -49,8 +49,6 @@ constexpr uint32_t kNoCand = 0xffffffffu;  // payload of a slot set without a ca
 constexpr int kMaxProbes = 256;
 constexpr int kInitBlock = 512;
 constexpr int kWalkBlock = 256;
-constexpr int kReleaseWord = 32;  // Workspace::arrive[kReleaseWord]: the one-barrier form's release generation
-constexpr int kArriveWords = 64;
 
 enum Phase : int32_t { kDone = 0, kEmit = 1, kFinal = 2, kRedirect = 3 };
 // What the next kernel walks (chosen by `prepare`).
@@ -104,16 +102,13 @@ struct Workspace {
   int32_t* cand_slot;        // (B, C) hash slot of the candidate's destination
   int2* arena;               // (arena,) word links {previous link, arc}
   unsigned long long* arena_cursor;  // (1,)
-  // [0]: blocks of the current kernel (walk) done, the last one runs `prepare`; [kReleaseWord]: the release
-  // generation of the one-barrier form (its own 128-B line; never reset, only bumped)
-  unsigned int* arrive;
+  unsigned int* arrive;              // (1,) blocks of the current kernel done (last one runs `prepare`)
   // Fused max (persistent kernel only; see "Fused max" below). hash_alt / claims_alt: the table and claim list of
   // frontier buffer 1 (== hash / claims when there is one table: every other launcher).
   HashSlot* hash_alt;
   int32_t* claims_alt;
   int32_t* step_flags;      // (1,) [0]: the coming step needs its Max walk (some live lane is not max_ready)
   int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
-  int32_t one_barrier;      // set by the launcher (persistent kernel only): arrive_and_prepare is the walk's barrier
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
 };
@@ -171,7 +166,7 @@ inline size_t carve_workspace(char* base, int32_t B, const Capacities& c, Worksp
   w.cand_slot = static_cast<int32_t*>(take(sizeof(int32_t) * BC));
   w.arena = static_cast<int2*>(take(sizeof(int2) * static_cast<size_t>(c.arena)));
   w.arena_cursor = static_cast<unsigned long long*>(take(sizeof(unsigned long long)));
-  w.arrive = static_cast<unsigned int*>(take(sizeof(unsigned int) * kArriveWords));
+  w.arrive = static_cast<unsigned int*>(take(sizeof(unsigned int)));
   w.step_flags = static_cast<int32_t*>(take(sizeof(int32_t)));
   if (ws) *ws = w;
   return off;
@@ -321,48 +316,20 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
 
 // Every block calls this at its end; the last one to arrive runs `prepare` and re-arms the counter
 // (threadFenceReduction pattern).
-// ws.one_barrier (persistent kernel only; BEAMDEC_WFST_ONE_BARRIER, wfst_launch.cu): this IS the walk's grid barrier.
-// The other blocks wait for the last one to publish its `prepare` (a release generation bumped after it) instead
-// of arriving a second time at a grid.sync() after it: one round of arrivals per walk instead of two. The wait is
-// cooperative_groups' own (thread 0 spins on a volatile word, fences, then the block barrier), so what the blocks
-// see afterwards is what grid.sync() gives them; a cooperative launch keeps every block resident.
 __device__ __forceinline__ void arrive_and_prepare(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                                    int32_t batch, int32_t F, int32_t C, const Prepare& p) {
   __shared__ bool s_last;
-  const bool one_barrier = ws.one_barrier != 0;
-  unsigned gen = 0u;
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (one_barrier) gen = ld_volatile(ws.arrive[kReleaseWord]);  // before arriving: it cannot move until we have
     __threadfence();
     const unsigned prev = atomicAdd(ws.arrive, 1u);
     s_last = prev == gridDim.x - 1;
   }
   __syncthreads();
-  if (!s_last) {
-    if (one_barrier) {
-      if (threadIdx.x == 0) {
-        while (ld_volatile(ws.arrive[kReleaseWord]) == gen) {
-        }
-        __threadfence();
-      }
-      __syncthreads();
-    }
-    return;
-  }
+  if (!s_last) return;
   __threadfence();
   prepare(g, opt, ws, batch, F, C, p);
-  if (!one_barrier) {
-    if (threadIdx.x == 0) *ws.arrive = 0u;
-    return;
-  }
-  __syncthreads();  // every thread's `prepare` writes are done before thread 0 publishes them
-  if (threadIdx.x == 0) {
-    *ws.arrive = 0u;
-    __threadfence();
-    atomicAdd(&ws.arrive[kReleaseWord], 1u);
-  }
-  __syncthreads();
+  if (threadIdx.x == 0) *ws.arrive = 0u;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -971,19 +938,18 @@ __global__ void __launch_bounds__(kWalkBlock)
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
                      const float* boost_values, int32_t boost_cap, int32_t steps, int32_t passes) {
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
-  const bool one_barrier = ws.one_barrier != 0;  // the Expand / Resolve walks' arrive_and_prepare is their barrier
   auto closure = [&](int32_t t, int32_t buf) {
     for (int32_t k = 1; k <= passes; ++k) {
       const Prepare next = k < passes ? Prepare{kWalkCands, t, false, true, false}
                                       : Prepare{kWalkStep, t + 1, true, true, false, t >= 0};
       resolve_step<scalar_t, kFused>(g, opt, ws, lp, T, V, t + 1, buf, k < passes ? kEpsExpand : kEpsCheck, F, C,
                                      H, arena_cap, batch, boost_keys, boost_values, boost_cap, next);
-      if (!one_barrier) grid.sync();
+      grid.sync();
     }
   };
   if (passes > 0) {  // the start token's closure (cutoff -search_beam), on buffer 0
     expand_step<scalar_t, true>(g, opt, ws, lp, T, V, 0, 0, 0, F, C, H, batch, boost_keys, boost_values, boost_cap);
-    if (!one_barrier) grid.sync();
+    grid.sync();
     closure(-1, 0);
   }
   for (int32_t t = 0; t < steps; ++t) {
@@ -995,12 +961,13 @@ __global__ void __launch_bounds__(kWalkBlock)
     }
     expand_step<scalar_t, false>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys, boost_values,
                                  boost_cap);
-    if (!one_barrier) grid.sync();
+    grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};
     resolve_step<scalar_t, kFused>(g, opt, ws, lp, T, V, t + 1, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H,
-                                   arena_cap, batch, boost_keys, boost_values, boost_cap, next);
-    if (!one_barrier) grid.sync();
+                                   arena_cap,
+                           batch, boost_keys, boost_values, boost_cap, next);
+    grid.sync();
     closure(t, out);
   }
 }
