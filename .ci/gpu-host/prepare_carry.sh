@@ -3,6 +3,7 @@
 #   .whl         requirements.txt (hydra, jiwer, kaldifst, kaldilm, k2py, flashlight-text, riva, kaldi-decoder, tvm-ffi)
 #   .whl-lite    the part of .whl the NeMo / speech calls need beside .whl-nemo and .whl-speech (64 MiB carry limit)
 #   .whl-oasr    .whl-lite + tvm-ffi: the WFST-vs-OASR bench calls (WHEELS=.whl-oasr; carry it with .anchors)
+#   .whl-bench   .whl less the CPU-only baselines: WFST vs Riva and OASR in one call (WHEELS=.whl-bench, with .anchors)
 #   .whl-nemo    requirements-nemo.txt
 #   .whl-speech  requirements-speech.txt (espeak-ng for the synthesized test sets)
 #   .anchors     the seed system's source (OASR), unpacked from ../shared/anchors
@@ -44,6 +45,14 @@ if [ ! -d .whl-oasr ]; then
   mkdir -p .whl-oasr && cp .whl-lite/*.whl .whl/apache_tvm_ffi*.whl .whl-oasr/
   exclude .whl-oasr
 fi
+if [ ! -d .whl-bench ]; then
+  # the WFST bench calls with Riva AND OASR in one process (DECODERS="wfst riva oasr"): .whl without the CPU-only
+  # baselines' wheels (k2py, kaldi-decoder, flashlight-text), so that it, .anchors and the tree fit the carry limit;
+  # WHEELS=.whl-bench eval/bench/wfst_gpu_run.sh
+  echo "== .whl-bench <- .whl less k2py, kaldi_decoder, flashlight_text"
+  mkdir -p .whl-bench && cp .whl/*.whl .whl-bench/ && rm -f .whl-bench/{k2py,kaldi_decoder,flashlight_text}-*.whl
+  exclude .whl-bench
+fi
 if [ ! -f .anchors/oasr/oasr/jit/wfst_decoder.py ]; then
   echo "== .anchors/oasr <- ../shared/anchors/oasr-*.tar.xz"
   mkdir -p .anchors/oasr && tar -xJf ../shared/anchors/oasr-*.tar.xz -C .anchors/oasr
@@ -54,5 +63,5 @@ if [ "${LP:-0}" = 1 ] && [ ! -f data/lp/speech_other_100.pt ]; then
   [ -d data/speech ] || make demo
   mkdir -p data/lp && python3 -m eval.bench.ctc_lm_bench --max-utts 100 --dump-speech-lp data/lp/speech_other_100.pt
 fi
-du -sh .whl .whl-lite .whl-oasr .whl-nemo .whl-speech .anchors 2>/dev/null
+du -sh .whl .whl-lite .whl-oasr .whl-bench .whl-nemo .whl-speech .anchors 2>/dev/null
 echo "carry limit 64 MiB with the tree ($(git ls-files | xargs du -cb 2>/dev/null | tail -1 | cut -f1) bytes tracked)"
