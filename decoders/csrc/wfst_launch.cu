@@ -65,17 +65,6 @@ int fused_max_mode() {
   return 0;
 }
 
-// Resident blocks per SM the persistent kernel (Max walk form) is compiled for: BEAMDEC_WFST_MIN_BLOCKS=5 / 6 caps its
-// registers (__launch_bounds__(256, n): 48 / 40 instead of 64, with spills) so that 5 / 6 blocks of 256 threads fit
-// an SM instead of 4 -- more warps to hide the walks' dependent global round trips. Opt-in A/B (session 21); unset:
-// the kernel as before. Read on every call.
-int persistent_min_blocks() {
-  const char* env = std::getenv("BEAMDEC_WFST_MIN_BLOCKS");
-  if (env && std::strcmp(env, "5") == 0) return 5;
-  if (env && std::strcmp(env, "6") == 0) return 6;
-  return 0;
-}
-
 // The step loop (the start closure and every step) as one cooperative launch of PersistentKernel
 // (wfst_kernels.cuh), enqueue's alternative to its per-kernel launches (the default; BEAMDEC_WFST_PERSISTENT=0
 // turns it off): grid-wide barriers where the plain loop has kernel boundaries. Its grid is every
@@ -96,9 +85,6 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   };
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
-  const int min_blocks = persistent_min_blocks();
-  if (min_blocks == 5) return cooperative_launch<PersistentKernel<scalar_t, 0, 5>>(kWalkBlock, grid, args, stream);
-  if (min_blocks == 6) return cooperative_launch<PersistentKernel<scalar_t, 0, 6>>(kWalkBlock, grid, args, stream);
   return cooperative_launch<PersistentKernel<scalar_t, 0>>(kWalkBlock, grid, args, stream);
 }
 

@@ -932,8 +932,8 @@ __global__ void __launch_bounds__(kWalkBlock)
 // H200 spent ~10 us per launch on a few thousand items (batch 1: 5 Resolve launches per frame, ~50 of ~86 us);
 // it won at every batch measured (1.7x the kernel time at batch 1, 1.3x at batch 200: wfst_launch.cu).
 // Needs every block resident at once: the launcher sizes the grid from this kernel's occupancy.
-template <typename scalar_t, int kFused, int kMinBlocks = 0>
-__global__ void __launch_bounds__(kWalkBlock, kMinBlocks)
+template <typename scalar_t, int kFused>
+__global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
                      const float* boost_values, int32_t boost_cap, int32_t steps, int32_t passes) {
