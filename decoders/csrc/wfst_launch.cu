@@ -56,7 +56,8 @@ bool persistent_selected() {
 // variant 1 (lean) keeps that chain to the arcs, and does not pay either (H100, 2026-12-06 session 21, one call, small
 // char compact graphs, RTFx at batch 1 / 32 / 200: HLG 1,506 / 10,199 / 22,196 vs 1,533-1,584 / 10,656-10,690 /
 // 24,796-25,338 for the Max walk in the processes before it, TLG 862 / 6,848 / 22,831 vs 860-906 / 6,961-7,317 /
-// 23,344-24,338; reports/measurements/h100_2026-12-06/wfst_s21/). BEAMDEC_WFST_FUSED_MAX=1 / 2 turns variant 1 / 2 on (exact; the gpu tests compare both with the Max walk and the CPU bit for bit); 0 or unset: off.
+// 23,344-24,338; reports/measurements/h100_2026-12-06/wfst_s21/). BEAMDEC_WFST_FUSED_MAX=1 / 2 turns variant 1 / 2 on
+// (exact; the gpu tests compare both with the Max walk and the CPU bit for bit); 0 or unset: off.
 int fused_max_mode() {
   if (!persistent_selected()) return 0;
   const char* env = std::getenv("BEAMDEC_WFST_FUSED_MAX");

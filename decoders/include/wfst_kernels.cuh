@@ -932,6 +932,11 @@ __global__ void __launch_bounds__(kWalkBlock)
 // H200 spent ~10 us per launch on a few thousand items (batch 1: 5 Resolve launches per frame, ~50 of ~86 us);
 // it won at every batch measured (1.7x the kernel time at batch 1, 1.3x at batch 200: wfst_launch.cu).
 // Needs every block resident at once: the launcher sizes the grid from this kernel's occupancy.
+// Tried and not kept (H100, 2026-12-06 session 21, small char compact graphs, A/B in one call each;
+// reports/measurements/README.md "Session 21"): the walks' arrive-and-prepare as their only barrier (the other blocks
+// waiting for the preparing block's release instead of a grid.sync() after it): no faster, TLG batch 1 -9 %; 5 or 6
+// resident blocks per SM (__launch_bounds__(256, 5 / 6): 48 / 40 registers with spills, instead of 64 and 4 blocks):
+// 3-15 % slower at every batch.
 template <typename scalar_t, int kFused>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
