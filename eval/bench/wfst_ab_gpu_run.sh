@@ -7,7 +7,10 @@
 #      machine (timings are compared within one call); AB_ENV (one entry) is still read when AB_ENVS is unset
 #   then GPU_TESTS (default the offline, streaming and device-layout WFST tests) unless SKIP_TESTS=1.
 #   there:     SCALE=small TOPOLOGIES=compact bash eval/bench/wfst_ab_gpu_run.sh      (carry: .whl .anchors)
-#   then here: tar xzf <files_at>/wfst_ab_runs.tgz -C reports/evidence/<machine>_<date>/
+#   then here: tar xzf <files_at>/wfst_ab_call.tgz (every log, and wfst_ab_runs.tgz: the run directories; extract
+#              that one with -C reports/evidence/<machine>_<date>/)
+# The device returns at most 8 files of $OUT, and a call leaves ~12: with PACK=1 (the default) the script ends by
+# packing everything under $OUT into wfst_ab_call.tgz (session 21 lost a call's run directories to that limit).
 # Each stage has a time limit (A_TIMEOUT 420 s, B_TIMEOUT 150 s, TESTS_TIMEOUT 200 s) so a hang cannot eat the call.
 set -o pipefail
 SCALE=${SCALE:-small}; export SCALE; export RUN=${RUN:-${SCALE}_a}; export DECODERS=${DECODERS:-wfst oasr}
@@ -36,3 +39,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   echo "gpu tests rc=$? wall_s=$(( SECONDS - s )): $(tail -1 "$OUT/gpu_tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.txt" | head -20
 fi
 echo "total_s=$SECONDS"
+if [ "${PACK:-1}" = 1 ] && [ -d "$OUT" ] && [ "$OUT" != / ]; then
+  ( cd "$OUT" && tar czf /tmp/wfst_ab_call.tgz --exclude=wfst_ab_call.tgz . ) && find "$OUT" -mindepth 1 -delete \
+    && mv /tmp/wfst_ab_call.tgz "$OUT/" && echo "packed: $OUT/wfst_ab_call.tgz"
+fi
