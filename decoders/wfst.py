@@ -416,6 +416,8 @@ def graph_on_device(graph: WfstGraph, device: Union[str, torch.device]) -> dict:
         else:
             tensors = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in host.items()}
         tensors["has_eps"] = bool(np.any(host["eps_begin"] < host["final_begin"]))
+        rs = np.asarray(host["row_splits"], dtype=np.int64)
+        tensors["max_degree"] = int(np.diff(rs).max()) if rs.size > 1 else 0  # the CUDA op's emit-slots packing
         if "eps_depth" not in entry:
             entry["eps_depth"] = epsilon_depth(graph) if tensors["has_eps"] else 0
         tensors["eps_depth"] = entry["eps_depth"]
@@ -809,6 +811,7 @@ class WfstDecoder:
             bool(cfg.online),
             # the CUDA op's fused-max bound (one O(arcs) pass per graph and bonus); the CPU reference ignores it
             max_emit_weight(self.graph, cfg.word_bonus) if self.device.type == "cuda" else 3.0e38,
+            int(self._graph["max_degree"]),
         )
         return out.cpu()  # the one device->host copy of the batch
 

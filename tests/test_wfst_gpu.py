@@ -76,6 +76,54 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
                 assert (math.isinf(sc) and math.isinf(sp)) or abs(sp - sc) <= 1e-4 * max(1.0, abs(sc)), (gi, b)
 
 
+@pytest.mark.parametrize("batch", [1, 3, 33])
+@pytest.mark.parametrize("epsilon", [False, True])
+@pytest.mark.parametrize("persistent", ["1", "0"])
+def test_emit_slots_equal_the_candidate_form_and_cpu(monkeypatch, batch, epsilon, persistent):
+    """Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 is the candidate form): the emitting step appends no candidates; each slot's packed value names its
+    winner (source token, arc offset) and the step's Resolve walks the claimed tokens. Same scores as the candidate
+    form and the CPU, in the persistent kernel and the plain launches, on odd batches, empty and one-frame utterances,
+    fp16, boosts, epsilon closures (whose passes keep candidates), final and redirected steps, a frontier-capacity
+    rescue, and with the fused max."""
+    rng = np.random.default_rng(1300 + batch + 7 * epsilon + 31 * int(persistent))
+    monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", persistent)
+    for gi in range(5):
+        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 300)),
+                         num_tokens=int(rng.choice([2, 29])), max_emitting=int(rng.choice([8, 40])),
+                         finals="none" if gi == 4 else "some", words_on_epsilon_cycles=False)
+        cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), max_active=int(rng.choice([40, 10000])),
+                                frontier_capacity=16 if gi == 3 else None)
+        lp, lengths = random_batch(rng, batch, g.num_tokens)
+        boosts = [{1: 1.5}] + [{}] * (batch - 1)
+        for dtype in (torch.float32, torch.float16):
+            x = lp.to(dtype)
+            for fused in (("0", "1") if persistent == "1" else ("0",)):
+                monkeypatch.setenv("BEAMDEC_WFST_FUSED_MAX", fused)
+                monkeypatch.setenv("BEAMDEC_WFST_EMIT_SLOTS", "0")
+                cands = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+                monkeypatch.delenv("BEAMDEC_WFST_EMIT_SLOTS")
+                slots = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+                key = (gi, str(dtype), fused)
+                # Overflow flags may differ: the slot form's emitting step appends no candidates, so it cannot overflow
+                # the candidate capacity, where the candidate form can even after its rescues (session 22: gi 3's
+                # 16-token frontier rescued to 1,024 tokens with 4,096 candidates for ~5,000 arcs; that lane is
+                # flagged, and the slot form's unflagged score is the CPU's). Lanes the candidate form left flagged
+                # are not compared with it.
+                exact = [b for b in range(batch) if cands.overflow[b] == 0]
+                assert all(slots.overflow[b] == 0 for b in exact), key
+                assert [slots.scores[b] for b in exact] == [cands.scores[b] for b in exact], key
+                assert [slots.has_path[b] for b in exact] == [cands.has_path[b] for b in exact], key
+                assert [slots.reached_final[b] for b in exact] == [cands.reached_final[b] for b in exact], key
+                # words may differ only between exactly tied paths (the slot's tie order differs)
+                assert sum(slots.words[b] != cands.words[b] for b in exact) <= max(1, batch // 8), key
+            cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
+            for b in range(batch):
+                if slots.overflow[b]:
+                    continue
+                sc, ss = float(cpu.scores[b]), float(slots.scores[b])
+                assert (math.isinf(sc) and math.isinf(ss)) or abs(ss - sc) <= 1e-4 * max(1.0, abs(sc)), key + (b,)
+
+
 @pytest.mark.parametrize("blocks_per_sm", ["1", "2"])
 def test_gpu_results_do_not_depend_on_the_walk_grid(monkeypatch, blocks_per_sm):
     """BEAMDEC_WFST_BLOCKS_PER_SM shrinks the walk grids (an A/B knob for small batches): the warps' spans follow the

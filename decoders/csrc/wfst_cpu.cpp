@@ -422,7 +422,8 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
                            int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                            int64_t /*frontier_capacity*/, int64_t /*candidate_capacity*/, int64_t /*hash_capacity*/,
                            int64_t /*arena_capacity*/, int64_t words_capacity, bool online,
-                           double /*max_emit_weight: the GPU's fused-max bound, see wfst_kernels.cuh*/) {
+                           double /*max_emit_weight: the GPU's fused-max bound, see wfst_kernels.cuh*/,
+                           int64_t /*max_degree: the GPU's emit-slots packing, see wfst_kernels.cuh*/) {
   return decode_batch_cpu(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words,
                           weight, start_state, final_state, boost_keys, boost_values, search_beam, min_active,
                           max_active, allow_partial, acoustic_scale, eps_iterations, words_capacity, online, nullptr);

@@ -23,7 +23,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
                             int64_t arena_capacity, int64_t words_capacity, bool online,
-                            double max_emit_weight) {
+                            double max_emit_weight, int64_t max_degree) {
   wfst_check_inputs(log_probs, lengths, row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight, start_state,
                     final_state, boost_keys, boost_values, search_beam, min_active, max_active, eps_iterations,
                     words_capacity);
@@ -48,8 +48,10 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
   // for epsilon-free graphs (it knows from the upload), so no device->host read is needed here.
   const bool has_eps = eps_iterations > 0;
 
-  const wfst::DeviceGraph g = device_graph(row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words,
-                                           weight, start_state, final_state, has_eps);
+  wfst::DeviceGraph g = device_graph(row_splits, eps_begin, final_begin, dest, ilabel, aux_splits, aux_words, weight,
+                                     start_state, final_state, has_eps);
+  // the largest out-degree, from the caller's upload (decoders/wfst.py; 0: not known): the emit-slots form's packing
+  g.max_degree = max_degree > 0 && max_degree < (1LL << 31) ? static_cast<int32_t>(max_degree) : 0;
   wfst::SearchOptions opt{static_cast<float>(search_beam), static_cast<float>(min_active),
                           static_cast<float>(max_active), allow_partial, static_cast<float>(acoustic_scale),
                           static_cast<int32_t>(eps_iterations), online};

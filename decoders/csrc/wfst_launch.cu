@@ -66,6 +66,21 @@ int fused_max_mode() {
   return 0;
 }
 
+// Emit slots (the default since session 22; BEAMDEC_WFST_EMIT_SLOTS=0 restores the candidate form, read per call;
+// wfst_kernels.cuh Workspace::emit_slots). Measured on an H200 (2026-12-06, one call, small char compact graphs, each
+// form in two processes, reports/measurements/README.md "Session 22"), RTFx at batch 1 / 32 / 200: TLG 964-973 /
+// 7,456-7,633 / 25,540-25,725 vs 918-946 / 7,539-7,541 / 24,989-25,246 for the candidate form; HLG 1,549-1,683 /
+// 11,575-11,674 / 26,443-27,106 vs 1,621-1,640 / 10,438-11,230 / 26,297-26,334 -- 0 to +8 %, and the emitting step
+// can no longer overflow the candidate capacity. The shift
+// that packs (source token << shift) | arc offset into 30 bits, or -1 when the graph's largest out-degree (0: not
+// known) and the frontier capacity do not fit (the candidate form runs then).
+int emit_slots_shift(int32_t max_degree, int32_t frontier) {
+  if (max_degree < 1 || frontier < 1) return -1;
+  auto bits = [](uint32_t x) { return x == 0u ? 0 : 32 - __builtin_clz(x); };
+  const int shift = bits(static_cast<uint32_t>(max_degree - 1)), tok_bits = bits(static_cast<uint32_t>(frontier - 1));
+  return shift + tok_bits <= 30 ? shift : -1;  // bit 31: the emit-payload mark (kernels::kEmitPayloadBit)
+}
+
 // The step loop (the start closure and every step) as one cooperative launch of PersistentKernel
 // (wfst_kernels.cuh), enqueue's alternative to its per-kernel launches (the default; BEAMDEC_WFST_PERSISTENT=0
 // turns it off): grid-wide barriers where the plain loop has kernel boundaries. Its grid is every
@@ -106,6 +121,10 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   ws.fused = persistent && caps.hash_tables == 2 ? fused_max_mode() : 0;
   ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
   ws.max_emit_weight = max_emit_weight;
+  ws.emit_shift = emit_slots_shift(g.max_degree, caps.frontier);
+  const char* slots_env = std::getenv("BEAMDEC_WFST_EMIT_SLOTS");
+  ws.emit_slots = ws.emit_shift >= 0 && !(slots_env && std::strcmp(slots_env, "0") == 0);
+  if (!ws.emit_slots) ws.emit_shift = 0;
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
   // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.
@@ -159,7 +178,8 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
       const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                       : Prepare{kWalkStep, t + 1, false, true, false};
       ResolveKernel<<<walk_grid, kWalkBlock, 0, stream>>>(g, opt, ws, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H,
-                                                          caps.arena, B, boost_keys, boost_values, boost_cap, next);
+                                                          caps.arena, B, boost_keys, boost_values, boost_cap, next,
+                                                          ws.emit_slots != 0);
       closure(t, out);
     }
   }

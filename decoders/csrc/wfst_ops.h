@@ -30,7 +30,7 @@ at::Tensor wfst_decode_cpu(const at::Tensor& log_probs, const at::Tensor& length
                            int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                            int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
                            int64_t arena_capacity, int64_t words_capacity, bool online,
-                           double max_emit_weight);
+                           double max_emit_weight, int64_t max_degree);
 
 at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits,
                             const at::Tensor& eps_begin, const at::Tensor& final_begin, const at::Tensor& dest,
@@ -40,7 +40,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             int64_t max_active, bool allow_partial, double acoustic_scale, int64_t eps_iterations,
                             int64_t frontier_capacity, int64_t candidate_capacity, int64_t hash_capacity,
                             int64_t arena_capacity, int64_t words_capacity, bool online,
-                            double max_emit_weight);
+                            double max_emit_weight, int64_t max_degree);
 
 // CPU only: wfst_decode_cpu's result rows plus, per utterance, (B, 7) int64: peak and summed frontier (distinct
 // states of a step after its closure), peak and summed admitted candidates per step, word links (back-pointers

@@ -51,8 +51,11 @@ constexpr int kInitBlock = 512;
 constexpr int kWalkBlock = 256;
 
 enum Phase : int32_t { kDone = 0, kEmit = 1, kFinal = 2, kRedirect = 3 };
+// Emit slots: the mark of a slot value's emit payload (wfst_launch.cu emit_slots_shift leaves bit 31 free for it).
+constexpr uint32_t kEmitPayloadBit = 0x80000000u;
 // What the next kernel walks (chosen by `prepare`).
-enum Walk : int32_t { kWalkStep = 0, kWalkStart = 1, kWalkCands = 2 };
+// kWalkClaims (emit slots, opt-in): the claimed tokens of the frontier just built, whose slots name their winners.
+enum Walk : int32_t { kWalkStep = 0, kWalkStart = 1, kWalkCands = 2, kWalkClaims = 3 };
 // What a ResolveKernel does with the epsilon arcs of the tokens it writes.
 enum EpsMode : int32_t { kEpsNone = 0, kEpsExpand = 1, kEpsCheck = 2 };
 
@@ -109,6 +112,11 @@ struct Workspace {
   int32_t* claims_alt;
   int32_t* step_flags;      // (1,) [0]: the coming step needs its Max walk (some live lane is not max_ready)
   int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
+  // Emit slots (offline launcher, the default; BEAMDEC_WFST_EMIT_SLOTS=0: off; wfst_launch.cu): the emitting step appends no
+  // candidates. Its slots' packed value names the winner itself -- (source token << emit_shift) | the arc's offset
+  // among its token's arcs of the phase -- and the step's Resolve walks the claimed tokens (kWalkClaims).
+  int32_t emit_slots;
+  int32_t emit_shift;
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
 };
@@ -293,6 +301,12 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
         L.max_next = 0u;  // the next step's max, accumulated by this step's Resolves
       } else if (p.next == kWalkStart) {  // the start token's epsilon arcs (lanes being opened only)
         count = start_eps && live ? 1 : 0;
+      } else if (p.next == kWalkClaims) {  // emit slots: the step's claimed tokens; no candidate consumed
+        if (p.step_cutoff && live) L.cutoff = ordered_to_float(max_ord) - beam;
+        L.pass_begin = 0;
+        L.pass_end = 0;
+        L.eps_pending = 0;
+        count = live ? min(n_claims, F) : 0;
       } else {  // kWalkCands: the candidates appended since the last pass
         if (p.step_cutoff && live) L.cutoff = ordered_to_float(max_ord) - beam;
         const int32_t end = min(n_cands, C);
@@ -429,6 +443,7 @@ struct ArcItem {
   float score;
   int32_t link;
   int32_t arc;
+  int32_t off;  // arc - the first arc of the token's range
 };
 
 // Warp-cooperative rounds over the arcs [begin, begin + deg) of the warp's 32 tokens (one per thread; deg = 0
@@ -456,7 +471,8 @@ __device__ __forceinline__ void warp_arc_rounds(int32_t b, int32_t tok, float sc
       if (v <= j) owner += step;
     }
     ArcItem it;
-    it.arc = __shfl_sync(0xffffffffu, begin, owner) + (j - __shfl_sync(0xffffffffu, excl, owner));
+    it.off = j - __shfl_sync(0xffffffffu, excl, owner);
+    it.arc = __shfl_sync(0xffffffffu, begin, owner) + it.off;
     it.lane = __shfl_sync(0xffffffffu, b, owner);
     it.tok = __shfl_sync(0xffffffffu, tok, owner);
     it.score = __shfl_sync(0xffffffffu, score, owner);
@@ -701,8 +717,11 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
     }
   }
   if (admit) admit = !(seen != 0 && packed_end < (seen & 0xffffffff00000000ull));
+  // Emit slots (an emitting-step arc, ws.emit_slots): the slot's packed value names the winner itself, no candidate
+  const bool direct = !kEps && ws.emit_slots;
   int32_t tok = -1, c = -1;
-  warp_take2(claimed ? &L->n_claims : nullptr, claimed, admit ? &L->n_cands : nullptr, admit, tok, c);
+  warp_take2(claimed ? &L->n_claims : nullptr, claimed, admit && !direct ? &L->n_cands : nullptr, admit && !direct,
+             tok, c);
   if (claimed) {
     if (tok < F) {
       claims_of(ws, out)[frow + tok] = h;
@@ -715,7 +734,12 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
       atomicOr(&L->overflow, kOverflowFrontier);
     }
   }
-  if (admit) {
+  if (admit && direct) {
+    // bit 31 marks an emit payload: a candidate index (< C <= 2^30) never has it, so a Resolve can tell the two apart
+    const uint32_t payload =
+        kEmitPayloadBit | (static_cast<uint32_t>(a.tok) << ws.emit_shift) | static_cast<uint32_t>(a.off);
+    atomicMax(&table[hrow + h].val, packed_end | payload);
+  } else if (admit) {
     if (c >= C) {
       atomicOr(&L->overflow, kOverflowCandidates);
     } else {
@@ -745,7 +769,8 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
                             expand_arc<scalar_t, kStart>(g, opt, ws, lp, T, V, t, out, F, C, H, boost_keys,
                                                          boost_values, boost_cap, valid, a, phase);
                           });
-  arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{kWalkCands, t, false, false, !kStart});
+  const int32_t next = !kStart && ws.emit_slots ? kWalkClaims : kWalkCands;
+  arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{next, t, false, false, !kStart});
 }
 
 template <typename scalar_t, bool kStart>
@@ -851,7 +876,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
                                              const scalar_t* lp, int32_t T, int32_t V, int32_t tn, int32_t buf,
                                              int32_t eps_mode, int32_t F, int32_t C, int32_t H, int64_t arena_cap,
                                              int32_t batch, const int32_t* boost_keys, const float* boost_values,
-                                             int32_t boost_cap, const Prepare& next) {
+                                             int32_t boost_cap, const Prepare& next, bool claims = false) {
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
     LaneState& L = ws.lanes[b];
     const int64_t hrow = (int64_t)b * H, frow = (int64_t)b * F, crow = (int64_t)b * C;
@@ -859,7 +884,32 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
     int32_t tok = 0;
     float end = 0.0f;
     int2 cand = make_int2(0, 0);
-    if (valid) {
+    if (valid && claims) {
+      // Emit slots: item = a token this step claimed; its slot's packed value names the winner (source token of
+      // the other frontier buffer, arc offset in that token's range of the step's phase). Every claimed slot got
+      // at least one atomicMax (a claim happens only for an admitted arc), so the token is always written.
+      // This walk's own epsilon expansions (kEpsExpand, below) may beat a slot before its token is read here: its
+      // low word is then a closure candidate's index (bit 31 clear), and that candidate writes the token in the
+      // next pass, as a losing emitting candidate leaves it in the candidate form (session 22: without this test,
+      // the small compact TLG at batch 200 decoded at 47 % WER).
+      tok = local;
+      const HashSlot slot = hash_of(ws, buf)[hrow + claims_of(ws, buf)[frow + tok]];
+      const uint32_t payload = static_cast<uint32_t>(slot.val);
+      if (payload & kEmitPayloadBit) {
+        end = ordered_to_float(static_cast<uint32_t>(slot.val >> 32));
+        const uint32_t bits = payload & ~kEmitPayloadBit;
+        const int32_t src = static_cast<int32_t>(bits >> ws.emit_shift);
+        const int32_t off = static_cast<int32_t>(bits & ((1u << ws.emit_shift) - 1u));
+        const Frontier from = frontier(ws, buf ^ 1);
+        const int32_t s_src = from.state[frow + src];
+        const int32_t phase_now = L.phase;
+        const int32_t begin = phase_now == kFinal ? g.final_begin[s_src] : g.row_splits[s_src];
+        cand = make_int2(from.winner[frow + src], begin + off);
+        win = end > frontier(ws, buf).score[frow + tok];
+      }
+    } else if (valid) {
+      // (Emit slots: a slot claimed by the emitting step holds an emit payload until a closure candidate beats it;
+      // bit 31 keeps that payload from equalling any candidate index.)
       const int32_t c = L.pass_begin + local;
       const int32_t h = ws.cand_slot[crow + c];
       const HashSlot slot = hash_of(ws, buf)[hrow + h];
@@ -919,9 +969,9 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
 __global__ void __launch_bounds__(kWalkBlock)
     ResolveKernel(DeviceGraph g, SearchOptions opt, Workspace ws, int32_t buf, int32_t eps_mode, int32_t F, int32_t C,
                   int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys, const float* boost_values,
-                  int32_t boost_cap, Prepare next) {
+                  int32_t boost_cap, Prepare next, bool claims = false) {
   resolve_step<float>(g, opt, ws, nullptr, 0, 0, -1, buf, eps_mode, F, C, H, arena_cap, batch, boost_keys,
-                      boost_values, boost_cap, next);
+                      boost_values, boost_cap, next, claims);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -970,8 +1020,7 @@ __global__ void __launch_bounds__(kWalkBlock)
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};
     resolve_step<scalar_t, kFused>(g, opt, ws, lp, T, V, t + 1, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H,
-                                   arena_cap,
-                           batch, boost_keys, boost_values, boost_cap, next);
+                                   arena_cap, batch, boost_keys, boost_values, boost_cap, next, ws.emit_slots != 0);
     grid.sync();
     closure(t, out);
   }

@@ -30,6 +30,7 @@ struct DeviceGraph {
   int32_t start_state;
   int32_t final_state;
   bool has_eps;
+  int32_t max_degree = 0;  // the largest out-degree of a state (0: not known); the emit-slots form needs it
 };
 
 inline constexpr int64_t kMaxDeviceTokens = 32768;  // int16 ilabel
