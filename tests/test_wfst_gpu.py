@@ -106,7 +106,7 @@ def test_emit_slots_equal_the_candidate_form_and_cpu(monkeypatch, batch, epsilon
                 key = (gi, str(dtype), fused)
                 # Overflow flags may differ: the slot form's emitting step appends no candidates, so it cannot overflow
                 # the candidate capacity, where the candidate form can even after its rescues (session 22: gi 3's
-                # 16-token frontier rescued to 1,024 tokens with 4,096 candidates for ~5,000 arcs; that lane is
+                # 16-token frontier rescued to 1,024 tokens with 2,048 candidates for ~5,000 arcs; that lane is
                 # flagged, and the slot form's unflagged score is the CPU's). Lanes the candidate form left flagged
                 # are not compared with it.
                 exact = [b for b in range(batch) if cands.overflow[b] == 0]
