@@ -44,6 +44,20 @@ def test_gpu_matches_cpu_reference(batch, epsilon, finals):
     assert n_words_diff <= max(1, batch // 8)
 
 
+def _rescue_case(rng, batch, epsilon, gi, wide=False):
+    """One random case of the launch-form tests: a graph of up to 300 states (wide: up to 40 emitting arcs per state,
+    no final state reachable when gi == 4, no word on an epsilon cycle), a beam and max_active, a 16-token frontier
+    when gi == 3 (a capacity rescue), a batch with empty and one-frame utterances, and boosts on lane 0."""
+    num_states, num_tokens = int(rng.integers(2, 300)), int(rng.choice([2, 29]))
+    extra = (dict(max_emitting=int(rng.choice([8, 40])), finals="none" if gi == 4 else "some",
+                  words_on_epsilon_cycles=False) if wide else {})
+    g = random_graph(rng, epsilon=epsilon, num_states=num_states, num_tokens=num_tokens, **extra)
+    cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), max_active=int(rng.choice([40, 10000])),
+                            frontier_capacity=16 if gi == 3 else None)
+    lp, lengths = random_batch(rng, batch, g.num_tokens)
+    return g, cfg, lp, lengths, [{1: 1.5}] + [{}] * (batch - 1)
+
+
 @pytest.mark.parametrize("batch", [1, 3, 33])
 @pytest.mark.parametrize("epsilon", [False, True])
 def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch, epsilon):
@@ -52,12 +66,7 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
     launches and the CPU, on odd batch sizes, empty and one-frame utterances, fp16, boosts and a capacity rescue."""
     rng = np.random.default_rng(500 + batch + 7 * epsilon)
     for gi in range(4):
-        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 300)),
-                         num_tokens=int(rng.choice([2, 29])))
-        cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), max_active=int(rng.choice([40, 10000])),
-                                frontier_capacity=16 if gi == 3 else None)
-        lp, lengths = random_batch(rng, batch, g.num_tokens)
-        boosts = [{1: 1.5}] + [{}] * (batch - 1)
+        g, cfg, lp, lengths, boosts = _rescue_case(rng, batch, epsilon, gi)
         for dtype in (torch.float32, torch.float16):
             x = lp.to(dtype)
             monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", "0")
@@ -88,13 +97,7 @@ def test_emit_slots_equal_the_candidate_form_and_cpu(monkeypatch, batch, epsilon
     rng = np.random.default_rng(1300 + batch + 7 * epsilon + 31 * int(persistent))
     monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", persistent)
     for gi in range(5):
-        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 300)),
-                         num_tokens=int(rng.choice([2, 29])), max_emitting=int(rng.choice([8, 40])),
-                         finals="none" if gi == 4 else "some", words_on_epsilon_cycles=False)
-        cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), max_active=int(rng.choice([40, 10000])),
-                                frontier_capacity=16 if gi == 3 else None)
-        lp, lengths = random_batch(rng, batch, g.num_tokens)
-        boosts = [{1: 1.5}] + [{}] * (batch - 1)
+        g, cfg, lp, lengths, boosts = _rescue_case(rng, batch, epsilon, gi, wide=True)
         for dtype in (torch.float32, torch.float16):
             x = lp.to(dtype)
             for fused in (("0", "1") if persistent == "1" else ("0",)):
