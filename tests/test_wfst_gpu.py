@@ -89,7 +89,7 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
 @pytest.mark.parametrize("epsilon", [False, True])
 @pytest.mark.parametrize("persistent", ["1", "0"])
 def test_emit_slots_equal_the_candidate_form_and_cpu(monkeypatch, batch, epsilon, persistent):
-    """Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 is the candidate form): the emitting step appends no candidates; each slot's packed value names its
+    """Emit slots (opt-in: BEAMDEC_WFST_EMIT_SLOTS=1; the default is the candidate form): the emitting step appends no candidates; each slot's packed value names its
     winner (source token, arc offset) and the step's Resolve walks the claimed tokens. Same scores as the candidate
     form and the CPU, in the persistent kernel and the plain launches, on odd batches, empty and one-frame utterances,
     fp16, boosts, epsilon closures (whose passes keep candidates), final and redirected steps, a frontier-capacity
@@ -104,8 +104,9 @@ def test_emit_slots_equal_the_candidate_form_and_cpu(monkeypatch, batch, epsilon
                 monkeypatch.setenv("BEAMDEC_WFST_FUSED_MAX", fused)
                 monkeypatch.setenv("BEAMDEC_WFST_EMIT_SLOTS", "0")
                 cands = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-                monkeypatch.delenv("BEAMDEC_WFST_EMIT_SLOTS")
+                monkeypatch.setenv("BEAMDEC_WFST_EMIT_SLOTS", "1")
                 slots = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+                monkeypatch.delenv("BEAMDEC_WFST_EMIT_SLOTS")
                 key = (gi, str(dtype), fused)
                 # Overflow flags may differ: the slot form's emitting step appends no candidates, so it cannot overflow
                 # the candidate capacity, where the candidate form can even after its rescues (session 22: gi 3's

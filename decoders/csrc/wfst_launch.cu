@@ -66,7 +66,8 @@ int fused_max_mode() {
   return 0;
 }
 
-// Emit slots (the default since session 22; BEAMDEC_WFST_EMIT_SLOTS=0 restores the candidate form, read per call;
+// Emit slots (opt-in: BEAMDEC_WFST_EMIT_SLOTS=1, read per call; to become the default once the whole WFST gpu suite
+// and compute-sanitizer have run with it on, which session 22 had no device time left for;
 // wfst_kernels.cuh Workspace::emit_slots). Measured on an H200 (2026-12-06, one call, small char compact graphs, each
 // form in two processes, reports/measurements/README.md "Session 22"), RTFx at batch 1 / 32 / 200: TLG 964-973 /
 // 7,456-7,633 / 25,540-25,725 vs 918-946 / 7,539-7,541 / 24,989-25,246 for the candidate form; HLG 1,549-1,683 /
@@ -122,8 +123,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
   ws.max_emit_weight = max_emit_weight;
   ws.emit_shift = emit_slots_shift(g.max_degree, caps.frontier);
-  const char* slots_env = std::getenv("BEAMDEC_WFST_EMIT_SLOTS");
-  ws.emit_slots = ws.emit_shift >= 0 && !(slots_env && std::strcmp(slots_env, "0") == 0);
+  ws.emit_slots = ws.emit_shift >= 0 && env_flag("BEAMDEC_WFST_EMIT_SLOTS");
   if (!ws.emit_slots) ws.emit_shift = 0;
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;

@@ -112,7 +112,7 @@ struct Workspace {
   int32_t* claims_alt;
   int32_t* step_flags;      // (1,) [0]: the coming step needs its Max walk (some live lane is not max_ready)
   int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
-  // Emit slots (offline launcher, the default; BEAMDEC_WFST_EMIT_SLOTS=0: off; wfst_launch.cu): the emitting step appends no
+  // Emit slots (offline launcher, opt-in BEAMDEC_WFST_EMIT_SLOTS=1; wfst_launch.cu): the emitting step appends no
   // candidates. Its slots' packed value names the winner itself -- (source token << emit_shift) | the arc's offset
   // among its token's arcs of the phase -- and the step's Resolve walks the claimed tokens (kWalkClaims).
   int32_t emit_slots;
