@@ -71,7 +71,8 @@ int fused_max_mode() {
 // wfst_kernels.cuh Workspace::emit_slots). Measured on an H200 (2026-12-06, one call, small char compact graphs, each
 // form in two processes, reports/measurements/README.md "Session 22"), RTFx at batch 1 / 32 / 200: TLG 964-973 /
 // 7,456-7,633 / 25,540-25,725 vs 918-946 / 7,539-7,541 / 24,989-25,246 for the candidate form; HLG 1,549-1,683 /
-// 11,575-11,674 / 26,443-27,106 vs 1,621-1,640 / 10,438-11,230 / 26,297-26,334 -- 0 to +8 %, and the emitting step
+// 11,575-11,674 / 26,443-27,106 vs 1,621-1,640 / 10,438-11,230 / 26,297-26,334 -- a mean change of -0.9 to +7.3 %
+// per graph and batch (reports/evidence/h200_2026-12-06/ab_emit_slots_s22), and the emitting step
 // can no longer overflow the candidate capacity. The shift
 // that packs (source token << shift) | arc offset into 30 bits, or -1 when the graph's largest out-degree (0: not
 // known) and the frontier capacity do not fit (the candidate form runs then).
