@@ -36,12 +36,13 @@ class Arm:
 
 
 def parse_arm(text: str) -> Arm:
-    """NAME=PATH[,PATH...] -> Arm (paths not loaded yet)."""
-    name, sep, paths = text.partition("=")
+    """NAME=PATH[,PATH...], or NAME::PATH[,PATH...] when the name holds a '=' (a setting such as
+    BEAMDEC_WFST_EMIT_SLOTS=1) -> Arm (paths not loaded yet)."""
+    name, sep, paths = text.partition("::") if "::" in text else text.partition("=")
     name = name.strip()
     plist = [p.strip() for p in paths.split(",") if p.strip()]
     if not sep or not name or not plist:
-        raise ValueError(f"--arm must be NAME=PATH[,PATH...], got {text!r}")
+        raise ValueError(f"--arm must be NAME=PATH[,PATH...] or NAME::PATH[,PATH...], got {text!r}")
     return Arm(name, plist)
 
 
@@ -212,7 +213,8 @@ def ab_report(arms: Sequence[Arm], baseline: str, out_dir: str | Path, title: st
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m reports.ab", description=__doc__.split("\n\n")[0])
     p.add_argument("--arm", action="append", default=[], metavar="NAME=PATH[,PATH...]",
-                   help="one setting and the run directories (one per process) that measured it; twice or more")
+                   help="one setting and the run directories (one per process) that measured it, twice or more; "
+                        "NAME::PATH[,PATH...] when the name holds a '='")
     p.add_argument("--baseline", default=None, help="the arm the others are compared with (default: the first)")
     p.add_argument("--decoder", default=None, help="only rows of this decoder (registry name, e.g. wfst)")
     p.add_argument("--out", required=True, help="directory for ab.md and ab.png")

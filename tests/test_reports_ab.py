@@ -47,12 +47,13 @@ def test_a_wer_that_differs_is_flagged_and_missing_configurations_are_named(tmp_
     a = _run(tmp_path, "a", {1: 1000.0, 32: 8000.0})
     b = _run(tmp_path, "b", {1: 1000.0}, wer_errors=470)
     out = tmp_path / "ab"
-    assert main(["--arm", f"base={a}", "--arm", f"new={b}", "--out", str(out), "--no-plots"]) == 0
+    # an arm named by a setting: NAME::PATH
+    assert main(["--arm", f"base={a}", "--arm", f"BEAMDEC_X=1::{b}", "--out", str(out), "--no-plots"]) == 0
     md = (out / "ab.md").read_text()
     line = _line(md, "| wfst@cuda[compact HLG, b=1]")
     assert line[4] == "+0.0 %" and line[5] == "one process"
-    assert line[6].startswith("**differs**: base 15.00; new 47.00")
-    assert "wfst@cuda[compact HLG, b=32] on other: not in arm(s) new" in md
+    assert line[6].startswith("**differs**: base 15.00; BEAMDEC_X=1 47.00")
+    assert "wfst@cuda[compact HLG, b=32] on other: not in arm(s) BEAMDEC_X=1" in md
     assert not (out / "ab.png").exists()
 
 
@@ -63,6 +64,7 @@ def test_a_wer_that_differs_is_flagged_and_missing_configurations_are_named(tmp_
     (lambda a, b, c: ["--arm", f"base={a}", "--arm", f"new={c}"], "different machines"),
     (lambda a, b, c: ["--arm", "base", "--arm", f"new={b}"], "NAME=PATH"),
     (lambda a, b, c: ["--arm", f"base={a}", "--arm", "new=/no/such/run"], "not found"),
+    (lambda a, b, c: ["--arm", f"base={a}", "--arm", "X=1::"], "NAME::PATH"),
     (lambda a, b, c: ["--arm", f"base={a}", "--arm", f"new={b}", "--decoder", "riva"], "no ok rows of decoder"),
 ])
 def test_refusals_are_one_line(tmp_path, capsys, args, message):

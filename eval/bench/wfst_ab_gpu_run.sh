@@ -5,6 +5,7 @@
 #      the two fused-max variants against A's Max walk; an entry's several settings joined by ',', e.g.
 #      BEAMDEC_WFST_TOKEN_BOUND=1,BEAMDEC_WFST_FUSED_MAX=1), runs <SCALE>_b1, _b2, ..., right after A on the same warm
 #      machine (timings are compared within one call); AB_ENV (one entry) is still read when AB_ENVS is unset
+#   then the A/B rendered by reports.ab into $OUT/ab/ (ab.md, ab.png: each setting against A and its repeats),
 #   then GPU_TESTS (default the offline, streaming and device-layout WFST tests) unless SKIP_TESTS=1.
 #   there:     SCALE=small TOPOLOGIES=compact bash eval/bench/wfst_ab_gpu_run.sh      (carry: .whl .anchors)
 #   then here: tar xzf <files_at>/wfst_ab_call.tgz (every log, and wfst_ab_runs.tgz: the run directories; extract
@@ -28,6 +29,20 @@ for ab in $AB_ENVS; do
     --scale $SCALE --max-utts ${UTTS:-200} --b1-utts ${B1:-30} $GDIRS --graphs ${GRAPHS:-TLG HLG} --decoders wfst \
     --run ${SCALE}_b$n --isolate > "$OUT/ab_b$n.log" 2>&1; echo "B$n ($ab) rc=$? wall_s=$(( SECONDS - s ))"
 done
+# The A/B rendered by reports.ab (per graph and batch: each process's RTFx, the change vs A's processes, A's spread,
+# a WER check) into $OUT/ab/: one arm per distinct setting; A and every entry whose only settings are BEAMDEC_REPEAT
+# are the "default" arm's processes, an entry's BEAMDEC_REPEAT part is dropped from its arm's name
+declare -A ARM=()
+ADIR=runs/bench/wfst_vs_riva/$RUN; [ -f $ADIR/results.jsonl ] || ADIR=runs/bench/wfst_vs_oasr/$RUN
+ARM[default]=$ADIR; ORDER=(default); n=0
+for ab in $AB_ENVS; do
+  n=$((n + 1)); d=runs/bench/wfst_vs_riva/${SCALE}_b$n; [ -f $d/results.jsonl ] || continue
+  key=$(echo "$ab" | tr ',' '\n' | grep -v '^BEAMDEC_REPEAT=' | paste -sd, -); key=${key:-default}
+  [ -n "${ARM[$key]:-}" ] && ARM[$key]="${ARM[$key]},$d" || { ARM[$key]=$d; ORDER+=("$key"); }
+done
+ARGS=(); for k in "${ORDER[@]}"; do ARGS+=(--arm "$k::${ARM[$k]}"); done
+python3 -m reports.ab "${ARGS[@]}" --decoder wfst --out "$OUT/ab" --title "A/B on the $SCALE graphs" > /dev/null \
+  && grep "^| wfst" "$OUT/ab/ab.md" | cut -c1-240 || echo "reports.ab: no A/B rendered"
 ( cd runs/bench && tar czf "$OUT/wfst_ab_runs.tgz" $(ls -d wfst_vs_riva wfst_vs_oasr 2>/dev/null) )
 for d in runs/bench/wfst_vs_oasr/$RUN runs/bench/wfst_vs_riva/${SCALE}_b*; do
   [ -f $d/results.jsonl ] && python3 -m reports.cli $d > /dev/null 2>&1; echo "== $d"; grep "^| wfst\|^| oasr\|^| compact\|^| normal" $d/report.md 2>/dev/null | cut -c1-200
