@@ -145,17 +145,23 @@ static double coop_ns(void* fn, int blocks, void** args, int iters) {
   return ms * 1e6 / iters;
 }
 
-static double cluster_ns(int cluster, int clusters, int iters) {
+// A launch of `clusters` clusters of `cluster` blocks x kThreads (attr: storage for the cluster-dimension attribute).
+static cudaLaunchConfig_t cluster_config(int cluster, int clusters, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(cluster * clusters);
   cfg.blockDim = dim3(kThreads);
-  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = cluster;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  return cfg;
+}
+
+static double cluster_ns(int cluster, int clusters, int iters) {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg = cluster_config(cluster, clusters, attr);
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
@@ -165,6 +171,8 @@ static double cluster_ns(int cluster, int clusters, int iters) {
   CHECK(cudaLaunchKernelEx(&cfg, cluster_sync_kernel, iters));
   CHECK(cudaEventRecord(b));
   const double ms = time_ms(a, b);
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
   return ms * 1e6 / iters;
 }
 
@@ -212,16 +220,8 @@ int main() {
   CHECK(cudaFuncSetAttribute(cluster_sync_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   for (int c : {2, 4, 8, 16}) {
     int max_clusters = 0;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(c);
-    cfg.blockDim = dim3(kThreads);
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = c;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg = cluster_config(c, 1, attr);
     if (cudaOccupancyMaxActiveClusters(&max_clusters, cluster_sync_kernel, &cfg) != cudaSuccess || max_clusters < 1) {
       cudaGetLastError();
       std::printf("cluster.sync\tcluster of %d: not launchable here\t-\n", c);
@@ -278,16 +278,8 @@ int main() {
     int* d_perm;
     CHECK(cudaMalloc(&d_perm, sizeof(int) * kSmemInts));
     CHECK(cudaMemcpy(d_perm, perm.data(), sizeof(int) * kSmemInts, cudaMemcpyHostToDevice));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(2);
-    cfg.blockDim = dim3(kThreads);
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg = cluster_config(2, 1, attr);
     CHECK(cudaLaunchKernelEx(&cfg, dsmem_chase_kernel, (const int*)d_perm, hops, d_ns, sink));
     CHECK(cudaDeviceSynchronize());
     long long c[3] = {0, 0, 0};
