@@ -113,8 +113,9 @@ struct Workspace {
   int32_t* step_flags;      // (1,) [0]: the coming step needs its Max walk (some live lane is not max_ready)
   int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
   // Emit slots (offline launcher, opt-in BEAMDEC_WFST_EMIT_SLOTS=1; wfst_launch.cu): the emitting step appends no
-  // candidates. Its slots' packed value names the winner itself -- (source token << emit_shift) | the arc's offset
-  // among its token's arcs of the phase -- and the step's Resolve walks the claimed tokens (kWalkClaims).
+  // candidates. Its slots' packed value names the winner itself -- kEmitPayloadBit | (source token << emit_shift) |
+  // the arc's offset among its token's arcs of the phase -- and the step's Resolve walks the claimed tokens
+  // (kWalkClaims).
   int32_t emit_slots;
   int32_t emit_shift;
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
