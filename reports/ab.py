@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from reports.schema import ResultRow
-from reports.tables import _table, load_results, ok_rows
+from reports.tables import _fmt_rtfx, _table, load_results, ok_rows
 
 
 @dataclass
@@ -125,7 +125,7 @@ def compare(arms: Sequence[Arm], baseline: str) -> tuple[list[Comparison], list[
     return out, notes
 
 
-def _wer_cell(c: Comparison, baseline: str) -> str:
+def _wer_cell(c: Comparison) -> str:
     values = {a: [w for w in ws if w is not None] for a, ws in c.wer.items()}
     flat = [w for ws in values.values() for w in ws]
     if not flat:
@@ -142,8 +142,7 @@ def ab_table(comps: Sequence[Comparison], arms: Sequence[Arm], baseline: str) ->
     body = []
     n_base = next(len(a.paths) for a in arms if a.name == baseline)
     for c in comps:
-        line = [c.label, c.dataset] + ["; ".join(f"{v:,.1f}" if v < 1000 else f"{v:,.0f}" for v in c.rtfx[a.name])
-                                       for a in arms]
+        line = [c.label, c.dataset] + ["; ".join(_fmt_rtfx(v) for v in c.rtfx[a.name]) for a in arms]
         for a in arms:
             if a.name == baseline:
                 continue
@@ -151,7 +150,7 @@ def ab_table(comps: Sequence[Comparison], arms: Sequence[Arm], baseline: str) ->
             line.append(f"{_pct(m)} ({_pct(lo)}..{_pct(hi)})" if len(a.paths) > 1 else _pct(m))
         lo, hi = c.spread
         line.append(f"{_pct(lo)}..{_pct(hi)}" if n_base > 1 else "one process")
-        line.append(_wer_cell(c, baseline))
+        line.append(_wer_cell(c))
         body.append(line)
     return _table(header, body, n_text=2)
 
