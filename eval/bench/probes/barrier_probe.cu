@@ -123,26 +123,27 @@ __global__ void dsmem_chase_kernel(const int* perm, int hops, long long* ns, int
   cluster.sync();
 }
 
-static float time_ms(cudaEvent_t a, cudaEvent_t b) {
-  float ms = 0.f;
-  CHECK(cudaEventSynchronize(b));
-  CHECK(cudaEventElapsedTime(&ms, a, b));
-  return ms;
-}
-
-static double coop_ns(void* fn, int blocks, void** args, int iters) {
+// ns per iteration of a kernel looping `iters` times: `launch()` enqueues it; one warm-up launch, then one timed.
+template <typename Launch>
+static double ns_per_iter(Launch launch, int iters) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
-  CHECK(cudaLaunchCooperativeKernel(fn, blocks, kThreads, args, 0, 0));  // warm-up
+  CHECK(launch());
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaEventRecord(a));
-  CHECK(cudaLaunchCooperativeKernel(fn, blocks, kThreads, args, 0, 0));
+  CHECK(launch());
   CHECK(cudaEventRecord(b));
-  const double ms = time_ms(a, b);
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0.f;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
   return ms * 1e6 / iters;
+}
+
+static double coop_ns(void* fn, int blocks, void** args, int iters) {
+  return ns_per_iter([&] { return cudaLaunchCooperativeKernel(fn, blocks, kThreads, args, 0, 0); }, iters);
 }
 
 // A launch of `clusters` clusters of `cluster` blocks x kThreads (attr: storage for the cluster-dimension attribute).
@@ -161,19 +162,8 @@ static cudaLaunchConfig_t cluster_config(int cluster, int clusters, cudaLaunchAt
 
 static double cluster_ns(int cluster, int clusters, int iters) {
   cudaLaunchAttribute attr[1];
-  cudaLaunchConfig_t cfg = cluster_config(cluster, clusters, attr);
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  CHECK(cudaLaunchKernelEx(&cfg, cluster_sync_kernel, iters));
-  CHECK(cudaDeviceSynchronize());
-  CHECK(cudaEventRecord(a));
-  CHECK(cudaLaunchKernelEx(&cfg, cluster_sync_kernel, iters));
-  CHECK(cudaEventRecord(b));
-  const double ms = time_ms(a, b);
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
-  return ms * 1e6 / iters;
+  const cudaLaunchConfig_t cfg = cluster_config(cluster, clusters, attr);
+  return ns_per_iter([&] { return cudaLaunchKernelEx(&cfg, cluster_sync_kernel, iters); }, iters);
 }
 
 int main() {
