@@ -89,7 +89,7 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
 @pytest.mark.parametrize("epsilon", [False, True])
 @pytest.mark.parametrize("persistent", ["1", "0"])
 def test_emit_slots_equal_the_candidate_form_and_cpu(monkeypatch, batch, epsilon, persistent):
-    """Emit slots (opt-in: BEAMDEC_WFST_EMIT_SLOTS=1; the default is the candidate form): the emitting step appends no
+    """Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form): the emitting step appends no
     candidates; each slot's packed value names its winner (source token, arc offset) and the step's Resolve walks the
     claimed tokens. Same scores as the candidate
     form and the CPU, in the persistent kernel and the plain launches, on odd batches, empty and one-frame utterances,
@@ -127,6 +127,34 @@ def test_emit_slots_equal_the_candidate_form_and_cpu(monkeypatch, batch, epsilon
                         continue
                     sc, ss = float(cpu.scores[b]), float(slots.scores[b])
                     assert (math.isinf(sc) and math.isinf(ss)) or abs(ss - sc) <= 1e-4 * max(1.0, abs(sc)), key + (b,)
+
+
+@pytest.mark.parametrize("persistent", ["1", "0"])
+def test_emit_slots_flag_an_understated_out_degree(monkeypatch, persistent):
+    """The op sizes the emit slots' arc-offset bits by the largest out-degree its caller passes. A caller that
+    understates it (here 1: zero offset bits) gets every arc whose offset does not fit dropped and its lane flagged
+    (kOverflowCandidates), never an offset packed into the source token's bits: each lane is flagged or exact."""
+    rng = np.random.default_rng(4242)
+    monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", persistent)
+    monkeypatch.setenv("BEAMDEC_WFST_EMIT_SLOTS", "1")
+    flagged = 0
+    for epsilon in (False, True):
+        g = random_graph(rng, epsilon=epsilon, num_states=120, num_tokens=29, max_emitting=8)
+        cfg = WfstDecoderConfig(search_beam=12.0, max_active=10000, max_rescues=0)
+        lp, lengths = random_batch(rng, 9, g.num_tokens)
+        cpu = WfstDecoder(g, cfg, "cpu").decode(lp, lengths)
+        dec = WfstDecoder(g, cfg, "cuda")
+        assert dec._graph["max_degree"] > 1
+        dec._graph = dict(dec._graph, max_degree=1)  # a copy: the upload cache keeps the true degree
+        res = dec.decode(lp.cuda(), lengths)
+        for b in range(9):
+            if res.overflow[b]:
+                assert res.overflow[b] & 1, (epsilon, b, res.overflow[b])
+                flagged += 1
+            else:
+                sc, sg = float(cpu.scores[b]), float(res.scores[b])
+                assert (math.isinf(sc) and math.isinf(sg)) or abs(sg - sc) <= 1e-4 * max(1.0, abs(sc)), (epsilon, b)
+    assert flagged > 0
 
 
 @pytest.mark.parametrize("blocks_per_sm", ["1", "2"])

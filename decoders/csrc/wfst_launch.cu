@@ -36,16 +36,19 @@ bool env_flag(const char* name) {
   return env && std::strcmp(env, "1") == 0;
 }
 
+// A default-on switch of the launcher turned off: the environment variable is set to exactly "0" (read on every call).
+bool env_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::strcmp(env, "0") == 0;
+}
+
 // The persistent step loop is the default (BEAMDEC_WFST_PERSISTENT unset or "1"); "0" selects the per-kernel
 // launches. Measured on the H200 (2026-12-02, session 7, tiny BPE compact TLG, 'other', acoustic scale 1, kernel
 // time of the whole decode, eval.bench.wfst_profile; reports/evidence/h200_2026-12-02/README_session7.md): batch 1
 // 133.5 vs 227.3 ms (45.6 vs 88.0 us wall per lane-step), batch 32 157.3 vs 233.1, batch 200 40.8 vs 53.1 -- the
 // one kernel wins at every batch, most where launches dominate. A smaller walk grid (BEAMDEC_WFST_BLOCKS_PER_SM 1
 // or 2) lost to it at every batch, alone or combined. Read on every call, so one process can compare both.
-bool persistent_selected() {
-  const char* env = std::getenv("BEAMDEC_WFST_PERSISTENT");
-  return !(env && std::strcmp(env, "0") == 0);
-}
+bool persistent_selected() { return !env_off("BEAMDEC_WFST_PERSISTENT"); }
 
 // The fused max (wfst_kernels.cuh) runs in the persistent kernel, OFF by default: measured on the H200 (2026-12-04,
 // each A/B in one call, reports/measurements/README.md "Session 13") variant 2 does not pay. Small char compact graphs:
@@ -66,9 +69,9 @@ int fused_max_mode() {
   return 0;
 }
 
-// Emit slots (opt-in: BEAMDEC_WFST_EMIT_SLOTS=1, read per call; to become the default once the whole WFST gpu suite
-// and compute-sanitizer have run with it on, which session 22 had no device time left for;
-// wfst_kernels.cuh Workspace::emit_slots). Measured on an H200 (2026-12-06, one call, small char compact graphs, each
+// Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call;
+// wfst_kernels.cuh Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before
+// they became the default (session 23, reports/measurements/README.md). Measured on an H200 (2026-12-06, one call, small char compact graphs, each
 // form in two processes, reports/measurements/README.md "Session 22"), RTFx at batch 1 / 32 / 200: TLG 964-973 /
 // 7,456-7,633 / 25,540-25,725 vs 918-946 / 7,539-7,541 / 24,989-25,246 for the candidate form; HLG 1,549-1,683 /
 // 11,575-11,674 / 26,443-27,106 vs 1,621-1,640 / 10,438-11,230 / 26,297-26,334 -- a mean change of -0.9 to +7.3 %
@@ -124,7 +127,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   ws.frame_max = ws.fused && boost_cap == 0 ? frame_max : nullptr;
   ws.max_emit_weight = max_emit_weight;
   ws.emit_shift = emit_slots_shift(g.max_degree, caps.frontier);
-  ws.emit_slots = ws.emit_shift >= 0 && env_flag("BEAMDEC_WFST_EMIT_SLOTS");
+  ws.emit_slots = ws.emit_shift >= 0 && !env_off("BEAMDEC_WFST_EMIT_SLOTS");
   if (!ws.emit_slots) ws.emit_shift = 0;
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;

@@ -483,6 +483,13 @@ __device__ __forceinline__ void warp_arc_rounds(int32_t b, int32_t tok, float sc
   }
 }
 
+// The first arc a frontier token walks in `phase` (not the start closure): the final phase walks the state's final
+// arcs, the emitting and redirect phases start at its first arc. walk_token_arcs and the emit-slots Resolve (which
+// turns a slot's arc offset back into an arc) share it, so the two cannot disagree on where a phase's range begins.
+__device__ __forceinline__ int32_t phase_arcs_begin(const DeviceGraph& g, int32_t s, int32_t phase) {
+  return phase == kFinal ? g.final_begin[s] : g.row_splits[s];
+}
+
 // Arc walk of the frontier tokens in `buf` given by the current items. kStart: the start token's epsilon arcs
 // (the start closure); else every token's arcs of its lane's phase. `on_token(lane, tok)` runs once per item.
 // skip_ready: lanes whose step max is already known (max_ready, fused max) walk no arcs.
@@ -504,15 +511,9 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
         if (kStart) {
           begin = g.eps_begin[s];
           deg = g.final_begin[s] - begin;
-        } else if (phase == kEmit) {
-          begin = g.row_splits[s];
-          deg = g.eps_begin[s] - begin;
-        } else if (phase == kFinal) {
-          begin = g.final_begin[s];
-          deg = g.row_splits[s + 1] - begin;
-        } else {  // kRedirect: every arc goes to the final state
-          begin = g.row_splits[s];
-          deg = g.row_splits[s + 1] - begin;
+        } else {  // kEmit: the emitting arcs; kFinal: the final arcs; kRedirect: every arc (to the final state)
+          begin = phase_arcs_begin(g, s, phase);
+          deg = (phase == kEmit ? g.eps_begin[s] : g.row_splits[s + 1]) - begin;
         }
       }
     }
@@ -718,8 +719,14 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
     }
   }
   if (admit) admit = !(seen != 0 && packed_end < (seen & 0xffffffff00000000ull));
-  // Emit slots (an emitting-step arc, ws.emit_slots): the slot's packed value names the winner itself, no candidate
+  // Emit slots (an emitting-step arc, ws.emit_slots): the slot's packed value names the winner itself, no candidate.
+  // The op takes the graph's largest out-degree from its caller (emit_shift is sized by it): an arc offset that does
+  // not fit its bits is dropped and flagged like a full candidate buffer, never packed into the token's bits.
   const bool direct = !kEps && ws.emit_slots;
+  if (admit && direct && (static_cast<uint32_t>(a.off) >> ws.emit_shift) != 0u) {
+    atomicOr(&L->overflow, kOverflowCandidates);
+    admit = false;
+  }
   int32_t tok = -1, c = -1;
   warp_take2(claimed ? &L->n_claims : nullptr, claimed, admit && !direct ? &L->n_cands : nullptr, admit && !direct,
              tok, c);
@@ -903,9 +910,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         const int32_t off = static_cast<int32_t>(bits & ((1u << ws.emit_shift) - 1u));
         const Frontier from = frontier(ws, buf ^ 1);
         const int32_t s_src = from.state[frow + src];
-        const int32_t phase_now = L.phase;
-        const int32_t begin = phase_now == kFinal ? g.final_begin[s_src] : g.row_splits[s_src];
-        cand = make_int2(from.winner[frow + src], begin + off);
+        cand = make_int2(from.winner[frow + src], phase_arcs_begin(g, s_src, L.phase) + off);
         win = end > frontier(ws, buf).score[frow + tok];
       }
     } else if (valid) {
