@@ -157,6 +157,40 @@ def test_emit_slots_flag_an_understated_out_degree(monkeypatch, persistent):
     assert flagged > 0
 
 
+@pytest.mark.parametrize("blocks", ["2", "5", "16"])
+def test_single_cluster_launch_equals_the_cooperative_one_and_cpu(monkeypatch, capfd, blocks):
+    """BEAMDEC_WFST_CLUSTER=N (opt-in, batches up to 8): the persistent kernel as ONE thread-block cluster of N blocks
+    with hardware cluster barriers instead of every resident block with grid barriers. The walks' spans follow the
+    grid, so the scores equal the cooperative launch's bit for bit and the CPU's, on odd batches, empty and one-frame
+    utterances, fp16, boosts, epsilon closures and a capacity rescue. The launcher says on stderr when the device
+    refuses the cluster launch (it then runs the cooperative one): that must not happen on an sm_90 GPU."""
+    rng = np.random.default_rng(9100 + int(blocks))
+    for batch in (1, 3, 8):
+        for epsilon in (False, True):
+            for gi in range(4):
+                g, cfg, lp, lengths, boosts = _rescue_case(rng, batch, epsilon, gi)
+                cpu = WfstDecoder(g, cfg, "cpu").decode(lp, lengths, boosts=boosts)
+                for dtype in (torch.float32, torch.float16):
+                    x = lp.to(dtype).cuda()
+                    monkeypatch.delenv("BEAMDEC_WFST_CLUSTER", raising=False)
+                    coop = WfstDecoder(g, cfg, "cuda").decode(x, lengths, boosts=boosts)
+                    monkeypatch.setenv("BEAMDEC_WFST_CLUSTER", blocks)
+                    clus = WfstDecoder(g, cfg, "cuda").decode(x, lengths, boosts=boosts)
+                    monkeypatch.delenv("BEAMDEC_WFST_CLUSTER")
+                    key = (batch, epsilon, gi, str(dtype))
+                    assert clus.scores.tolist() == coop.scores.tolist(), key
+                    assert clus.overflow == coop.overflow, key
+                    assert clus.has_path == coop.has_path and clus.reached_final == coop.reached_final, key
+                    assert sum(clus.words[b] != coop.words[b] for b in range(batch)) <= max(1, batch // 4), key
+                    if dtype == torch.float32:
+                        for b in range(batch):
+                            if clus.overflow[b]:
+                                continue
+                            sc, sg = float(cpu.scores[b]), float(clus.scores[b])
+                            assert (math.isinf(sc) and math.isinf(sg)) or abs(sg - sc) <= 1e-4 * max(1.0, abs(sc)), key
+    assert "single-cluster launch was refused" not in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("blocks_per_sm", ["1", "2"])
 def test_gpu_results_do_not_depend_on_the_walk_grid(monkeypatch, blocks_per_sm):
     """BEAMDEC_WFST_BLOCKS_PER_SM shrinks the walk grids (an A/B knob for small batches): the warps' spans follow the

@@ -1,6 +1,7 @@
 // Torch-free launcher of the CUDA WFST decoder: carves the caller's workspace and enqueues the whole
 // decode (init, every step, epsilon closures, backtrack) on `stream` without a host synchronisation.
 // Kernels: decoders/include/wfst_kernels.cuh.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -40,6 +41,17 @@ bool env_flag(const char* name) {
 bool env_off(const char* name) {
   const char* env = std::getenv(name);
   return env && std::strcmp(env, "0") == 0;
+}
+
+// The single-cluster form of the persistent kernel (wfst_kernels.cuh PersistentKernel kCluster), opt-in while it is
+// measured: BEAMDEC_WFST_CLUSTER=N (2..16 blocks in one cluster) for batches up to kClusterMaxBatch; unset, 0 or out
+// of range: off (read on every call, so one process can compare both).
+constexpr int32_t kClusterMaxBatch = 8;
+int cluster_blocks() {
+  const char* v = std::getenv("BEAMDEC_WFST_CLUSTER");
+  if (v == nullptr) return 0;
+  const int n = std::atoi(v);
+  return n >= 2 && n <= 16 ? n : 0;
 }
 
 // The persistent step loop is the default (BEAMDEC_WFST_PERSISTENT unset or "1"); "0" selects the per-kernel
@@ -100,6 +112,21 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   using namespace kernels;
   void* args[] = {&g, &opt, &ws, &lp, &T, &V, &F, &C, &H, &arena_cap, &B, &boost_keys, &boost_values, &boost_cap,
                   &steps, &passes};
+  // Small batches, opt-in (BEAMDEC_WFST_CLUSTER=N, 2..16 blocks; batch <= kClusterMaxBatch; the Max walk only): one
+  // N-block thread-block cluster with hardware barriers instead of every resident block with grid barriers;
+  // the cooperative launch below when the device or the launch refuses it.
+  if (ws.fused == 0 && B <= kClusterMaxBatch) {
+    const int blocks = cluster_blocks();
+    if (blocks > 0) {
+      if (single_cluster_launch<PersistentKernel<scalar_t, 0, true>>(kWalkBlock, blocks, args, stream)) return true;
+      static bool said = false;  // once per process and dtype: the knob was asked for and did not take effect
+      if (!said) {
+        said = true;
+        std::fprintf(stderr, "beamdec: BEAMDEC_WFST_CLUSTER=%d: the single-cluster launch was refused on this device; "
+                     "the cooperative launch runs instead\n", blocks);
+      }
+    }
+  }
   // ws.fused (the fused max's variant, 0 = off) picks the instantiation: the Max-walk one has no fused code at all
   const auto grid = [&](int blocks_per_sm, int) {
     return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm);

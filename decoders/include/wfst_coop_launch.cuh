@@ -35,4 +35,39 @@ bool cooperative_launch(int threads, GridFn grid_of, void** args, cudaStream_t s
   return true;
 }
 
+// One thread-block cluster of `blocks` blocks as the whole grid (sm_90+; 9-16 blocks need the non-portable cluster
+// size, which this allows per kernel): the hardware co-schedules a cluster's blocks, so its barrier is a grid barrier
+// for this launch. Returns false with nothing enqueued and the CUDA error state cleared when the device is older than
+// sm_90, the size is out of 2..16, no such cluster fits (cudaOccupancyMaxActiveClusters) or the launch refuses.
+template <auto kKernel>
+bool single_cluster_launch(int threads, int blocks, void** args, cudaStream_t stream) {
+  int device = 0, major = 0;
+  if (blocks < 2 || blocks > 16 || cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9)
+    return cudaGetLastError(), false;
+  static const bool non_portable =
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel), cudaFuncAttributeNonPortableClusterSizeAllowed,
+                           1) == cudaSuccess || (cudaGetLastError(), false);
+  if (blocks > 8 && !non_portable) return false;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(blocks);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, reinterpret_cast<const void*>(kKernel), &cfg) != cudaSuccess ||
+      clusters < 1)
+    return cudaGetLastError(), false;
+  if (cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(kKernel), args) != cudaSuccess)
+    return cudaGetLastError(), false;
+  return true;
+}
+
 }  // namespace wfst

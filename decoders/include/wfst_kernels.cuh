@@ -993,12 +993,31 @@ __global__ void __launch_bounds__(kWalkBlock)
 // waiting for the preparing block's release instead of a grid.sync() after it): no faster, TLG batch 1 -9 %; 5 or 6
 // resident blocks per SM (__launch_bounds__(256, 5 / 6): 48 / 40 registers with spills, instead of 64 and 4 blocks):
 // 3-15 % slower at every batch.
-template <typename scalar_t, int kFused>
+// kCluster (opt-in, small batches: BEAMDEC_WFST_CLUSTER, wfst_launch.cu): the grid is ONE thread-block cluster (sm_90,
+// 2-16 blocks, co-scheduled by the hardware) and each grid barrier is the cluster's hardware barrier
+// (barrier.cluster arrive.release / wait.acquire: every thread of the launch is in the cluster, so cluster scope
+// orders the global-memory bookkeeping as grid.sync() does). Nothing else changes: gridDim.x is the cluster's size,
+// so the walks' spans and the arrive counter follow it. Issue 16's batch-1 question: the fixed cost of a step's
+// barriers and arrive tails over ~500 blocks against a 16-block cluster's.
+template <typename scalar_t, int kFused, bool kCluster = false>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
                      const float* boost_values, int32_t boost_cap, int32_t steps, int32_t passes) {
-  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  struct Barrier {
+    cooperative_groups::grid_group whole;
+    __device__ __forceinline__ void sync() {
+      if constexpr (kCluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        cooperative_groups::this_cluster().sync();
+#else
+        __trap();  // the launcher never selects the cluster form below sm_90
+#endif
+      } else {
+        whole.sync();
+      }
+    }
+  } grid{cooperative_groups::this_grid()};
   auto closure = [&](int32_t t, int32_t buf) {
     for (int32_t k = 1; k <= passes; ++k) {
       const Prepare next = k < passes ? Prepare{kWalkCands, t, false, true, false}

@@ -1,5 +1,6 @@
 """Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs; the default
-persistent kernel and the per-kernel launches, BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map
+persistent kernel, its single-cluster form BEAMDEC_WFST_CLUSTER=16, and the per-kernel launches,
+BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map
 with the per-kernel launches, BEAMDEC_LATTICE_PERSISTENT=0, and the persistent forward pass, the default below 32
 lanes)
 (forward pass + device prune, with a capacity rescue) for compute-sanitizer runs.
@@ -40,6 +41,10 @@ def main() -> None:
         rp = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         rp16 = dec.decode(lp.half(), [9, 0, 1])
         print("persistent", "eps" if eps else "noeps", rp.words, rp.scores.tolist(), rp.overflow, rp16.overflow)
+        os.environ["BEAMDEC_WFST_CLUSTER"] = "16"  # the opt-in single-cluster form of the persistent kernel
+        rc = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
+        os.environ.pop("BEAMDEC_WFST_CLUSTER")
+        print("cluster", "eps" if eps else "noeps", rc.scores.tolist() == rp.scores.tolist(), rc.overflow)
     for eps in (False, True):  # lattices: the forward pass, the device prune, an overflow rescue
         g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \
             else random_graph(rng, num_states=50, num_tokens=29)
