@@ -185,7 +185,8 @@ def plot_ab(comps: Sequence[Comparison], arms: Sequence[Arm], baseline: str, out
     ax.set_xlabel(f"RTFx change vs {baseline} (mean of its processes), %")
     ax.grid(axis="x", alpha=0.3)
     ax.margins(x=0.12)  # room for the labels beyond the whiskers
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars: a one-row plot has no free corner
+    # beside the bars: a one-row plot has no free corner
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(title or f"A/B against {baseline}", fontsize=10)
     fig.tight_layout()
     return _save(fig, out_path)

@@ -43,9 +43,10 @@ bool env_off(const char* name) {
   return env && std::strcmp(env, "0") == 0;
 }
 
-// The single-cluster form of the persistent kernel (wfst_kernels.cuh PersistentKernel kCluster), opt-in while it is
-// measured: BEAMDEC_WFST_CLUSTER=N (2..16 blocks in one cluster) for batches up to kClusterMaxBatch; unset, 0 or out
-// of range: off (read on every call, so one process can compare both).
+// The single-cluster form of the persistent kernel (wfst_kernels.cuh PersistentKernel kCluster, +2.5 % at batch 1 on
+// the tiny TLG, its comment says why that is not enough to make it the default), opt-in: BEAMDEC_WFST_CLUSTER=N (2..16
+// blocks in one cluster) for batches up to kClusterMaxBatch; unset, 0 or out of range: off (read on every call, so one
+// process can compare both).
 constexpr int32_t kClusterMaxBatch = 8;
 int cluster_blocks() {
   const char* v = std::getenv("BEAMDEC_WFST_CLUSTER");
@@ -81,16 +82,16 @@ int fused_max_mode() {
   return 0;
 }
 
-// Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call;
-// wfst_kernels.cuh Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before
-// they became the default (session 23, reports/measurements/README.md). Measured on an H200 (2026-12-06, one call, small char compact graphs, each
-// form in two processes, reports/measurements/README.md "Session 22"), RTFx at batch 1 / 32 / 200: TLG 964-973 /
-// 7,456-7,633 / 25,540-25,725 vs 918-946 / 7,539-7,541 / 24,989-25,246 for the candidate form; HLG 1,549-1,683 /
-// 11,575-11,674 / 26,443-27,106 vs 1,621-1,640 / 10,438-11,230 / 26,297-26,334 -- a mean change of -0.9 to +7.3 %
-// per graph and batch (reports/evidence/h200_2026-12-06/ab_emit_slots_s22), and the emitting step
-// can no longer overflow the candidate capacity. The shift
-// that packs (source token << shift) | arc offset into 30 bits, or -1 when the graph's largest out-degree (0: not
-// known) and the frontier capacity do not fit (the candidate form runs then).
+// Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
+// Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
+// default (session 23, reports/measurements/README.md). Measured on an H200 (2026-12-06, one call, small char compact
+// graphs, each form in two processes, reports/measurements/README.md "Session 22"), RTFx at batch 1 / 32 / 200: TLG
+// 964-973 / 7,456-7,633 / 25,540-25,725 vs 918-946 / 7,539-7,541 / 24,989-25,246 for the candidate form; HLG
+// 1,549-1,683 / 11,575-11,674 / 26,443-27,106 vs 1,621-1,640 / 10,438-11,230 / 26,297-26,334 -- a mean change of -0.9
+// to +7.3 % per graph and batch (reports/evidence/h200_2026-12-06/ab_emit_slots_s22), and the emitting step can no
+// longer overflow the candidate capacity. The shift that packs (source token << shift) | arc offset into 30 bits, or -1
+// when the graph's largest out-degree (0: not known) and the frontier capacity do not fit (the candidate form runs
+// then).
 int emit_slots_shift(int32_t max_degree, int32_t frontier) {
   if (max_degree < 1 || frontier < 1) return -1;
   auto bits = [](uint32_t x) { return x == 0u ? 0 : 32 - __builtin_clz(x); };

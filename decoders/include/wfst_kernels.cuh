@@ -112,10 +112,10 @@ struct Workspace {
   int32_t* claims_alt;
   int32_t* step_flags;      // (1,) [0]: the coming step needs its Max walk (some live lane is not max_ready)
   int32_t fused;            // set by the launcher: 0 = Max walk, 1 / 2 = fused max, lean / first arc (2 tables)
-  // Emit slots (offline launcher, opt-in BEAMDEC_WFST_EMIT_SLOTS=1; wfst_launch.cu): the emitting step appends no
-  // candidates. Its slots' packed value names the winner itself -- kEmitPayloadBit | (source token << emit_shift) |
-  // the arc's offset among its token's arcs of the phase -- and the step's Resolve walks the claimed tokens
-  // (kWalkClaims).
+  // Emit slots (offline launcher, the default; BEAMDEC_WFST_EMIT_SLOTS=0: off; wfst_launch.cu): the emitting step
+  // appends no candidates. Its slots' packed value names the winner itself -- kEmitPayloadBit | (source token <<
+  // emit_shift) | the arc's offset among its token's arcs of the phase -- and the step's Resolve walks the claimed
+  // tokens (kWalkClaims).
   int32_t emit_slots;
   int32_t emit_shift;
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
@@ -998,7 +998,12 @@ __global__ void __launch_bounds__(kWalkBlock)
 // (barrier.cluster arrive.release / wait.acquire: every thread of the launch is in the cluster, so cluster scope
 // orders the global-memory bookkeeping as grid.sync() does). Nothing else changes: gridDim.x is the cluster's size,
 // so the walks' spans and the arrive counter follow it. Issue 16's batch-1 question: the fixed cost of a step's
-// barriers and arrive tails over ~500 blocks against a 16-block cluster's.
+// barriers and arrive tails over ~500 blocks against a 16-block cluster's. Measured on an H100 (2026-12-06 session 23,
+// one call; reports/measurements/README.md "Session 23"): eval/bench/probes/barrier_probe.cu puts grid.sync() over 528
+// blocks at 1.64 us and a 16-block cluster.sync() at 0.49 us, but a dependent L2 round trip at 146 ns and a DSMEM one
+// at 97 ns; end to end the 16-block cluster decodes the tiny BPE compact TLG at batch 1 +2.5 % faster (RTFx 960 / 954
+// vs 934 / 933, two processes each, equal WER). A batch-1 step is its dependent round trips, not its barriers, so
+// this stays opt-in and the cluster (DSMEM hash tables) design it was the first step of is not worth building.
 template <typename scalar_t, int kFused, bool kCluster = false>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
