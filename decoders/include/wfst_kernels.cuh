@@ -1002,8 +1002,9 @@ __global__ void __launch_bounds__(kWalkBlock)
 // one call; reports/measurements/README.md "Session 23"): eval/bench/probes/barrier_probe.cu puts grid.sync() over 528
 // blocks at 1.64 us and a 16-block cluster.sync() at 0.49 us, but a dependent L2 round trip at 146 ns and a DSMEM one
 // at 97 ns; end to end the 16-block cluster decodes the tiny BPE compact TLG at batch 1 +2.5 % faster (RTFx 960 / 954
-// vs 934 / 933, two processes each, equal WER). A batch-1 step is its dependent round trips, not its barriers, so
-// this stays opt-in and the cluster (DSMEM hash tables) design it was the first step of is not worth building.
+// vs 934 / 933, two processes each, equal WER). The barriers are not where a batch-1 step's time goes (the small
+// HLG's batch-1 Expand alone takes ~17 us for ~1,000 items, ncu in session 21), so this stays opt-in and the cluster
+// design with DSMEM hash tables it was the first step of was not built.
 template <typename scalar_t, int kFused, bool kCluster = false>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
