@@ -821,8 +821,10 @@ class WfstDecoder:
         only): per utterance `peak_frontier` / `mean_frontier` (distinct states of a step after its closure;
         the GPU's frontier_capacity), `peak_candidates` / `mean_candidates` (admitted per step; an upper bound
         of the GPU's candidate count), `word_links` (back-pointers on word arcs; the GPU arena's entries),
-        `steps`, and `peak_stored_links` (the most word links the CPU reference held at once: its memory, kept
-        bounded by compaction, see decoders/csrc/wfst_cpu.cpp). Lists of ints / floats, one per utterance."""
+        `steps`, `peak_stored_links` (the most word links the CPU reference held at once: its memory, kept
+        bounded by compaction, see decoders/csrc/wfst_cpu.cpp) and `mean_closure_passes` (epsilon-closure passes
+        per step that generated candidates, the start closure's counted in: the GPU runs the graph's epsilon depth
+        of passes per step, and the rest of them have no items). Lists of ints / floats, one per utterance."""
         return self.decode_with_stats(log_probs, lengths, boosts)[1]
 
     def decode_with_stats(self, log_probs: torch.Tensor, lengths,
@@ -838,7 +840,8 @@ class WfstDecoder:
         steps = [max(1, r[5]) for r in st]
         stats = dict(peak_frontier=[r[0] for r in st], mean_frontier=[r[1] / n for r, n in zip(st, steps)],
                      peak_candidates=[r[2] for r in st], mean_candidates=[r[3] / n for r, n in zip(st, steps)],
-                     word_links=[r[4] for r in st], steps=[r[5] for r in st], peak_stored_links=[r[6] for r in st])
+                     word_links=[r[4] for r in st], steps=[r[5] for r in st], peak_stored_links=[r[6] for r in st],
+                     mean_closure_passes=[r[7] / n for r, n in zip(st, steps)])
         return self._parse(rows.numpy(), oov, []), stats
 
     def _prepare(self, log_probs: torch.Tensor, lengths, boosts) -> tuple:

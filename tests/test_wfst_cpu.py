@@ -397,6 +397,20 @@ def test_search_stats_counts_what_the_search_needed():
     assert st["steps"] == [4] and st["peak_frontier"] == [2] and st["mean_frontier"] == [7 / 4]
     assert st["peak_candidates"] == [3] and st["mean_candidates"] == [9 / 4]
     assert st["word_links"] == [3]  # state 1 is entered through the word arc at every emitting step
+    assert st["mean_closure_passes"] == [0.0]  # no epsilon arcs: no closure
+
+
+def test_search_stats_count_the_closure_passes_with_work():
+    """mean_closure_passes: 0 -t1-> 1 -eps-> 2 -eps-> 3 -t1-> 1, 3 -final-> 4 (epsilon depth 2). Each emitting step
+    enters state 1 only, whose closure takes two passes with candidates (1 -> 2, then 2 -> 3; 3 has no epsilon arc),
+    whatever the pass bound above 2; the start state has no epsilon arc and the final step no closure work."""
+    g = WfstGraph.from_arcs([0, 1, 2, 3, 3], [1, 2, 3, 1, 4], [1, EPSILON, EPSILON, 1, FINAL], [0] * 5, [0.0] * 5,
+                            num_states=5, start_state=0, final_state=4, num_tokens=2)
+    lp = torch.full((1, 3, 2), math.log(1 / 2))
+    for bound in (2, 8):
+        st = WfstDecoder(g, WfstDecoderConfig(search_beam=50.0, eps_iterations=bound), "cpu").search_stats(
+            lp, torch.tensor([3]))
+        assert st["steps"] == [4] and st["mean_closure_passes"] == [6 / 4], (bound, st)
 
 
 def test_search_stats_match_the_decode_and_bound_each_other():
@@ -412,6 +426,8 @@ def test_search_stats_match_the_decode_and_bound_each_other():
         assert 1 <= st["mean_frontier"][b] <= st["peak_frontier"][b] <= st["peak_candidates"][b] + 1
         # every back-pointer came from an admitted candidate (start closure included)
         assert st["word_links"][b] <= round(st["mean_candidates"][b] * st["steps"][b])
+        # passes with work: at most the configured bound per closure (the start closure's included, hence + 1)
+        assert 0 < st["mean_closure_passes"][b] * st["steps"][b] <= dec.config.eps_iterations * (st["steps"][b] + 1)
     assert dec.decode(lp, lengths).words == WfstDecoder(g, dec.config, "cpu").decode(lp, lengths).words
     res, st2 = dec.decode_with_stats(lp, lengths)  # one search gives both
     want = dec.decode(lp, lengths)

@@ -125,6 +125,8 @@ struct SearchStats {
   int64_t word_links = 0;       // back-pointers on arcs with output words (GPU: arena entries)
   int64_t steps = 0;
   int64_t peak_stored_links = 0;  // most word links held at once by this reference (after compaction)
+  int64_t closure_passes = 0;  // epsilon-closure passes that generated candidates, the start closure's included (the
+                               //   GPU runs the graph's epsilon depth of them per step; the rest have no items)
 };
 
 // Drops the word links no token of `front` can reach and renumbers the rest (chains keep their order).
@@ -198,6 +200,7 @@ UtteranceResult decode_one(const Graph& g, const Options& opt, const scalar_t* l
         [&](int32_t a) { return arc_score(a, 0.0f); }, [](const Token& tok) { return tok.winner; },
         [&](Token& tok, int32_t prev, int32_t arc) { tok.winner = link_of(prev, arc); });
     step_cands += st.cands;
+    if (stats) stats->closure_passes += st.passes_with_cands;
     if (!st.converged) res.overflow |= wfst::kOverflowEpsilon;
   };
 
@@ -441,13 +444,13 @@ std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
                                        aux_words, weight, start_state, final_state, boost_keys, boost_values,
                                        search_beam, min_active, max_active, allow_partial, acoustic_scale,
                                        eps_iterations, words_capacity, online, &stats);
-  constexpr int64_t kCols = 7;
+  constexpr int64_t kCols = 8;
   auto out = at::zeros({static_cast<int64_t>(stats.size()), kCols}, at::TensorOptions().dtype(at::kLong));
   int64_t* o = out.data_ptr<int64_t>();
   for (size_t b = 0; b < stats.size(); ++b) {
     const SearchStats& st = stats[b];
     const int64_t row[kCols] = {st.peak_frontier, st.sum_frontier, st.peak_candidates, st.sum_candidates,
-                                st.word_links,    st.steps,        st.peak_stored_links};
+                                st.word_links,    st.steps,        st.peak_stored_links, st.closure_passes};
     std::copy(row, row + kCols, o + kCols * b);
   }
   return {result, out};

@@ -12,6 +12,7 @@ namespace wfst_cpu {
 
 struct ClosureStats {
   int64_t cands = 0;       // candidates generated over every pass
+  int32_t passes_with_cands = 0;  // passes that generated any candidate (the GPU's closure passes with work)
   bool converged = true;   // false: tokens still had epsilon arcs to relax after the last pass
 };
 
@@ -51,6 +52,7 @@ ClosureStats jacobi_epsilon_closure(std::vector<Tok>& tokens, float cutoff, int3
       }
     }
     stats.cands += static_cast<int64_t>(cands.size());
+    if (!cands.empty()) ++stats.passes_with_cands;
     new_dirty.clear();
     win.clear();
     is_dirty.assign(tokens.size(), 0);
