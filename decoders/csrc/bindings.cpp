@@ -59,7 +59,7 @@ TORCH_LIBRARY(beamdec, m) {
       "bool allow_partial, float acoustic_scale, int eps_iterations, int frontier_capacity, "
       "int candidate_capacity, int hash_capacity, int arena_capacity, int words_capacity, bool online=False, "
       "float max_emit_weight=3.0e38, int max_degree=0) -> Tensor");
-  // CPU only: what each utterance's search needed (sizes for the GPU capacities), (B, 7) int64
+  // CPU only: what each utterance's search needed (sizes for the GPU capacities), (B, 8) int64
   m.def(
       "wfst_search_stats(Tensor log_probs, Tensor lengths, Tensor row_splits, Tensor eps_begin, Tensor final_begin, "
       "Tensor dest, Tensor ilabel, Tensor aux_splits, Tensor aux_words, Tensor weight, int start_state, "

@@ -42,10 +42,11 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                             int64_t arena_capacity, int64_t words_capacity, bool online,
                             double max_emit_weight, int64_t max_degree);
 
-// CPU only: wfst_decode_cpu's result rows plus, per utterance, (B, 7) int64: peak and summed frontier (distinct
+// CPU only: wfst_decode_cpu's result rows plus, per utterance, (B, 8) int64: peak and summed frontier (distinct
 // states of a step after its closure), peak and summed admitted candidates per step, word links (back-pointers
-// on word arcs) and steps -- what the GPU capacities have to hold -- and the most word links the CPU reference
-// held at once (its memory; bounded by compaction, see wfst_cpu.cpp).
+// on word arcs) and steps -- what the GPU capacities have to hold -- the most word links the CPU reference
+// held at once (its memory; bounded by compaction, see wfst_cpu.cpp) and the epsilon-closure passes that
+// generated candidates.
 std::tuple<at::Tensor, at::Tensor> wfst_search_stats_cpu(
     const at::Tensor& log_probs, const at::Tensor& lengths, const at::Tensor& row_splits, const at::Tensor& eps_begin,
     const at::Tensor& final_begin, const at::Tensor& dest, const at::Tensor& ilabel, const at::Tensor& aux_splits,
