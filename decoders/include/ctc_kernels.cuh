@@ -892,9 +892,8 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // kOptIn: compiled with the opt-in experiment (a.paged_smem); the default instantiation
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
-// branch form measured before 2026-12-06. kSpec (with kSelect): the speculative rounds ("rounds, speculative form").
-// Every form picks the same winners in the same order.
-template <typename T, bool kOptIn, bool kSelect = false, bool kSpec = false>
+// branch form measured before 2026-12-06. Both pick the same winners in the same order.
+template <typename T, bool kOptIn, bool kSelect = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
@@ -1164,65 +1163,6 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       };
       head_sel();  // the same head as head() above, with the select form's codes
       uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
-      if constexpr (kSpec) {
-        // Rounds, speculative form. Each lane keeps its next three heads in its own order (hk0 > hk1 > hk2 with its
-        // tie order: stay, then lower list position), pulled from its stay / last-char / ordinary streams. When
-        // one lane alone holds the round's maximum (the usual case: ties between lanes are exact float
-        // equalities), that lane wins and its next head is hk1, known before the vote: so the next round's max is
-        // reduced right after this one's, over (top ? hk1 : hk0), and the chain per round is reduce -> compare ->
-        // select -> reduce. The vote runs beside it and only decides whether the speculation held; with a tie
-        // the round falls back to the select form's rule (stays first, then the lowest lane) and reduces again.
-        // The winner's window shifts and its third head is pulled (a round of slack before it can be needed).
-        // The same winners in the same order as the other forms.
-        auto pull = [&](bool take, uint32_t& k, unsigned& c, int& t) {
-          const bool l = k_last > k_stay;
-          const uint32_t kk = l ? k_last : k_stay;
-          const int tt = l ? 1 : 0;
-          const bool o = k_ord > kk || (k_ord == kk && k_ord != 0u && tt == 1 && oi < lastpos);
-          const unsigned ext = kSelExt | ((unsigned)lane << 8);
-          k = take ? (o ? k_ord : kk) : k;
-          c = take ? (o ? ext | (unsigned)oi : (l ? ext | (unsigned)lastpos : (unsigned)lane)) : c;
-          const int ht = o ? 2 : tt;
-          t = take ? ht : t;
-          const bool use_ord = take && ht == 2;
-          k_stay = take && ht == 0 ? 0u : k_stay;
-          k_last = take && ht == 1 ? 0u : k_last;
-          oi = use_ord ? oi2 : oi;
-          k_ord = use_ord ? k_ord2 : k_ord;
-          const int o2 = oi < cnt ? pop_ord_sel(use_ord) : cnt;
-          const uint32_t key2 = key_of(o2);
-          k_ord2 = use_ord ? key2 : k_ord2;
-          oi2 = use_ord ? o2 : oi2;
-        };
-        uint32_t hk0 = 0u, hk1 = 0u, hk2 = 0u;
-        unsigned hc0 = 0u, hc1 = 0u, hc2 = 0u;
-        int ht0 = 0, ht1 = 0, ht2 = 0;
-        pull(true, hk0, hc0, ht0);
-        pull(true, hk1, hc1, ht1);
-        pull(true, hk2, hc2, ht2);
-        uint32_t m = __reduce_max_sync(kFull, hk0);
-        for (; nw < beam && m != 0u; ++nw) {
-          const bool top = hk0 == m;
-          const unsigned tie = __ballot_sync(kFull, top);
-          uint32_t m2 = __reduce_max_sync(kFull, top ? hk1 : hk0);  // the next max if this lane alone is top
-          const bool uniq = __popc(tie) == 1;                      // warp-uniform
-          bool won = top;
-          if (!uniq) {
-            const unsigned tie_stay = __ballot_sync(kFull, top && ht0 == 0);
-            won = lane == __ffs(tie_stay ? tie_stay : tie) - 1;
-          }
-          if (won) s.win[nw] = (int)hc0;
-          hk0 = won ? hk1 : hk0;
-          hc0 = won ? hc1 : hc0;
-          ht0 = won ? ht1 : ht0;
-          hk1 = won ? hk2 : hk1;
-          hc1 = won ? hc2 : hc1;
-          ht1 = won ? ht2 : ht1;
-          pull(won, hk2, hc2, ht2);
-          if (!uniq) m2 = __reduce_max_sync(kFull, hk0);
-          m = m2;
-        }
-      } else {
       bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
       for (; nw < beam; ++nw) {
         const uint32_t m = __reduce_max_sync(kFull, bk);
@@ -1242,7 +1182,6 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
         oi = pend ? oi2 : oi;
         k_ord = pend ? k_ord2 : k_ord;
         head_sel();
-      }
       }
     } else
     for (; nw < beam; ++nw) {
