@@ -893,9 +893,13 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
-template <typename T, bool kOptIn, bool kSelect = false>
+// kOneWord: the frame's candidate list holds at most 32 entries (C <= 32: beam <= 15), so every per-list bit set
+// (merged positions, a lane's remaining ordinary extensions) is one word and the list is one entry per lane; the
+// two-word tails of the general form (C up to 65) compile away. The same results.
+template <typename T, bool kOptIn, bool kSelect = false, bool kOneWord = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
+  constexpr int kW = kOneWord ? 1 : 3;  // list words: positions 0..32 * kW - 1 (the general form: 0..64)
   __shared__ WarpShared s;
   const int row = blockIdx.x, lane = threadIdx.x;
   if (a.refused(row)) return;  // warp-uniform
@@ -991,7 +995,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     if (nxt >= 0) {
       const int64_t base = ((int64_t)nxt * a.rows + row) * C;
 #pragma unroll
-      for (int m = 0; m < 3; ++m) {
+      for (int m = 0; m < kW; ++m) {
         const int i = lane + 32 * m;
         if (i < pf_cnt) {
           pf_id[m] = a.pre_ids[base + i];
@@ -1013,7 +1017,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     if (nxt >= 0) {
       if (valid && len > 0) nx_own = load_lp(lp_next + last);
 #pragma unroll
-      for (int m = 0; m < 3; ++m)
+      for (int m = 0; m < kW; ++m)
         if (lane + 32 * m < cnt) nx_c[m] = load_lp(lp_next + ids[lane + 32 * m]);
     }
 
@@ -1040,8 +1044,10 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       if (valid && len > 0 && q_len == len - 1 && (((unsigned long long)q_hi << 32) | q_lo) == phash) par = q;
     }
     s.ex[lane][0] = 0u;
-    s.ex[lane][1] = 0u;
-    s.ex[lane][2] = 0u;
+    if constexpr (!kOneWord) {
+      s.ex[lane][1] = 0u;
+      s.ex[lane][2] = 0u;
+    }
     const int pq = par >= 0 ? par : lane;
     const float par_pb = __shfl_sync(kFull, pb, pq), par_A = __shfl_sync(kFull, A, pq);
     const int par_last = __shfl_sync(kFull, last, pq);
@@ -1049,7 +1055,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     __syncwarp();
     if (par >= 0 && lastpos >= 0) atomicOr(&s.ex[par][lastpos >> 5], 1u << (lastpos & 31));
     __syncwarp();
-    const unsigned ex0 = s.ex[lane][0], ex1 = s.ex[lane][1], ex2 = s.ex[lane][2];
+    const unsigned ex0 = s.ex[lane][0], ex1 = kOneWord ? 0u : s.ex[lane][1], ex2 = kOneWord ? 0u : s.ex[lane][2];
     auto excluded = [&](int i) -> bool {
       const unsigned wd = i < 32 ? ex0 : (i < 64 ? ex1 : ex2);
       return (wd >> (i & 31)) & 1u;
@@ -1071,11 +1077,13 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     unsigned rem0 = 0u, rem1 = 0u, rem2 = 0u;  // cnt <= 2 * 32 + 1: positions 0..64
     if (can_ext) {
       rem0 = (cnt >= 32 ? 0xFFFFFFFFu : (1u << cnt) - 1u) & ~ex0;
-      rem1 = (cnt >= 64 ? 0xFFFFFFFFu : cnt > 32 ? (1u << (cnt - 32)) - 1u : 0u) & ~ex1;
-      rem2 = (cnt > 64 ? 1u : 0u) & ~ex2;
+      if constexpr (!kOneWord) {  // one word: cnt <= 32, so rem1 = rem2 = 0 at compile time
+        rem1 = (cnt >= 64 ? 0xFFFFFFFFu : cnt > 32 ? (1u << (cnt - 32)) - 1u : 0u) & ~ex1;
+        rem2 = (cnt > 64 ? 1u : 0u) & ~ex2;
+      }
       if (lastpos >= 0) {
         const unsigned bit = ~(1u << (lastpos & 31));
-        if (lastpos < 32) rem0 &= bit;
+        if (kOneWord || lastpos < 32) rem0 &= bit;
         else if (lastpos < 64) rem1 &= bit;
         else rem2 &= bit;
       }
@@ -1266,8 +1274,9 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       if (n_len >= max_len) flags |= kStatusCapHit;
     }
     const float nx_stay = __shfl_sync(kFull, nx_own, src);
-    const float nx0 = __shfl_sync(kFull, nx_c[0], tpos & 31), nx1 = __shfl_sync(kFull, nx_c[1], tpos & 31),
-                nx2 = __shfl_sync(kFull, nx_c[2], tpos & 31);
+    const float nx0 = __shfl_sync(kFull, nx_c[0], tpos & 31);
+    const float nx1 = kOneWord ? -INFINITY : __shfl_sync(kFull, nx_c[1], tpos & 31);
+    const float nx2 = kOneWord ? -INFINITY : __shfl_sync(kFull, nx_c[2], tpos & 31);
     const float pf_last = tok < 0 ? nx_stay : (tpos < 32 ? nx0 : (tpos < 64 ? nx1 : nx2));
 
     // storage. Flat (lazy): record (source, token) of every winner; the prefixes are rebuilt once at the end of
@@ -1354,7 +1363,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     }
     if (nxt >= 0) {
 #pragma unroll
-      for (int m = 0; m < 3; ++m) {
+      for (int m = 0; m < kW; ++m) {
         const int i = lane + 32 * m;
         if (i < pf_cnt) {
           s.ids[buf ^ 1][i] = pf_id[m];

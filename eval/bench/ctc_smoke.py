@@ -65,7 +65,7 @@ def main() -> None:
     # the select-form rounds and the warp-threshold pre-pass (V >= 256: the pre-pass fast path), both beside
     # their other forms, offline (flat, paged) and streamed
     lp_v_cpu = (torch.randn(2, 30, 300, generator=g) * 3).log_softmax(-1)
-    for rounds, prepass in (("select", "warp"), ("branch", "rank")):
+    for rounds, prepass in (("select", "warp"), ("branch", "rank")):  # select: one-word lists (beam 10)
         with _env(BEAMDEC_CTC_KERNEL="warp", BEAMDEC_CTC_ROUNDS=rounds, BEAMDEC_CTC_PREPASS=prepass):
             for paged in (False, True):
                 cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, blank_skip_threshold=1.0)
