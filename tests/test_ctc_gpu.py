@@ -302,8 +302,8 @@ def _round_inputs():
 
 
 def _round_form(monkeypatch, mode: str) -> None:
-    """The one-warp kernel's rounds: "branch", "select" (the default: one-word lists where C <= 32) or
-    "select-general" (the select rounds with the general three-word lists)."""
+    """The one-warp kernel's rounds: "branch", "select" (with one-word lists where C <= 32,
+    BEAMDEC_CTC_ONE_WORD=1) or "select-general" (the select rounds with the general three-word lists)."""
     monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode.split("-")[0])
     monkeypatch.setenv("BEAMDEC_CTC_ONE_WORD", "0" if mode == "select-general" else "1")
 
@@ -312,8 +312,8 @@ def _round_form(monkeypatch, mode: str) -> None:
 @pytest.mark.parametrize("half", [False, True])
 def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
     """BEAMDEC_CTC_ROUNDS=select (the one-warp kernel's top-`beam` rounds as selects, the next ordinary
-    extension's key kept a round ahead), in its one-word instantiation (C <= 32: beams up to 15; the default) and its
-    general one (BEAMDEC_CTC_ONE_WORD=0), picks the same winners in the same order as the branch form: bit-equal
+    extension's key kept a round ahead), in its one-word instantiation (C <= 32: beams up to 15;
+    BEAMDEC_CTC_ONE_WORD=1) and its general one, picks the same winners in the same order as the branch form: bit-equal
     tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to the CPU reference. The
     inputs (_round_inputs) hold exact ties between beams, stays and extensions, -inf tails and 1-frame rows."""
     monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
