@@ -35,6 +35,11 @@
 // step 4 as selects (kSelect) and the pre-pass threshold from warp maxima (kWarpTau) raised the kernel RTFx by 3-15 %
 // at 10 of 12 shapes (B=1 V=5000: 9,226 -> 9,844; B=64: 415k -> 479k; equal at B=1 V=100, -4 % at B=16 T=50, two
 // processes one after the other); both are the defaults.
+// 2026-12-07 (H100, eval/bench/probes/warp_probe.cu): one warp's dependent steps cost REDUX 46, VOTE 17, SHFL 37,
+// FLO 40, ISETP+SEL 14 cycles; the select round's cross-lane chain 117, the round itself ~350 (81 instructions at ~4.5
+// cycles). A speculative round (the next max reduced before the vote; chain ~60) added instructions and ran 1.17-1.38x
+// slower (reverted; reports/measurements/README.md, session 24): at one warp per row a frame costs its instruction
+// count, so the lever is fewer instructions (kOneWord below), not shorter chains.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
