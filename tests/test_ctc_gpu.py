@@ -301,21 +301,13 @@ def _round_inputs():
     return lp, torch.tensor([T, T, T, T, T, 1])
 
 
-def _round_form(monkeypatch, mode: str) -> None:
-    """The one-warp kernel's rounds: "branch", "select" (with one-word lists where C <= 32,
-    BEAMDEC_CTC_ONE_WORD=1) or "select-general" (the select rounds with the general three-word lists)."""
-    monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode.split("-")[0])
-    monkeypatch.setenv("BEAMDEC_CTC_ONE_WORD", "0" if mode == "select-general" else "1")
-
-
 @pytest.mark.parametrize("beam", [1, 2, 3, 10, 15, 16, 31, 32])
 @pytest.mark.parametrize("half", [False, True])
 def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
     """BEAMDEC_CTC_ROUNDS=select (the one-warp kernel's top-`beam` rounds as selects, the next ordinary
-    extension's key kept a round ahead), in its one-word instantiation (C <= 32: beams up to 15;
-    BEAMDEC_CTC_ONE_WORD=1) and its general one, picks the same winners in the same order as the branch form: bit-equal
-    tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to the CPU reference. The
-    inputs (_round_inputs) hold exact ties between beams, stays and extensions, -inf tails and 1-frame rows."""
+    extension's key kept a round ahead) picks the same winners in the same order as the branch form: bit-equal tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to
+    the CPU reference. The inputs (_round_inputs) hold exact ties between beams, stays and extensions, -inf tails
+    and 1-frame rows."""
     monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
     lp, lengths = _round_inputs()
     if half:
@@ -324,17 +316,17 @@ def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
         for thr in (0.97, 1.0):
             cfg = CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), blank_skip_threshold=thr, paged=paged,
                                       page_size=8)
-            _round_form(monkeypatch, "branch")
+            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "branch")
             branch = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
-            for mode in ("select", "select-general"):
-                _round_form(monkeypatch, mode)
+            for mode in ("select",):
+                monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
                 got = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
                 assert got.tokens == branch.tokens and torch.equal(got.scores, branch.scores), (mode, paged, thr)
                 assert_results_match(got, ctc_beam_search(lp.float(), lengths, cfg))
         dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), paged=paged, page_size=8))
         outs = []
-        for mode in ("branch", "select", "select-general"):
-            _round_form(monkeypatch, mode)
+        for mode in ("branch", "select"):
+            monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
             st = dec.create_state(lp.shape[0] - 1, lp.shape[2], device="cuda")
             for t0 in range(0, lp.shape[1], 7):
                 dec.decode_chunk(lp[:-1, t0:t0 + 7].cuda(), state=st)
@@ -343,14 +335,14 @@ def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
             assert o.tokens == outs[0].tokens and torch.equal(o.scores, outs[0].scores)
 
 
-@pytest.mark.parametrize("mode", ["branch", "select", "select-general"])
+@pytest.mark.parametrize("mode", ["branch", "select"])
 @pytest.mark.parametrize("beam", [4, 10, 15, 32])
 def test_gpu_round_forms_random_long(ops, mode, beam, monkeypatch):
     """Every form of the one-warp kernel's rounds against the CPU reference on random log-probs: Gaussian (OASR's
     benchmark inputs are of this kind: many extensions per beam compete) and all-equal non-blank values (ties
     everywhere), 300 frames, V 97 and 5000."""
     monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
-    _round_form(monkeypatch, mode)
+    monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
     for V, peaky in ((97, 1.0), (97, 0.0), (5000, 1.0)):
         lp = random_log_probs(3, 300, V, seed=beam + V, peaky=peaky)
         lengths = torch.tensor([300, 171, 2])
@@ -564,8 +556,7 @@ def test_gpu_state_stamp_refuses_cpu_state_and_same_state_twice(ops):
 
 
 @pytest.mark.parametrize("name,bad", [("BEAMDEC_CTC_ROUNDS", "split"), ("BEAMDEC_CTC_KERNEL", "Warp"),
-                                      ("BEAMDEC_CTC_PREPASS", "ranks"), ("BEAMDEC_CTC_PAGED_SMEM", "yes"),
-                                      ("BEAMDEC_CTC_ONE_WORD", "on")])
+                                      ("BEAMDEC_CTC_PREPASS", "ranks"), ("BEAMDEC_CTC_PAGED_SMEM", "yes")])
 def test_gpu_unknown_switch_values_are_one_line_errors(ops, name, bad, monkeypatch):
     """The CUDA CTC ops' A/B switches accept their listed values (or unset); any other value is a one-line
     ValueError naming the switch, offline and streaming, and the next call with a good value decodes (session 17:

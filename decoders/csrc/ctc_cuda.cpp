@@ -62,8 +62,6 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   // kernel RTFx +3 to +15 % at 10 of OASR's 12 offline shapes); =branch / =rank give the earlier forms
   d.rounds_select = env_switch("BEAMDEC_CTC_ROUNDS", {"select", "branch"}) == "branch" ? 0 : 1;
   d.prepass_warp_tau = env_switch("BEAMDEC_CTC_PREPASS", {"warp", "rank"}) == "rank" ? 0 : 1;
-  // opt-in until its first GPU run (session 24): BEAMDEC_CTC_ONE_WORD=1
-  d.one_word = env_switch("BEAMDEC_CTC_ONE_WORD", {"0", "1"}) == "1" ? 1 : 0;
   return d;
 }
 

@@ -37,10 +37,6 @@ struct DecodeLaunch {
   // 1: the one-warp kernel's top-`beam` rounds in their select form (ctc_kernels.cuh, kSelect; the same winners
   // in the same order; the default); 0: the branch form. BEAMDEC_CTC_ROUNDS=select|branch
   int rounds_select = 1;
-  // 1: with the select rounds and a candidate list of at most 32 entries (C <= 32, beam <= 15), the one-warp kernel's
-  // one-word instantiation (ctc_kernels.cuh, kOneWord; the same results); 0: the general form (the default until the
-  // one-word form has run on a GPU). BEAMDEC_CTC_ONE_WORD=0|1
-  int one_word = 0;
   // 1: the pre-pass threshold from the warps' r-th largest maxima and a packed-word rank (ctc_kernels.cuh,
   // kWarpTau; the same lists; the default); 0: rank counting over the block's maxima. BEAMDEC_CTC_PREPASS=warp|rank
   int prepass_warp_tau = 1;

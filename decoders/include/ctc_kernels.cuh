@@ -35,11 +35,13 @@
 // step 4 as selects (kSelect) and the pre-pass threshold from warp maxima (kWarpTau) raised the kernel RTFx by 3-15 %
 // at 10 of 12 shapes (B=1 V=5000: 9,226 -> 9,844; B=64: 415k -> 479k; equal at B=1 V=100, -4 % at B=16 T=50, two
 // processes one after the other); both are the defaults.
-// 2026-12-07 (H100, eval/bench/probes/warp_probe.cu): one warp's dependent steps cost REDUX 46, VOTE 17, SHFL 37,
-// FLO 40, ISETP+SEL 14 cycles; the select round's cross-lane chain 117, the round itself ~350 (81 instructions at ~4.5
-// cycles). A speculative round (the next max reduced before the vote; chain ~60) added instructions and ran 1.17-1.38x
-// slower (reverted; reports/measurements/README.md, session 24): at one warp per row a frame costs its instruction
-// count, so the lever is fewer instructions (kOneWord below), not shorter chains.
+// 2026-12-07 (H100; eval/bench/probes/warp_probe.cu, reports/measurements/README.md session 24): one warp's dependent
+// steps cost REDUX 46, VOTE 17, SHFL 37, FLO 40, ISETP+SEL 14 cycles; the select round's cross-lane chain 117 of the
+// ~350 a round takes (81 instructions). Two forms were exact and not kept: speculative rounds (the next max reduced
+// before the vote: a ~60-cycle chain, but 2,083 instructions per frame instead of 1,585) ran 1.17-1.38x slower; a
+// one-word instantiation for lists of <= 32 entries (1,434 instructions per frame) ran 0.98-1.02x, its cycles per
+// instruction rising from 4.5 to 4.9. So a frame is bound by the dependent path through its rounds (max -> vote ->
+// the winner's new head, fed by its refill), neither by the cross-lane chain alone nor by the instruction count.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
@@ -898,13 +900,9 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
-// kOneWord: the frame's candidate list holds at most 32 entries (C <= 32: beam <= 15), so every per-list bit set
-// (merged positions, a lane's remaining ordinary extensions) is one word and the list is one entry per lane; the
-// two-word tails of the general form (C up to 65) compile away. The same results.
-template <typename T, bool kOptIn, bool kSelect = false, bool kOneWord = false>
+template <typename T, bool kOptIn, bool kSelect = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
-  constexpr int kW = kOneWord ? 1 : 3;  // list words: positions 0..32 * kW - 1 (the general form: 0..64)
   __shared__ WarpShared s;
   const int row = blockIdx.x, lane = threadIdx.x;
   if (a.refused(row)) return;  // warp-uniform
@@ -1000,7 +998,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     if (nxt >= 0) {
       const int64_t base = ((int64_t)nxt * a.rows + row) * C;
 #pragma unroll
-      for (int m = 0; m < kW; ++m) {
+      for (int m = 0; m < 3; ++m) {
         const int i = lane + 32 * m;
         if (i < pf_cnt) {
           pf_id[m] = a.pre_ids[base + i];
@@ -1022,7 +1020,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     if (nxt >= 0) {
       if (valid && len > 0) nx_own = load_lp(lp_next + last);
 #pragma unroll
-      for (int m = 0; m < kW; ++m)
+      for (int m = 0; m < 3; ++m)
         if (lane + 32 * m < cnt) nx_c[m] = load_lp(lp_next + ids[lane + 32 * m]);
     }
 
@@ -1049,10 +1047,8 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       if (valid && len > 0 && q_len == len - 1 && (((unsigned long long)q_hi << 32) | q_lo) == phash) par = q;
     }
     s.ex[lane][0] = 0u;
-    if constexpr (!kOneWord) {
-      s.ex[lane][1] = 0u;
-      s.ex[lane][2] = 0u;
-    }
+    s.ex[lane][1] = 0u;
+    s.ex[lane][2] = 0u;
     const int pq = par >= 0 ? par : lane;
     const float par_pb = __shfl_sync(kFull, pb, pq), par_A = __shfl_sync(kFull, A, pq);
     const int par_last = __shfl_sync(kFull, last, pq);
@@ -1060,7 +1056,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     __syncwarp();
     if (par >= 0 && lastpos >= 0) atomicOr(&s.ex[par][lastpos >> 5], 1u << (lastpos & 31));
     __syncwarp();
-    const unsigned ex0 = s.ex[lane][0], ex1 = kOneWord ? 0u : s.ex[lane][1], ex2 = kOneWord ? 0u : s.ex[lane][2];
+    const unsigned ex0 = s.ex[lane][0], ex1 = s.ex[lane][1], ex2 = s.ex[lane][2];
     auto excluded = [&](int i) -> bool {
       const unsigned wd = i < 32 ? ex0 : (i < 64 ? ex1 : ex2);
       return (wd >> (i & 31)) & 1u;
@@ -1082,13 +1078,11 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     unsigned rem0 = 0u, rem1 = 0u, rem2 = 0u;  // cnt <= 2 * 32 + 1: positions 0..64
     if (can_ext) {
       rem0 = (cnt >= 32 ? 0xFFFFFFFFu : (1u << cnt) - 1u) & ~ex0;
-      if constexpr (!kOneWord) {  // one word: cnt <= 32, so rem1 = rem2 = 0 at compile time
-        rem1 = (cnt >= 64 ? 0xFFFFFFFFu : cnt > 32 ? (1u << (cnt - 32)) - 1u : 0u) & ~ex1;
-        rem2 = (cnt > 64 ? 1u : 0u) & ~ex2;
-      }
+      rem1 = (cnt >= 64 ? 0xFFFFFFFFu : cnt > 32 ? (1u << (cnt - 32)) - 1u : 0u) & ~ex1;
+      rem2 = (cnt > 64 ? 1u : 0u) & ~ex2;
       if (lastpos >= 0) {
         const unsigned bit = ~(1u << (lastpos & 31));
-        if (kOneWord || lastpos < 32) rem0 &= bit;
+        if (lastpos < 32) rem0 &= bit;
         else if (lastpos < 64) rem1 &= bit;
         else rem2 &= bit;
       }
@@ -1279,9 +1273,8 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       if (n_len >= max_len) flags |= kStatusCapHit;
     }
     const float nx_stay = __shfl_sync(kFull, nx_own, src);
-    const float nx0 = __shfl_sync(kFull, nx_c[0], tpos & 31);
-    const float nx1 = kOneWord ? -INFINITY : __shfl_sync(kFull, nx_c[1], tpos & 31);
-    const float nx2 = kOneWord ? -INFINITY : __shfl_sync(kFull, nx_c[2], tpos & 31);
+    const float nx0 = __shfl_sync(kFull, nx_c[0], tpos & 31), nx1 = __shfl_sync(kFull, nx_c[1], tpos & 31),
+                nx2 = __shfl_sync(kFull, nx_c[2], tpos & 31);
     const float pf_last = tok < 0 ? nx_stay : (tpos < 32 ? nx0 : (tpos < 64 ? nx1 : nx2));
 
     // storage. Flat (lazy): record (source, token) of every winner; the prefixes are rebuilt once at the end of
@@ -1368,7 +1361,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     }
     if (nxt >= 0) {
 #pragma unroll
-      for (int m = 0; m < kW; ++m) {
+      for (int m = 0; m < 3; ++m) {
         const int i = lane + 32 * m;
         if (i < pf_cnt) {
           s.ids[buf ^ 1][i] = pf_id[m];

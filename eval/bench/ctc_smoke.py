@@ -62,23 +62,21 @@ def main() -> None:
             _same(ctc_beam_search(lp_many_cpu.cuda(), lens_many, cfg), ref, f"contention {kernel} beam {beam}")
     print("paged contention ok")
 
-    # the select-form rounds (general and one-word lists) and the warp-threshold pre-pass (V >= 256: the pre-pass
-    # fast path), beside their other forms, offline (flat, paged) and streamed
+    # the select-form rounds and the warp-threshold pre-pass (V >= 256: the pre-pass fast path), both beside
+    # their other forms, offline (flat, paged) and streamed
     lp_v_cpu = (torch.randn(2, 30, 300, generator=g) * 3).log_softmax(-1)
-    for rounds, prepass, one_word in (("select", "warp", "0"), ("branch", "rank", "0"), ("select", "warp", "1")):
-        with _env(BEAMDEC_CTC_KERNEL="warp", BEAMDEC_CTC_ROUNDS=rounds, BEAMDEC_CTC_PREPASS=prepass,
-                  BEAMDEC_CTC_ONE_WORD=one_word):
+    for rounds, prepass in (("select", "warp"), ("branch", "rank")):
+        with _env(BEAMDEC_CTC_KERNEL="warp", BEAMDEC_CTC_ROUNDS=rounds, BEAMDEC_CTC_PREPASS=prepass):
             for paged in (False, True):
                 cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, blank_skip_threshold=1.0)
                 _same(ctc_beam_search(lp_v_cpu.cuda(), torch.tensor([30, 17]), cfg),
-                      ctc_beam_search(lp_v_cpu, torch.tensor([30, 17]), cfg),
-                      f"{rounds}/{prepass}/{one_word} paged={paged}")
+                      ctc_beam_search(lp_v_cpu, torch.tensor([30, 17]), cfg), f"{rounds}/{prepass} paged={paged}")
             dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10, nbest=3, blank_skip_threshold=1.0))
             st = dec.create_state(2, 300, device="cuda")
             for t0 in range(0, 30, 8):
                 dec.decode_chunk(lp_v_cpu[:, t0:t0 + 8].cuda(), state=st)
             _same(dec.finalize(st), ctc_beam_search(lp_v_cpu, torch.tensor([30, 30]), dec.config),
-                  f"{rounds}/{prepass}/{one_word} streamed")
+                  f"{rounds}/{prepass} streamed")
     print("rounds / pre-pass forms ok")
 
     with _env(BEAMDEC_CTC_KERNEL="warp", BEAMDEC_CTC_PAGED_SMEM="1"):  # opt-in shared-memory page metadata
