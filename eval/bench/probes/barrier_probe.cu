@@ -8,7 +8,7 @@
 // fixed latency of a small-batch step. This probe measures those costs; it is the first step of that design.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -o /tmp/barrier_probe eval/bench/probes/barrier_probe.cu && /tmp/barrier_probe
-//   (bash eval/bench/probes/barrier_probe_gpu_run.sh on the GPU host; prints tab-separated rows, ns per operation)
+//   (bash eval/bench/probes/probe_gpu_run.sh barrier on the GPU host; prints tab-separated rows, ns per operation)
 //
 // Rows:
 //   grid.sync, cooperative launch of G blocks x 256 threads (G = SMs x k and small grids)
@@ -22,20 +22,13 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include "probe_check.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 namespace cg = cooperative_groups;
-
-#define CHECK(x)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 constexpr int kThreads = 256;
 

@@ -6,23 +6,16 @@
 // whatever its instruction count, so the round is bound by this chain; the rows below say which link costs what.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -o /tmp/warp_probe eval/bench/probes/warp_probe.cu && /tmp/warp_probe
-//   (bash eval/bench/probes/warp_probe_gpu_run.sh on the GPU host; prints tab-separated rows, cycles per step)
+//   (bash eval/bench/probes/probe_gpu_run.sh warp on the GPU host; prints tab-separated rows, cycles per step)
 //
 // Every row is one warp of one block, a chain of N dependent steps timed with clock64 (the SM's own clock), so the
 // figure is the step's latency, not its throughput. Rows whose step is several instructions say which.
 #include <cuda_runtime.h>
 
+#include "probe_check.h"
+
 #include <cstdio>
 #include <cstdlib>
-
-#define CHECK(x)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (x);                                                                         \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kSteps = 4096;
