@@ -21,6 +21,7 @@ from test_wfst_lattice import acyclic_eps_graph  # noqa: E402
 from wfst_testlib import random_graph, random_log_probs  # noqa: E402
 
 from decoders.wfst import WfstDecoder, WfstDecoderConfig  # noqa: E402
+from eval.bench.common import environment  # noqa: E402
 
 
 def main() -> None:
@@ -41,9 +42,8 @@ def main() -> None:
         rp = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         rp16 = dec.decode(lp.half(), [9, 0, 1])
         print("persistent", "eps" if eps else "noeps", rp.words, rp.scores.tolist(), rp.overflow, rp16.overflow)
-        os.environ["BEAMDEC_WFST_CLUSTER"] = "16"  # the opt-in single-cluster form of the persistent kernel
-        rc = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
-        os.environ.pop("BEAMDEC_WFST_CLUSTER")
+        with environment({"BEAMDEC_WFST_CLUSTER": "16"}):  # the opt-in single-cluster form of the persistent kernel
+            rc = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         print("cluster", "eps" if eps else "noeps", rc.scores.tolist() == rp.scores.tolist(), rc.overflow)
     for eps in (False, True):  # lattices: the forward pass, the device prune, an overflow rescue
         g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \

@@ -2,8 +2,9 @@
 // the latency, in SM cycles, of each dependent cross-lane step one warp can take, and of the one-warp CTC kernel's
 // top-`beam` round built from them. The kernel (decoders/include/ctc_kernels.cuh, ctc_decode_warp_kernel, step 4)
 // picks a frame's `beam` winners in `beam` rounds: a warp max of the lanes' heads (REDUX), a tie vote (VOTE), the
-// first set bit (FLO), the winner's new head (selects). Nsight Compute put a round at ~260 cycles (sessions 15-19)
-// whatever its instruction count, so the round is bound by this chain; the rows below say which link costs what.
+// first set bit (FLO), the winner's new head (selects). Nsight Compute put a round at ~260-350 cycles (sessions 15-24);
+// the rows below say which link of that chain costs what. Measured (H100, session 24): the chain alone is ~117 cycles,
+// a third of the kernel's round -- the rest is the round's own dependent path (reports/measurements/README.md).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -o /tmp/warp_probe eval/bench/probes/warp_probe.cu && /tmp/warp_probe
 //   (bash eval/bench/probes/probe_gpu_run.sh warp on the GPU host; prints tab-separated rows, cycles per step)
