@@ -305,7 +305,9 @@ def _round_inputs():
 @pytest.mark.parametrize("half", [False, True])
 def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
     """BEAMDEC_CTC_ROUNDS=select (the one-warp kernel's top-`beam` rounds as selects, the next ordinary
-    extension's key kept a round ahead) picks the same winners in the same order as the branch form: bit-equal tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to
+    extension's key kept a round ahead) and =multi (several winners per round: heads ranked by counting, each
+    taken while it beats the seconds of the heads above it) pick the same winners in the same order as the
+    branch form: bit-equal tokens and scores, flat and paged, offline and streamed in 7-frame chunks, and equal to
     the CPU reference. The inputs (_round_inputs) hold exact ties between beams, stays and extensions, -inf tails
     and 1-frame rows."""
     monkeypatch.setenv("BEAMDEC_CTC_KERNEL", "warp")
@@ -318,14 +320,14 @@ def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
                                       page_size=8)
             monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", "branch")
             branch = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
-            for mode in ("select",):
+            for mode in ("select", "multi"):
                 monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
                 got = ctc_beam_search(lp.cuda(), lengths.cuda(), cfg)
                 assert got.tokens == branch.tokens and torch.equal(got.scores, branch.scores), (mode, paged, thr)
                 assert_results_match(got, ctc_beam_search(lp.float(), lengths, cfg))
         dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=beam, nbest=min(beam, 4), paged=paged, page_size=8))
         outs = []
-        for mode in ("branch", "select"):
+        for mode in ("branch", "select", "multi"):
             monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", mode)
             st = dec.create_state(lp.shape[0] - 1, lp.shape[2], device="cuda")
             for t0 in range(0, lp.shape[1], 7):
@@ -335,7 +337,7 @@ def test_gpu_round_forms_equal_each_other_and_cpu(ops, beam, half, monkeypatch):
             assert o.tokens == outs[0].tokens and torch.equal(o.scores, outs[0].scores)
 
 
-@pytest.mark.parametrize("mode", ["branch", "select"])
+@pytest.mark.parametrize("mode", ["branch", "select", "multi"])
 @pytest.mark.parametrize("beam", [4, 10, 15, 32])
 def test_gpu_round_forms_random_long(ops, mode, beam, monkeypatch):
     """Every form of the one-warp kernel's rounds against the CPU reference on random log-probs: Gaussian (OASR's

@@ -60,7 +60,11 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.paged_smem = env_switch("BEAMDEC_CTC_PAGED_SMEM", {"0", "1"}) == "1" ? 1 : 0;
   // the select-form rounds and the warp-threshold pre-pass are the defaults since 2026-12-06 (H100 A/B, one call:
   // kernel RTFx +3 to +15 % at 10 of OASR's 12 offline shapes); =branch / =rank give the earlier forms
-  d.rounds_select = env_switch("BEAMDEC_CTC_ROUNDS", {"select", "branch"}) == "branch" ? 0 : 1;
+  // =multi: several winners per round (opt-in until its GPU A/B)
+  {
+    const std::string r = env_switch("BEAMDEC_CTC_ROUNDS", {"select", "branch", "multi"});
+    d.rounds_select = r == "branch" ? 0 : r == "multi" ? 2 : 1;
+  }
   d.prepass_warp_tau = env_switch("BEAMDEC_CTC_PREPASS", {"warp", "rank"}) == "rank" ? 0 : 1;
   return d;
 }

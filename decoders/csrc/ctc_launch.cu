@@ -103,6 +103,8 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
           return err2;
         ctc_decode_warp_kernel<T, true><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
       }
+      else if (d.rounds_select == 2)
+        ctc_decode_warp_kernel<T, false, true, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       else if (d.rounds_select)
         ctc_decode_warp_kernel<T, false, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       else

@@ -900,7 +900,9 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
-template <typename T, bool kOptIn, bool kSelect = false>
+// kMulti (with kSelect): the rounds of step 4 take several winners at once (see "rounds, multi-winner form" below);
+// the same winners in the same order.
+template <typename T, bool kOptIn, bool kSelect = false, bool kMulti = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
@@ -1170,6 +1172,65 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       };
       head_sel();  // the same head as head() above, with the select form's codes
       uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
+      if constexpr (kMulti) {
+        // Rounds, multi-winner form. Every candidate as one 64-bit word, key << 32 | ~code (code: the select
+        // form's winner code, whose order is the slot order: stays, then the lower beam, then the lower list
+        // position), so the total order is a plain unsigned compare and no two live candidates are equal. Each lane
+        // offers its head h and its second s (the best of what is left once h is taken: its ordinary stream is
+        // sorted, so that is max(the other two heads) or, when h is ordinary, max(stay, last, next ordinary)).
+        // One round ranks the heads by counting (rank_j = heads above h_j) and takes, in rank order, every head
+        // that beats the seconds of all heads ranked above it: h_r is then the best of what is left after
+        // h_0..h_{r-1} (the other lanes' heads rank below it, the lanes above offer their seconds). h_r falls and
+        // that maximum rises with r, so the winners are a prefix of the ranking: a round takes them all at once,
+        // capped at beam - nw. The heads taken advance (second -> head, the ordinary stream refilled) and the
+        // next round ranks again. A frame whose top `beam` spreads over the beams (blank-dominated frames: the
+        // stays) takes one or two rounds instead of `beam`.
+        auto comp = [](uint32_t k, unsigned code) -> unsigned long long {
+          return k == 0u ? 0ull : ((unsigned long long)k << 32) | (unsigned long long)(0xFFFFFFFFu - code);
+        };
+        const unsigned ext = kSelExt | ((unsigned)lane << 8);
+        unsigned long long cS = comp(k_stay, (unsigned)lane), cL = comp(k_last, ext | (unsigned)(lastpos & 0xFF));
+        unsigned long long cO = comp(k_ord, ext | (unsigned)(oi & 0xFF)), cO2 = comp(k_ord2, ext | (unsigned)(oi2 & 0xFF));
+        unsigned long long h = 0ull, sec = 0ull;
+        int t = 0;  // the head's source: 0 stay, 1 last-char extension, 2 ordinary extension
+        auto head_second = [&]() {
+          const bool l = cL > cS;
+          const unsigned long long a = l ? cL : cS, b = l ? cS : cL;
+          const bool o = cO > a;
+          h = o ? cO : a;
+          t = o ? 2 : (l ? 1 : 0);
+          const unsigned long long x = o ? a : b, y = o ? cO2 : cO;
+          sec = x > y ? x : y;
+        };
+        head_second();
+        while (nw < beam) {
+          int rank = 0;
+          unsigned long long M = 0ull;  // the best second among the heads above mine
+#pragma unroll 4
+          for (int q = 0; q < nb; ++q) {
+            const unsigned long long hq = __shfl_sync(kFull, h, q), sq = __shfl_sync(kFull, sec, q);
+            const bool above = hq > h;
+            rank += above ? 1 : 0;
+            M = above && sq > M ? sq : M;
+          }
+          const bool won = h != 0ull && rank < beam - nw && h > M;
+          const unsigned wins = __ballot_sync(kFull, won);
+          if (wins == 0u) break;
+          if (won) s.win[nw + rank] = (int)(0xFFFFFFFFu - (uint32_t)h);
+          nw += __popc(wins);
+          const bool took_o = won && t == 2;
+          cS = won && t == 0 ? 0ull : cS;
+          cL = won && t == 1 ? 0ull : cL;
+          {  // the ordinary stream: the next one becomes the current, a new next is popped
+            const int o2 = oi2 < cnt ? pop_ord_sel(took_o) : cnt;
+            const unsigned long long c2 = comp(key_of(o2), ext | (unsigned)(o2 & 0xFF));
+            oi2 = took_o ? o2 : oi2;
+            cO = took_o ? cO2 : cO;
+            cO2 = took_o ? c2 : cO2;
+          }
+          head_second();
+        }
+      } else {
       bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
       for (; nw < beam; ++nw) {
         const uint32_t m = __reduce_max_sync(kFull, bk);
@@ -1190,6 +1251,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
         k_ord = pend ? k_ord2 : k_ord;
         head_sel();
       }
+      }  // kMulti
     } else
     for (; nw < beam; ++nw) {
       const uint32_t m = __reduce_max_sync(kFull, bk);

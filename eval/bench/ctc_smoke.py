@@ -62,10 +62,10 @@ def main() -> None:
             _same(ctc_beam_search(lp_many_cpu.cuda(), lens_many, cfg), ref, f"contention {kernel} beam {beam}")
     print("paged contention ok")
 
-    # the select-form rounds and the warp-threshold pre-pass (V >= 256: the pre-pass fast path), both beside
+    # the select-form and multi-winner rounds and the warp-threshold pre-pass (V >= 256: the pre-pass fast path), both beside
     # their other forms, offline (flat, paged) and streamed
     lp_v_cpu = (torch.randn(2, 30, 300, generator=g) * 3).log_softmax(-1)
-    for rounds, prepass in (("select", "warp"), ("branch", "rank")):
+    for rounds, prepass in (("select", "warp"), ("branch", "rank"), ("multi", "warp")):
         with _env(BEAMDEC_CTC_KERNEL="warp", BEAMDEC_CTC_ROUNDS=rounds, BEAMDEC_CTC_PREPASS=prepass):
             for paged in (False, True):
                 cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, blank_skip_threshold=1.0)
