@@ -288,7 +288,8 @@ def test_gpu_packed_offline_op_equals_cpu(ops, sample_frames, half, int64):
 
 def _round_inputs():
     """Inputs where the top-`beam` rounds decide on ties and sentinels: random, uniform rows (every candidate
-    ties), a few log-prob levels (ties around the threshold), -inf columns, blank-dominant frames, and T = 1."""
+    ties), a few log-prob levels (ties around the threshold), -inf columns, blank-dominant frames, one beam taking
+    every winner of a frame, and T = 1."""
     T, V = 60, 301
     lp = random_log_probs(6, T, V, seed=11, peaky=2.5)
     lp[1] = torch.zeros(T, V).log_softmax(-1)
@@ -298,7 +299,13 @@ def _round_inputs():
     lp[3] = lp[3].log_softmax(-1)
     lp[4, ::2, 0] = 5.0
     lp[4] = lp[4].log_softmax(-1)
-    return lp, torch.tensor([T, T, T, T, T, 1])
+    # one beam far ahead of the rest, then a flat frame: every winner is an extension of that one beam, all tied
+    # (the multi-winner rounds' worst case: one winner per round)
+    one = torch.full((T, V), -30.0)
+    one[0::2, 7] = 0.0
+    one[1::2, 1:] = 0.0
+    lp = torch.cat([lp[:5], one.log_softmax(-1)[None], lp[5:]])
+    return lp, torch.tensor([T, T, T, T, T, T, 1])
 
 
 @pytest.mark.parametrize("beam", [1, 2, 3, 10, 15, 16, 31, 32])
