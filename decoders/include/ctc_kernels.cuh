@@ -53,6 +53,7 @@
 #include <cstdint>
 
 #include "ctc_common.cuh"
+#include "ctc_warp_rounds.cuh"
 
 namespace beamdec {
 namespace ctc {
@@ -847,7 +848,6 @@ __global__ void __launch_bounds__(NT) ctc_decode_tile_kernel(FrameArgs<T> a, int
 //   5. winners gather their source's state with shuffles; storage: flat slots (forks copy the prefix, 128
 //      tokens per load round) or paged (ctc_common.cuh), warp-synchronous
 // The next frame's candidate list, lp[blank] and lp[new last] are loaded during the frame.
-constexpr int kSelExt = 1 << 16;  // select-form winner code of an extension (source lane << 8 | list position)
 
 struct WarpShared {
   int ids[2][2 * 32 + 1];
@@ -900,7 +900,7 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
-// kMulti (with kSelect): the rounds of step 4 take several winners at once (see "rounds, multi-winner form" below);
+// kMulti (with kSelect): the rounds of step 4 take several winners at once (multi_rounds, ctc_warp_rounds.cuh);
 // the same winners in the same order.
 template <typename T, bool kOptIn, bool kSelect = false, bool kMulti = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
@@ -1091,14 +1091,11 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     }
     // branch-free pop (select form): the same position and bit-set update as pop_ord, as selects
     auto pop_ord_sel = [&](bool take) -> int {
-      const int f0 = __ffs(rem0) - 1, f1 = 31 + __ffs(rem1);
-      const int i = rem0 ? f0 : rem1 ? f1 : rem2 ? 64 : cnt;
-      const unsigned n0 = rem0 & (rem0 - 1u), n1 = rem1 & (rem1 - 1u);
-      const bool take0 = take && rem0 != 0u, take1 = take && rem0 == 0u && rem1 != 0u;
-      const bool take2 = take && (rem0 | rem1) == 0u;
-      rem0 = take0 ? n0 : rem0;
-      rem1 = take1 ? n1 : rem1;
-      rem2 = take2 ? 0u : rem2;
+      OrdStream o{rem0, rem1, rem2, cnt};
+      const int i = o.pop_sel(take);
+      rem0 = o.rem0;
+      rem1 = o.rem1;
+      rem2 = o.rem2;
       return i;
     };
     auto pop_ord = [&]() -> int {
@@ -1172,64 +1169,9 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       };
       head_sel();  // the same head as head() above, with the select form's codes
       uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
-      if constexpr (kMulti) {
-        // Rounds, multi-winner form. Every candidate as one 64-bit word, key << 32 | ~code (code: the select
-        // form's winner code, whose order is the slot order: stays, then the lower beam, then the lower list
-        // position), so the total order is a plain unsigned compare and no two live candidates are equal. Each lane
-        // offers its head h and its second s (the best of what is left once h is taken: its ordinary stream is
-        // sorted, so that is max(the other two heads) or, when h is ordinary, max(stay, last, next ordinary)).
-        // One round ranks the heads by counting (rank_j = heads above h_j) and takes, in rank order, every head
-        // that beats the seconds of all heads ranked above it: h_r is then the best of what is left after
-        // h_0..h_{r-1} (the other lanes' heads rank below it, the lanes above offer their seconds). h_r falls and
-        // that maximum rises with r, so the winners are a prefix of the ranking: a round takes them all at once,
-        // capped at beam - nw. The heads taken advance (second -> head, the ordinary stream refilled) and the
-        // next round ranks again. A frame whose top `beam` spreads over the beams (blank-dominated frames: the
-        // stays) takes one or two rounds instead of `beam`.
-        auto comp = [](uint32_t k, unsigned code) -> unsigned long long {
-          return k == 0u ? 0ull : ((unsigned long long)k << 32) | (unsigned long long)(0xFFFFFFFFu - code);
-        };
-        const unsigned ext = kSelExt | ((unsigned)lane << 8);
-        unsigned long long cS = comp(k_stay, (unsigned)lane), cL = comp(k_last, ext | (unsigned)(lastpos & 0xFF));
-        unsigned long long cO = comp(k_ord, ext | (unsigned)(oi & 0xFF)), cO2 = comp(k_ord2, ext | (unsigned)(oi2 & 0xFF));
-        unsigned long long h = 0ull, sec = 0ull;
-        int t = 0;  // the head's source: 0 stay, 1 last-char extension, 2 ordinary extension
-        auto head_second = [&]() {
-          const bool l = cL > cS;
-          const unsigned long long a = l ? cL : cS, b = l ? cS : cL;
-          const bool o = cO > a;
-          h = o ? cO : a;
-          t = o ? 2 : (l ? 1 : 0);
-          const unsigned long long x = o ? a : b, y = o ? cO2 : cO;
-          sec = x > y ? x : y;
-        };
-        head_second();
-        while (nw < beam) {
-          int rank = 0;
-          unsigned long long M = 0ull;  // the best second among the heads above mine
-#pragma unroll 4
-          for (int q = 0; q < nb; ++q) {
-            const unsigned long long hq = __shfl_sync(kFull, h, q), sq = __shfl_sync(kFull, sec, q);
-            const bool above = hq > h;
-            rank += above ? 1 : 0;
-            M = above && sq > M ? sq : M;
-          }
-          const bool won = h != 0ull && rank < beam - nw && h > M;
-          const unsigned wins = __ballot_sync(kFull, won);
-          if (wins == 0u) break;
-          if (won) s.win[nw + rank] = (int)(0xFFFFFFFFu - (uint32_t)h);
-          nw += __popc(wins);
-          const bool took_o = won && t == 2;
-          cS = won && t == 0 ? 0ull : cS;
-          cL = won && t == 1 ? 0ull : cL;
-          {  // the ordinary stream: the next one becomes the current, a new next is popped
-            const int o2 = oi2 < cnt ? pop_ord_sel(took_o) : cnt;
-            const unsigned long long c2 = comp(key_of(o2), ext | (unsigned)(o2 & 0xFF));
-            oi2 = took_o ? o2 : oi2;
-            cO = took_o ? cO2 : cO;
-            cO2 = took_o ? c2 : cO2;
-          }
-          head_second();
-        }
+      if constexpr (kMulti) {  // ctc_warp_rounds.cuh
+        OrdStream ord{rem0, rem1, rem2, cnt};
+        nw = multi_rounds(CudaWarp{}, lane, nb, beam, k_stay, k_last, lastpos, k_ord, oi, oi2, ord, lps, A, s.win);
       } else {
       bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
       for (; nw < beam; ++nw) {
