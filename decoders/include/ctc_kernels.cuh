@@ -42,6 +42,9 @@
 // one-word instantiation for lists of <= 32 entries (1,434 instructions per frame) ran 0.98-1.02x, its cycles per
 // instruction rising from 4.5 to 4.9. So a frame is bound by the dependent path through its rounds (max -> vote ->
 // the winner's new head, fed by its refill), neither by the cross-lane chain alone nor by the instruction count.
+// 2026-12-07 (session 25): BEAMDEC_CTC_ROUNDS=multi (kMulti, opt-in) takes several winners per round (multi_rounds,
+// ctc_warp_rounds.cuh): ~1.2-2 rounds per frame instead of `beam` on OASR's inputs (a Python model). Checked on the
+// CPU only (tests/test_warp_rounds_host.py: the same code on an emulated warp); not yet run on a GPU.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
