@@ -903,7 +903,7 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // (false) leaves them out entirely, so its code is what the measurements above ran.
 // kSelect: the rounds of step 4 without a divergent branch (see "rounds, select form" below); false keeps the
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
-// kMulti (with kSelect): the rounds of step 4 take several winners at once (multi_rounds, ctc_warp_rounds.cuh);
+// kMulti (with kSelect: step 5 reads its codes): the rounds of step 4 take several winners at once (multi_rounds, ctc_warp_rounds.cuh);
 // the same winners in the same order.
 template <typename T, bool kOptIn, bool kSelect = false, bool kMulti = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
@@ -1148,7 +1148,10 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
     };
     head();
     int nw = 0;
-    if constexpr (kSelect) {
+    if constexpr (kMulti) {  // several winners per round, with the select form's codes (ctc_warp_rounds.cuh)
+      OrdStream ord{rem0, rem1, rem2, cnt};
+      nw = multi_rounds(CudaWarp{}, lane, nb, beam, k_stay, k_last, lastpos, k_ord, oi, oi2, ord, lps, A, s.win);
+    } else if constexpr (kSelect) {
       // Rounds, select form. The branch form below makes the winner's update a divergent branch on the
       // round's critical path (reduce -> vote -> winner's update -> reduce). Here the head is chosen with
       // selects, the key of each lane's ordinary extension after the next one is kept a round ahead (k_ord2),
@@ -1172,10 +1175,6 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
       };
       head_sel();  // the same head as head() above, with the select form's codes
       uint32_t k_ord2 = oi2 < cnt ? key_of(oi2) : 0u;
-      if constexpr (kMulti) {  // ctc_warp_rounds.cuh
-        OrdStream ord{rem0, rem1, rem2, cnt};
-        nw = multi_rounds(CudaWarp{}, lane, nb, beam, k_stay, k_last, lastpos, k_ord, oi, oi2, ord, lps, A, s.win);
-      } else {
       bool pend = false;  // this lane took its ordinary extension last round: k_ord2 / oi2 to refill
       for (; nw < beam; ++nw) {
         const uint32_t m = __reduce_max_sync(kFull, bk);
@@ -1196,7 +1195,6 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
         k_ord = pend ? k_ord2 : k_ord;
         head_sel();
       }
-      }  // kMulti
     } else
     for (; nw < beam; ++nw) {
       const uint32_t m = __reduce_max_sync(kFull, bk);

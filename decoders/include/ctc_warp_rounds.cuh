@@ -8,18 +8,12 @@
 
 #include "ctc_common.cuh"
 
-#if defined(__CUDACC__)
-#define CTC_WARP_FN __device__ __forceinline__
-#else
-#define CTC_WARP_FN inline
-#endif
-
 namespace beamdec {
 namespace ctc {
 
 constexpr int kSelExt = 1 << 16;  // select-form winner code of an extension (source lane << 8 | list position)
 
-CTC_WARP_FN int popc32(unsigned x) {
+CTC_HD int popc32(unsigned x) {
 #if defined(__CUDA_ARCH__)
   return __popc(x);
 #else
@@ -27,7 +21,7 @@ CTC_WARP_FN int popc32(unsigned x) {
 #endif
 }
 
-CTC_WARP_FN int ffs32(unsigned x) {
+CTC_HD int ffs32(unsigned x) {
 #if defined(__CUDA_ARCH__)
   return __ffs((int)x);
 #else
@@ -50,7 +44,7 @@ struct CudaWarp {
 struct OrdStream {
   unsigned rem0, rem1, rem2;
   int cnt;
-  CTC_WARP_FN int pop_sel(bool take) {
+  CTC_HD int pop_sel(bool take) {
     const int f0 = ffs32(rem0) - 1, f1 = 31 + ffs32(rem1);
     const int i = rem0 ? f0 : rem1 ? f1 : rem2 ? 64 : cnt;
     const unsigned n0 = rem0 & (rem0 - 1u), n1 = rem1 & (rem1 - 1u);
@@ -78,7 +72,7 @@ struct OrdStream {
 // extension (position oi), the position of the one after it (oi2), the rest of its stream (ord), the frame's list
 // log-probs and A = logaddexp(pb, pnb). Lanes >= nb hold no candidate. Out: win[0..nw) in rank order; returns nw.
 template <typename Warp>
-CTC_WARP_FN int multi_rounds(const Warp& warp, int lane, int nb, int beam, uint32_t k_stay, uint32_t k_last,
+CTC_HD int multi_rounds(const Warp& warp, int lane, int nb, int beam, uint32_t k_stay, uint32_t k_last,
                              int lastpos, uint32_t k_ord, int oi, int oi2, OrdStream& ord, const float* lps,
                              float A, int* win) {
   const int cnt = ord.cnt;
