@@ -58,12 +58,13 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.num_pages = (int)num_pages;
   d.kernel = kernel_choice();
   d.paged_smem = env_switch("BEAMDEC_CTC_PAGED_SMEM", {"0", "1"}) == "1" ? 1 : 0;
-  // the select-form rounds and the warp-threshold pre-pass are the defaults since 2026-12-06 (H100 A/B, one call:
-  // kernel RTFx +3 to +15 % at 10 of OASR's 12 offline shapes); =branch / =rank give the earlier forms
-  // =multi: several winners per round (opt-in until its GPU A/B)
+  // the multi-winner rounds are the default since 2026-12-07 (H100, one call, in-process A/B against the select form:
+  // kernel time -19 to -45 % at OASR's 12 offline shapes, one stream -19 %); =select / =branch give the earlier
+  // forms (the select form and the warp-threshold pre-pass were the defaults from 2026-12-06); =rank the earlier
+  // pre-pass
   {
-    const std::string r = env_switch("BEAMDEC_CTC_ROUNDS", {"select", "branch", "multi"});
-    d.rounds_select = r == "branch" ? 0 : r == "multi" ? 2 : 1;
+    const std::string r = env_switch("BEAMDEC_CTC_ROUNDS", {"multi", "select", "branch"});
+    d.rounds_select = r == "branch" ? 0 : r == "select" ? 1 : 2;
   }
   d.prepass_warp_tau = env_switch("BEAMDEC_CTC_PREPASS", {"warp", "rank"}) == "rank" ? 0 : 1;
   return d;

@@ -34,10 +34,10 @@ struct DecodeLaunch {
   // 1: the one-warp kernel keeps a paged row's page metadata (3 x num_pages words) in shared memory when it
   // fits kPagedSmemMaxPages (opt-in, untested on a GPU at commit time; BEAMDEC_CTC_PAGED_SMEM=1)
   int paged_smem = 0;
-  // 1: the one-warp kernel's top-`beam` rounds in their select form (ctc_kernels.cuh, kSelect; the same winners
-  // in the same order; the default); 0: the branch form; 2: the multi-winner form (kMulti: several winners per
-  // round, the same winners in the same order). BEAMDEC_CTC_ROUNDS=select|branch|multi
-  int rounds_select = 1;
+  // 2: the one-warp kernel's top-`beam` rounds in their multi-winner form (ctc_kernels.cuh, kMulti: several
+  // winners per round, the same winners in the same order; the default); 1: the select form (kSelect); 0: the
+  // branch form. BEAMDEC_CTC_ROUNDS=multi|select|branch
+  int rounds_select = 2;
   // 1: the pre-pass threshold from the warps' r-th largest maxima and a packed-word rank (ctc_kernels.cuh,
   // kWarpTau; the same lists; the default); 0: rank counting over the block's maxima. BEAMDEC_CTC_PREPASS=warp|rank
   int prepass_warp_tau = 1;

@@ -42,9 +42,11 @@
 // one-word instantiation for lists of <= 32 entries (1,434 instructions per frame) ran 0.98-1.02x, its cycles per
 // instruction rising from 4.5 to 4.9. So a frame is bound by the dependent path through its rounds (max -> vote ->
 // the winner's new head, fed by its refill), neither by the cross-lane chain alone nor by the instruction count.
-// 2026-12-07 (session 25): BEAMDEC_CTC_ROUNDS=multi (kMulti, opt-in) takes several winners per round (multi_rounds,
-// ctc_warp_rounds.cuh): ~1.2-2 rounds per frame instead of `beam` on OASR's inputs (a Python model). Checked on the
-// CPU only (tests/test_warp_rounds_host.py: the same code on an emulated warp); not yet run on a GPU.
+// 2026-12-07 (session 25): the multi-winner form (kMulti, BEAMDEC_CTC_ROUNDS=multi) takes several winners per round
+// (multi_rounds, ctc_warp_rounds.cuh; the same code runs on an emulated warp in tests/test_warp_rounds_host.py).
+// Session 26 (H100, one call, in-process against the select form): 1.4 rounds per frame at B=1 V=5000 beam 10,
+// 1,137 warp instructions per frame instead of 1,585, kernel time -19 to -45 % at OASR's 12 offline shapes, one
+// stream -19 %; the round-form gpu tests and memcheck / racecheck clean. The default since then.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 

@@ -9,7 +9,8 @@
 #   DEADLINE_S=250 BEAMDEC_COMPONENTS=ctc STAGES="tests bench nsys" GPU_TESTS="..." BENCH_ARGS="--repeats 10
 #   --stream-lengths 32 1000 2000" AB_ENVS="BEAMDEC_CTC_ROUNDS=branch BEAMDEC_CTC_PREPASS=rank;BEAMDEC_CTC_ROUNDS=select
 #   BEAMDEC_CTC_PREPASS=warp" bash eval/bench/ctc_gpu_run.sh
-# Env: STAGES (default "tests bench ncu sanitizers"), RUN (run name: default h200_<commit>), BENCH_ARGS (more
+# Env: STAGES (default "tests bench ncu sanitizers"; "profile": eval.bench.ctc_stream_profile once per ';'-separated
+# PROFILE_ENVS entry, PROFILE_ARGS its arguments), RUN (run name: default h200_<commit>), BENCH_ARGS (more
 # eval.bench.ctc_bench arguments, e.g. "--no-streaming --repeats 20"), AB_ENVS (';'-separated environment settings:
 # the bench runs once per entry, run name suffixed by the entry's index, e.g. "BEAMDEC_CTC_KERNEL=block;"),
 # AB_IN_PROCESS (switches for ctc_bench --ab-env: the A/B interleaved per repeat in one process, e.g.
@@ -57,6 +58,16 @@ if has bench; then
       ${AB_IN_PROCESS:+--ab-env "$AB_IN_PROCESS"} ${BENCH_ARGS:-} > "$W/bench_$i.log" 2>&1 || status=1
     grep -E "^(offline|streaming|stream length)" "$W/bench_$i.log" | sed "s/^/[$i] /"
     i=$((i + 1))
+  done
+fi
+if has profile; then  # where one stream's chunk call spends its time (eval/bench/ctc_stream_profile.py), per PROFILE_ENVS entry
+  IFS=';' read -r -a penvs <<< "${PROFILE_ENVS:-}"; [ ${#penvs[@]} -eq 0 ] && penvs=("")
+  j=0
+  for e in "${penvs[@]}"; do
+    stage "stream_profile[$e]" env $e python3 -m eval.bench.ctc_stream_profile ${PROFILE_ARGS:-} > "$W/stream_profile_$j.txt" 2>&1 \
+      || status=1
+    sed "s/^/[profile $j: $e] /" "$W/stream_profile_$j.txt"
+    j=$((j + 1))
   done
 fi
 if has ncu || has nsys; then
