@@ -17,3 +17,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def demo_bpe_compact_dir():
+    """The embedded workload's BPE compact graphs (`make demo`'s, data/graphs/tiny/bpe_blanklast/compact), built here
+    when missing or stale (staged and locked, so parallel test workers share one build) instead of a skip that
+    depended on which test had run first."""
+    import os
+    from pathlib import Path
+
+    from recipes.build_graphs import build_graphs
+    from recipes.workload import prepare_workload
+
+    root = Path(os.environ.get("BEAMDEC_TEST_GRAPH_ROOT", "data/graphs"))
+    build_graphs(workload=prepare_workload("tiny"), token_kind="bpe", blank="last", topologies=["compact"],
+                 out_root=root, max_hlg_arcs=0)
+    return root / "tiny" / "bpe_blanklast" / "compact"

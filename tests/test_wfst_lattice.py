@@ -497,16 +497,12 @@ def test_cuda_lattice_launcher_compiles_with_nvcc(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
-def test_demo_lattice_opens_in_kaldifst_and_as_k2_dict(tmp_path):
+def test_demo_lattice_opens_in_kaldifst_and_as_k2_dict(tmp_path, demo_bpe_compact_dir):
     """A lattice of the demo's TLG (embedded workload, BPE, compact topology; built by `make demo`) on a simulated
     test-other utterance: written as OpenFst and read back by kaldifst (same states, arcs and best cost), loaded
     as a k2-layout dict, and its MBR / n-best outputs are well formed."""
     kaldifst = pytest.importorskip("kaldifst")
-    from pathlib import Path
-
-    gdir = Path("data/graphs/tiny/bpe_blanklast/compact")
-    if not (gdir / "TLG.bin").is_file():
-        pytest.skip("demo graphs not built (make demo)")
+    gdir = demo_bpe_compact_dir
     from eval.bench.common import workload_set
 
     data = workload_set("tiny", "bpe", "other", 4)

@@ -346,17 +346,13 @@ def test_gpu_empty_lattices_and_cpu_backend_switch(monkeypatch):
 
 
 @pytest.mark.slow
-def test_gpu_lattices_equal_cpu_on_the_demo_tlg():
+def test_gpu_lattices_equal_cpu_on_the_demo_tlg(demo_bpe_compact_dir):
     """The embedded workload's BPE TLG (data/graphs/tiny/bpe_blanklast/compact, built by `make demo`) at the harness's
     settings on 100 simulated test-other utterances."""
-    from pathlib import Path
-
     from decoders.graph import WfstGraph
     from eval.bench.common import workload_set
 
-    gdir = Path("data/graphs/tiny/bpe_blanklast/compact")
-    if not (gdir / "TLG.bin").is_file():
-        pytest.skip("demo graphs not built (make demo)")
+    gdir = demo_bpe_compact_dir
     data = workload_set("tiny", "bpe", "other", 100)
     g = WfstGraph.load(gdir / "TLG.bin")
     cfg = WfstDecoderConfig(search_beam=17.0, output_beam=8.0, acoustic_scale=3.0, blank_id=data.blank_id)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections import defaultdict
 
 import torch
@@ -83,18 +82,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(fn, calls: int) -> tuple[float, float, dict[str, float]]:
     """(wall us per call, synchronised; host us per call, unsynchronised; device us per call per kernel name)."""
+    from eval.metrics import Stopwatch, clock_s  # the harness's clocks (one measurement path)
+
     for _ in range(5):
         fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    sw = Stopwatch("cuda")
+    with sw:  # synchronised on entry and exit
+        for _ in range(calls):
+            fn()
+    wall = sw.wall_seconds / calls * 1e6
+    t0 = clock_s()
     for _ in range(calls):
         fn()
-    torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) / calls * 1e6
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t0) / calls * 1e6
+    host = (clock_s() - t0) / calls * 1e6
     torch.cuda.synchronize()
     kern: dict[str, float] = defaultdict(float)
     try:
