@@ -23,13 +23,14 @@ import torch
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--V", type=int, default=5000)
-    p.add_argument("--beam", type=int, default=10)
-    p.add_argument("--chunk-frames", type=int, nargs="+", default=[1, 4, 16, 64])
-    p.add_argument("--calls", type=int, default=50)
-    p.add_argument("--prefill", type=int, default=32)
-    p.add_argument("--max-seq-len", type=int, default=2048, help="the state's width (ctc_bench's streaming rows: 2048)")
-    p.add_argument("--offline", nargs="*", default=["16:50:1000:10", "16:200:1000:10", "1:200:5000:10"],
+    p.add_argument("--V", type=positive, default=5000)
+    p.add_argument("--beam", type=positive, default=10)
+    p.add_argument("--chunk-frames", type=positive, nargs="+", default=[1, 4, 16, 64])
+    p.add_argument("--calls", type=positive, default=50)
+    p.add_argument("--prefill", type=positive, default=32)
+    p.add_argument("--max-seq-len", type=positive, default=2048, help="the state's width (ctc_bench's streaming rows: 2048)")
+    p.add_argument("--offline", nargs="*", type=shape_arg, default=[(16, 50, 1000, 10), (16, 200, 1000, 10),
+                                                                     (1, 200, 5000, 10)],
                    help="offline shapes B:T:V:beam, the raw op as ctc_bench's kernel rows call it")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -68,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         bk = sum((x - mx) * (y - mk) for x, y in zip(xs, kd)) / sxx if sxx else 0.0
         print(f"fit wall = {a:.1f} us + {b:.2f} us x frames; kernels = {mk - bk * mx:.1f} us + {bk:.2f} us x frames")
     from decoders.ctc import load_ops
-    for spec in args.offline:  # ctc_bench's kernel boundary: the raw op on device tensors
-        B, T, V, beam = (int(x) for x in spec.split(":"))
+    for B, T, V, beam in args.offline:  # ctc_bench's kernel boundary: the raw op on device tensors
         lp = torch.log_softmax(torch.randn(B, T, V, device="cuda", generator=g), dim=-1)
         lens = torch.full((B,), T, dtype=torch.int32, device="cuda")
         seq = T + (T & 1)
@@ -78,6 +78,21 @@ def main(argv: list[str] | None = None) -> int:
                                    args.calls)
         show(f"offline B={B} T={T} V={V} beam={beam}", wall, host, kern, T)
     return 0
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def shape_arg(text: str) -> tuple[int, int, int, int]:
+    """B:T:V:beam, four positive integers (argparse turns the error into one line)."""
+    parts = text.split(":")
+    if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts):
+        raise argparse.ArgumentTypeError(f"offline shape must be B:T:V:beam (positive integers), got {text!r}")
+    B, T, V, beam = (int(x) for x in parts)
+    return B, T, V, beam
 
 
 def measure(fn, calls: int) -> tuple[float, float, dict[str, float]]:
