@@ -59,7 +59,7 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.kernel = kernel_choice();
   d.paged_smem = env_switch("BEAMDEC_CTC_PAGED_SMEM", {"0", "1"}) == "1" ? 1 : 0;
   // the multi-winner rounds are the default since 2026-12-07 (H100, one call, in-process A/B against the select form:
-  // kernel time -19 to -45 % at OASR's 12 offline shapes, one stream -19 %); =select / =branch give the earlier
+  // kernel time -15 to -44 % at OASR's 12 offline shapes, one stream -18 to -20 %); =select / =branch give the earlier
   // forms (the select form and the warp-threshold pre-pass were the defaults from 2026-12-06); =rank the earlier
   // pre-pass
   {

@@ -45,8 +45,8 @@
 // 2026-12-07 (session 25): the multi-winner form (kMulti, BEAMDEC_CTC_ROUNDS=multi) takes several winners per round
 // (multi_rounds, ctc_warp_rounds.cuh; the same code runs on an emulated warp in tests/test_warp_rounds_host.py).
 // Session 26 (H100, one call, in-process against the select form): 1.4 rounds per frame at B=1 V=5000 beam 10,
-// 1,137 warp instructions per frame instead of 1,585, kernel time -19 to -45 % at OASR's 12 offline shapes, one
-// stream -19 %; the round-form gpu tests and memcheck / racecheck clean. The default since then.
+// 1,137 warp instructions per frame instead of 1,585, kernel time -15 to -44 % at OASR's 12 offline shapes, one
+// stream -18 to -20 %; the round-form gpu tests and memcheck / racecheck clean. The default since then.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
