@@ -109,24 +109,17 @@ def test_segment_refs_follow_the_segments():
 
 
 @pytest.mark.slow
-def test_sweep_end_to_end_on_cpu_with_give_up(tmp_path):
+def test_sweep_end_to_end_on_cpu_with_give_up(tmp_path, demo_bpe_compact_dir):
     """The tiny workload's BPE compact TLG: a sweep of our decoder (CPU reference) and Flashlight on one process,
     where Flashlight at 96 streams falls behind and is ended early; the run directory says what each sustained."""
     import json
-    import os
-    from pathlib import Path
 
     pytest.importorskip("flashlight.lib.text.decoder")
     from eval.bench import wfst_stream_bench as bench
-    from recipes.build_graphs import build_graphs
-    from recipes.workload import prepare_workload
 
-    wl = prepare_workload("tiny")
-    root = Path(os.environ.get("BEAMDEC_TEST_GRAPH_ROOT", "data/graphs"))
-    build_graphs(workload=wl, token_kind="bpe", blank="last", topologies=["compact"], out_root=root, max_hlg_arcs=0)
     rc = bench.main(["sweep", "--device", "cpu", "--decoders", "wfst", "flashlight", "--streams", "2",
                      "--fl-streams", "2", "400", "--fl-processes", "1", "--fl-matched", "--duration", "3",
-                     "--give-up-s", "0.5", "--max-utts", "20", "--graph-dir", str(root / "tiny/bpe_blanklast/compact"),
+                     "--give-up-s", "0.5", "--max-utts", "20", "--graph-dir", str(demo_bpe_compact_dir),
                      "--output-dir", str(tmp_path), "--run", "t"])
     assert rc == 0
     run = tmp_path / "wfst_stream" / "t"
@@ -141,25 +134,18 @@ def test_sweep_end_to_end_on_cpu_with_give_up(tmp_path):
     assert report([str(run)]) == 0 and (run / "serving_timeline.png").stat().st_size > 0
 
 
-def test_flashlight_pool_loads_once_and_serves_runs_alike():
+def test_flashlight_pool_loads_once_and_serves_runs_alike(demo_bpe_compact_dir):
     """A sweep's Flashlight pool: the same worker processes serve every run (loaded once), the log-probs reach
     them through shared memory, and a second run of the same streams gives the same words as the first and as a
     pool of its own."""
-    import os
     from argparse import Namespace
-    from pathlib import Path
 
     pytest.importorskip("flashlight.lib.text.decoder")
     from eval.bench import wfst_stream_bench as bench
     from eval.bench.common import workload_set
-    from recipes.build_graphs import build_graphs
-    from recipes.workload import prepare_workload
 
-    wl = prepare_workload("tiny")
-    root = Path(os.environ.get("BEAMDEC_TEST_GRAPH_ROOT", "data/graphs"))
-    build_graphs(workload=wl, token_kind="bpe", blank="last", topologies=["compact"], out_root=root, max_hlg_arcs=0)
     data = workload_set("tiny", "bpe", "other", 6)
-    args = Namespace(scale="tiny", graph_dir=str(root / "tiny/bpe_blanklast/compact"), fl_matched=True,
+    args = Namespace(scale="tiny", graph_dir=str(demo_bpe_compact_dir), fl_matched=True,
                      fl_beam_size=50, fl_lm_weight=0.5, fl_word_score=2.0)
     streams = bench.build_streams(data, 3, 150, 10)
     sched = bench.arrival_times(streams, 0.0, "periodic", 0)  # every chunk at once: as fast as possible

@@ -55,19 +55,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"chunk {F}: skipped (max_seq_len {args.max_seq_len} leaves fewer than 3 calls)")
             continue
         wall, host, kern = measure(lambda: dec.decode_chunk(chunk, state=st), calls)
-        rows.append((F, wall, host, sum(kern.values())))
+        rows.append((F, wall, sum(kern.values())))
         show(f"chunk {F:4d} frames ({calls} calls)", wall, host, kern, F)
-    if len(rows) >= 2:
-        n = len(rows)
-        xs, ys = [r[0] for r in rows], [r[1] for r in rows]
-        mx, my = sum(xs) / n, sum(ys) / n
-        sxx = sum((x - mx) ** 2 for x in xs)
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-        a = my - b * mx
-        kd = [r[3] for r in rows]
-        mk = sum(kd) / n
-        bk = sum((x - mx) * (y - mk) for x, y in zip(xs, kd)) / sxx if sxx else 0.0
-        print(f"fit wall = {a:.1f} us + {b:.2f} us x frames; kernels = {mk - bk * mx:.1f} us + {bk:.2f} us x frames")
+    frames = [r[0] for r in rows]
+    if len(set(frames)) >= 2:  # least-squares lines over the chunk lengths
+        import numpy as np
+
+        b, a = np.polyfit(frames, [r[1] for r in rows], 1)
+        bk, ak = np.polyfit(frames, [r[2] for r in rows], 1)
+        print(f"fit wall = {a:.1f} us + {b:.2f} us x frames; kernels = {ak:.1f} us + {bk:.2f} us x frames")
     from decoders.ctc import load_ops
     for B, T, V, beam in args.offline:  # ctc_bench's kernel boundary: the raw op on device tensors
         lp = torch.log_softmax(torch.randn(B, T, V, device="cuda", generator=g), dim=-1)
@@ -89,10 +85,13 @@ def positive(text: str) -> int:
 def shape_arg(text: str) -> tuple[int, int, int, int]:
     """B:T:V:beam, four positive integers (argparse turns the error into one line)."""
     parts = text.split(":")
-    if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts):
-        raise argparse.ArgumentTypeError(f"offline shape must be B:T:V:beam (positive integers), got {text!r}")
-    B, T, V, beam = (int(x) for x in parts)
-    return B, T, V, beam
+    if len(parts) == 4:
+        try:
+            B, T, V, beam = (positive(x) for x in parts)
+            return B, T, V, beam
+        except argparse.ArgumentTypeError:
+            pass
+    raise argparse.ArgumentTypeError(f"offline shape must be B:T:V:beam (positive integers), got {text!r}")
 
 
 def measure(fn, calls: int) -> tuple[float, float, dict[str, float]]:
