@@ -36,13 +36,26 @@ def check_name(name: Any, what: str) -> str:
     return s
 
 
+def _reservation(parent: Path, name: str) -> Path:
+    return Path(parent) / f".{name}.reserved"
+
+
 def timestamp_run_name(parent: Path) -> str:
-    """A fresh timestamped run name under `parent` (Hydra multirun jobs can start in the same second)."""
+    """A fresh timestamped run name under `parent`, reserved atomically (a hidden `.NAME.reserved` directory, removed
+    when the run directory is first written): Hydra multirun jobs and parallel test workers start in the same second,
+    and the run directory itself appears only when its run ends."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     name, k = stamp, 1
-    while (parent / name).exists():
+    while True:
+        if not (parent / name).exists():
+            try:
+                os.mkdir(_reservation(parent, name))
+                return name
+            except FileExistsError:
+                pass
         name, k = f"{stamp}-{k}", k + 1
-    return name
 
 
 def _json_default(o: Any):
@@ -80,9 +93,11 @@ class RunDirectory:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             shutil.rmtree(self.path, ignore_errors=True)
+            shutil.rmtree(_reservation(self.parent, self.run), ignore_errors=True)
             return
         if not self._results_written:
             shutil.rmtree(self.path, ignore_errors=True)
+            shutil.rmtree(_reservation(self.parent, self.run), ignore_errors=True)
             raise RuntimeError(f"run {self.final_path} finished without results.jsonl; nothing was written")
         trash = None
         if self.final_path.exists():
@@ -91,6 +106,7 @@ class RunDirectory:
         os.rename(self.path, self.final_path)
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
+        shutil.rmtree(_reservation(self.parent, self.run), ignore_errors=True)  # the name is held by the run now
 
     # ------------------------------------------------------------------ files
     def open_hyps(self) -> IO[str]:

@@ -190,3 +190,37 @@ def test_a_sweep_job_that_fails_its_gate_fails_the_sweep_with_status_1(tmp_path)
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sweep job 0 (")
     assert "failed its gate" in proc.stderr and "Traceback" not in proc.stderr
     assert len(load_sweep([tmp_path / "sweep"])) == 2  # both jobs ran and wrote their run directories
+
+
+def _name_in_child(parent: str, q) -> None:
+    from eval.results import timestamp_run_name
+
+    q.put(timestamp_run_name(Path(parent)))
+
+
+def test_timestamped_run_names_are_unique_across_processes_and_released(tmp_path):
+    """Parallel runs (xdist workers, Hydra multirun) starting in the same second got the same timestamp name and the
+    later one replaced the earlier at exit; the name is now reserved atomically and the reservation goes when the run
+    directory is written (or the run fails)."""
+    import multiprocessing as mp
+
+    from eval.results import timestamp_run_name
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_name_in_child, args=(str(tmp_path / "exp"), q)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    names = [q.get(timeout=5) for _ in procs]
+    assert len(set(names)) == len(names)
+    assert timestamp_run_name(tmp_path / "exp") not in names
+    with RunDirectory(tmp_path, "exp2") as rd:
+        assert (tmp_path / "exp2" / f".{rd.run}.reserved").is_dir()
+        rd.write_results([])
+    assert rd.final_path.is_dir() and not list((tmp_path / "exp2").glob(".*reserved"))
+    with pytest.raises(KeyError):
+        with RunDirectory(tmp_path, "exp3") as rd3:
+            raise KeyError("boom")
+    assert not (tmp_path / "exp3").exists() or not list((tmp_path / "exp3").iterdir()), rd3.run
