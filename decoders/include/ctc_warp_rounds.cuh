@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "bit_ops.h"
 #include "ctc_common.cuh"
 
 namespace beamdec {
@@ -13,13 +14,7 @@ namespace ctc {
 
 constexpr int kSelExt = 1 << 16;  // select-form winner code of an extension (source lane << 8 | list position)
 
-CTC_HD int popc32(unsigned x) {
-#if defined(__CUDA_ARCH__)
-  return __popc(x);
-#else
-  return __builtin_popcount(x);
-#endif
-}
+using bitops::popcount32;
 
 CTC_HD int ffs32(unsigned x) {
 #if defined(__CUDA_ARCH__)
@@ -114,7 +109,7 @@ CTC_HD int multi_rounds(const Warp& warp, int lane, int nb, int beam, uint32_t k
     const unsigned wins = warp.ballot(won);
     if (wins == 0u) break;
     if (won) win[nw + rank] = (int)(0xFFFFFFFFu - (uint32_t)h);
-    nw += popc32(wins);
+    nw += popcount32(wins);
     const bool took_o = won && t == 2;
     cS = won && t == 0 ? 0ull : cS;
     cL = won && t == 1 ? 0ull : cL;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "bit_ops.h"
 #include "wfst_defs.h"
 
 namespace wfst {
@@ -36,13 +37,7 @@ struct DeviceGraph {
 inline constexpr int64_t kMaxDeviceTokens = 32768;  // int16 ilabel
 inline constexpr int64_t kWordBlockArcs = 32;
 
-WFST_HD int32_t popcount32(uint32_t x) {
-#ifdef __CUDA_ARCH__
-  return __popc(x);
-#else
-  return __builtin_popcount(x);
-#endif
-}
+using bitops::popcount32;
 
 // Does arc `a` output any word?
 WFST_HD bool arc_has_words(const DeviceGraph& g, int32_t a) {
