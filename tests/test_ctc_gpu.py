@@ -584,3 +584,112 @@ def test_gpu_unknown_switch_values_are_one_line_errors(ops, name, bad, monkeypat
     monkeypatch.delenv(name)
     got = ctc_beam_search(lp, torch.tensor([9, 5]).cuda(), cfg)
     assert got.tokens == want.tokens and torch.equal(got.scores, want.scores)
+
+
+def _streams_both_checks(monkeypatch, lp, mask, cfg, chunk, batched=False):
+    """Decodes `lp` in chunks twice from fresh states, BEAMDEC_CTC_CHECK=separate and =fused, asserting the state
+    tensors bit-equal after every chunk; returns (decoder, states) of both."""
+    dec = CtcStreamingDecoder(cfg)
+    B, T, V = lp.shape
+    made = {}
+    for form in ("separate", "fused"):
+        monkeypatch.setenv("BEAMDEC_CTC_CHECK", form)
+        made[form] = [dec.create_state(1, V, device="cuda") for _ in range(B)] if batched else \
+            dec.create_state(B, V, device="cuda")
+    for t0 in range(0, T, chunk):
+        for form in ("separate", "fused"):
+            monkeypatch.setenv("BEAMDEC_CTC_CHECK", form)
+            m = None if mask is None else mask[:, t0:t0 + chunk]
+            if batched:
+                dec.decode_chunk_batch(lp[:, t0:t0 + chunk], made[form], speech_mask=m)
+            else:
+                dec.decode_chunk(lp[:, t0:t0 + chunk], state=made[form], speech_mask=m)
+        if batched:
+            for a, b in zip(made["separate"], made["fused"]):
+                assert torch.equal(a.tensor, b.tensor), t0
+        else:
+            assert torch.equal(made["separate"].tensor, made["fused"].tensor), t0
+    return dec, made
+
+
+@pytest.mark.parametrize("rounds", ["multi", "select"])  # select: the launcher's separate-check fallback
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("chunk", [1, 7, 16, 200])  # 200: two tiles, the second reads the first's verdict
+def test_gpu_fused_state_check_equals_separate(ops, rounds, paged, chunk, monkeypatch):
+    """BEAMDEC_CTC_CHECK=fused (the state check's parts in the first tile's pre-pass launch, the verdict formed by the
+    decode kernel) leaves every state word equal to the separate check's after every chunk: speech-masked frames,
+    a chunk with no decoded frame, and both bad-value marks (a NaN in a decoded frame, +inf blank in a skipped one)
+    set the same status bits; finalize reports the same rows."""
+    monkeypatch.setenv("BEAMDEC_CTC_ROUNDS", rounds)
+    V, T = 300, 230
+    lp = random_log_probs(4, T, V, seed=chunk + 31 * paged).cuda()
+    mask = lp[..., 0] < math.log(0.9)  # blank = column 0
+    mask[2, 20:60] = False  # row 2: whole chunks with no decoded frame
+    lp[1, 100, 5] = float("nan")  # row 1: a bad value in a decoded frame
+    mask[1, 100] = True
+    lp[3, 150, 0] = float("inf")  # row 3: +inf blank in a skipped frame
+    mask[3, 150] = False
+    cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, max_seq_len=256)
+    dec, made = _streams_both_checks(monkeypatch, lp, mask, cfg, chunk)
+    for form in ("separate", "fused"):
+        with pytest.raises(ValueError, match=r"NaN or \+inf \(rows \[1, 3\]\)"):
+            dec.finalize(made[form])
+    clean = random_log_probs(2, 64, V, seed=chunk).cuda()
+    dec, made = _streams_both_checks(monkeypatch, clean, None, cfg, chunk)
+    ref = ctc_beam_search(clean.cpu(), torch.tensor([64, 64]), CtcBeamSearchConfig(beam_size=10, nbest=3,
+                                                                                  blank_skip_threshold=1.0))
+    assert_results_match(dec.finalize(made["fused"]), ref)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_gpu_fused_state_check_refuses_like_the_separate_one(ops, paged, monkeypatch):
+    """The fused check refuses what the separate one refuses, from the decode kernel's verdict: a tampered header
+    word and a flipped token word (only the checksum sees it) leave the row untouched through decode_chunk, the
+    other rows decode on, and finalize names the row and the field."""
+    monkeypatch.setenv("BEAMDEC_CTC_CHECK", "fused")
+    V = 50
+    lp = random_log_probs(3, 48, V, seed=6).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64, paged=paged, page_size=4,
+                              blank_skip_threshold=1.0)
+    dec = CtcStreamingDecoder(cfg)
+    st = dec.create_state(3, V, device="cuda")
+    dec.decode_chunk(lp[:, :16], state=st)
+    st.tensor[1, 3] = 100000
+    st.tensor[2, st.tensor.shape[1] - 1] ^= 1
+    before = st.tensor[1:].clone()
+    dec.decode_chunk(lp[:, 16:32], state=st)
+    dec.decode_chunk(lp[:, 32:], state=st)
+    assert torch.equal(st.tensor[1:], before)
+    with pytest.raises(ValueError, match=r"row 1: header word 3 \(active beams\) is 100000") as info:
+        dec.finalize(st)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="row 0: .*checksum"):
+        dec.finalize(CtcStreamState(tensor=st.tensor[[2]].clone(), vocab_size=V))
+    ref = ctc_beam_search(lp[[0]].cpu(), torch.tensor([48]), cfg)
+    assert_results_match(dec.finalize(CtcStreamState(tensor=st.tensor[[0]].clone(), vocab_size=V)), ref)
+
+
+@pytest.mark.parametrize("n", [5, 300])  # 300: a 256-row group on the block kernel (the launcher's own check) + 44
+def test_gpu_fused_state_check_batched_streams(ops, n, monkeypatch):
+    """decode_chunk_batch with the fused check: every separate state equal to the separate check's after every
+    chunk, and to the offline decode at the end."""
+    V = 200
+    lp = random_log_probs(n, 48, V, seed=n).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=8, nbest=2, max_seq_len=64)
+    dec, made = _streams_both_checks(monkeypatch, lp, None, cfg, 16, batched=True)
+    offline = ctc_beam_search(lp, torch.tensor([48] * n).cuda(), CtcBeamSearchConfig(beam_size=8, nbest=2,
+                                                                                     blank_skip_threshold=1.0))
+    for i in (0, n // 2, n - 1):
+        got = dec.finalize(made["fused"][i])
+        assert got.tokens == [offline.tokens[i]]
+        torch.testing.assert_close(got.scores[0], offline.scores[i])
+
+
+def test_gpu_fused_state_check_switch_is_checked(ops, monkeypatch):
+    """BEAMDEC_CTC_CHECK takes separate or fused (or unset); anything else is a one-line error from decode_chunk."""
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=4, nbest=2))
+    st = dec.create_state(1, 7, device="cuda")
+    monkeypatch.setenv("BEAMDEC_CTC_CHECK", "fuse")
+    with pytest.raises(ValueError, match="BEAMDEC_CTC_CHECK must be one of separate, fused .*got 'fuse'") as e:
+        dec.decode_chunk(torch.randn(1, 5, 7).log_softmax(-1).cuda(), state=st)
+    assert len(str(e.value).strip().splitlines()) == 1

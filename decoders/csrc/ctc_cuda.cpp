@@ -70,6 +70,11 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   return d;
 }
 
+// BEAMDEC_CTC_CHECK=fused: the streaming ops' state check travels in the first tile's pre-pass launch and its verdict is
+// formed by the decode kernel (ctc_kernels.cuh "Fused state check"; opt-in, untested on a GPU at commit time);
+// unset or =separate: its own launch before the pre-pass. The same verdicts, refusals and states either way.
+bool fused_state_check() { return env_switch("BEAMDEC_CTC_CHECK", {"separate", "fused"}) == "fused"; }
+
 at::Tensor workspace(const at::Tensor& like, int rows, int64_t beam, int64_t V) {
   const size_t bytes = ctc::ctc_prepass_workspace_bytes(rows, (int)beam, (int)V);
   return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
@@ -261,11 +266,17 @@ void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
   at::Tensor ws = workspace(lp, d.rows, beam_size, lp.size(2));
   auto stream = at::cuda::getCurrentCUDAStream();
   at::Tensor err = state_errors(state, state.size(0));
-  CTC_CUDA_OK(ctc::ctc_check_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0),
-                                    cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages),
-                                    err.data_ptr<int32_t>(), stream),
-              "decode_chunk (state check)");
-  d.row_err = err.data_ptr<int32_t>();
+  const ctc::StateStamp want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
+  if (fused_state_check()) {  // the decode launches form the verdicts into err (ctc_launch.h fused_check)
+    d.fused_check = 1;
+    d.err = err.data_ptr<int32_t>();
+    d.want = want;
+  } else {
+    CTC_CUDA_OK(ctc::ctc_check_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0), want,
+                                      err.data_ptr<int32_t>(), stream),
+                "decode_chunk (state check)");
+    d.row_err = err.data_ptr<int32_t>();
+  }
   d.state = state.data_ptr<int32_t>();
   d.state_row_words = state.size(1);
   d.workspace = ws.data_ptr();
@@ -308,6 +319,7 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
   // one error buffer for every group: each group's kernels are ordered on the stream after its own check
   at::Tensor err = state_errors(lp, std::min<int64_t>(N, group));
   const ctc::StateStamp want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
+  const bool fused = fused_state_check();
   for (int64_t g0 = 0; g0 < N; g0 += group) {  // one launch pair per tile per group of streams
     const int n = (int)std::min<int64_t>(group, N - g0);
     at::Tensor part = lp.narrow(0, g0, n);
@@ -318,9 +330,16 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
     }
     for (int i = 0; i < n; ++i) ptrs[i] = states[g0 + i].data_ptr<int32_t>();
     const int64_t words = states[g0].size(1);
-    CTC_CUDA_OK(ctc::ctc_check_states(nullptr, words, ptrs.data(), n, want, err.data_ptr<int32_t>(), stream),
-                "decode_chunk_batched (state check)");
-    d.row_err = err.data_ptr<int32_t>();
+    if (fused) {  // the decode launches form the verdicts into err (ctc_launch.h fused_check)
+      d.fused_check = 1;
+      d.err = err.data_ptr<int32_t>();
+      d.want = want;
+    } else {
+      CTC_CUDA_OK(ctc::ctc_check_states(nullptr, words, ptrs.data(), n, want, err.data_ptr<int32_t>(), stream),
+                  "decode_chunk_batched (state check)");
+      d.row_err = err.data_ptr<int32_t>();
+    }
+    d.state_row_words = words;  // the row width the checks sum over (the rows themselves come from ptrs)
     d.stream_states = ptrs.data();
     d.workspace = ws.data_ptr();
     CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk_batched");

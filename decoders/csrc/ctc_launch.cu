@@ -55,7 +55,14 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.pre_ids = reinterpret_cast<int32_t*>(ws);
   fa.pre_lp = reinterpret_cast<float*>(ws + align_up(cap * 4));
   fa.pre_cnt = reinterpret_cast<int32_t*>(ws + 2 * align_up(cap * 4));
+  {
+    char* check = ws + 2 * align_up(cap * 4) + align_up((size_t)kTile * d.rows * 4);
+    fa.check_sums = reinterpret_cast<unsigned long long*>(check);
+    fa.check_fields = reinterpret_cast<int32_t*>(check + align_up((size_t)d.rows * kCheckParts * 8));
+  }
   fa.row_err = d.row_err;
+  fa.fused_check = 0;
+  fa.err_out = nullptr;
   fa.states.base = d.state;
   fa.states.row_words = d.state_row_words;
   fa.states.n_ptrs = 0;
@@ -77,22 +84,50 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     err = cudaFuncSetAttribute(ctc_prepass_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                kPrepassCacheMaxV * (int)sizeof(uint32_t));
     if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(ctc_prepass_kernel<T, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kPrepassCacheMaxV * (int)sizeof(uint32_t));
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(ctc_prepass_kernel<T, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               kPrepassCacheMaxV * (int)sizeof(uint32_t));
+    if (err != cudaSuccess) return err;
     configured_device = device;
   }
   if (d.T == 0) {  // nothing to decode; frame counters stay (T == 0 advances nothing)
     return cudaSuccess;
   }
+  const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
+  // the fused state check rides on the one-warp kernel's multi-winner form; any other kernel gets the separate check
+  const bool fused = d.fused_check && warp && !fa.paged_smem && d.rounds_select == 2;
+  if (d.fused_check) {
+    if (!d.err) return cudaErrorInvalidValue;
+    if (!fused && (err = ctc_check_states(d.state, d.state_row_words, d.stream_states, d.rows, d.want, d.err,
+                                          stream)) != cudaSuccess)
+      return err;
+    fa.row_err = d.err;
+    fa.err_out = d.err;
+    fa.want = d.want;
+  }
   for (int t0 = 0; t0 < d.T; t0 += kTile) {
     const int tile_len = d.T - t0 < kTile ? d.T - t0 : kTile;
     const int advance = t0 + tile_len >= d.T ? d.T : 0;
-    if (d.prepass_warp_tau)
+    fa.fused_check = fused && t0 == 0 ? 1 : 0;  // the first tile carries the check; later ones read its verdict
+    if (fused) {
+      const dim3 grid(tile_len + (fa.fused_check ? kCheckParts : 0), d.rows);
+      if (d.prepass_warp_tau)
+        ctc_prepass_kernel<T, true, true><<<grid, kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+      else
+        ctc_prepass_kernel<T, false, true><<<grid, kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+    } else if (d.prepass_warp_tau) {
       ctc_prepass_kernel<T, true><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
-    else
+    } else {
       ctc_prepass_kernel<T><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+    }
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     cudaError_t err2;
-    const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
-    if (warp) {  // one warp per row
+    if (fused) {
+      ctc_decode_warp_kernel<T, false, true, true, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
+      err2 = cudaGetLastError();
+    } else if (warp) {  // one warp per row
       const size_t meta = fa.paged_smem ? (size_t)3 * d.num_pages * sizeof(int32_t) : 0;
       if (fa.paged_smem) {  // opt-in experiment: its own instantiation
         // meta can reach 48 KiB; with the kernel's static shared memory that exceeds the default dynamic
@@ -123,7 +158,9 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
 
 size_t ctc_prepass_workspace_bytes(int rows, int beam, int vocab) {
   const size_t cap = (size_t)kTile * rows * candidate_count(beam, vocab);
-  return 2 * align_up(cap * 4) + align_up((size_t)kTile * rows * 4);
+  // the pre-pass lists and counts, then the fused state check's parts and field verdicts
+  return 2 * align_up(cap * 4) + align_up((size_t)kTile * rows * 4) + align_up((size_t)rows * kCheckParts * 8) +
+         align_up((size_t)rows * kStateErrorWords * 4);
 }
 
 cudaError_t ctc_decode_frames(const DecodeLaunch& args, cudaStream_t stream) {

@@ -43,6 +43,14 @@ struct DecodeLaunch {
   int prepass_warp_tau = 1;
   // (rows, kStateErrorWords) from ctc_check_states, or null: rows with a nonzero code are skipped
   const int32_t* row_err = nullptr;
+  // 1: the fused state check (opt-in, BEAMDEC_CTC_CHECK=fused; ctc_kernels.cuh "Fused state check"; untested on a
+  // GPU at commit time). The caller launches no ctc_check_states: `err` (rows, kStateErrorWords) receives each row's
+  // verdict on `want` from this call's first tile, and rows refused there are skipped as with row_err. It rides on
+  // the one-warp kernel's multi-winner form (not with paged_smem); for any other kernel the launcher runs
+  // ctc_check_states into `err` itself first, so the result is the same either way.
+  int fused_check = 0;
+  int32_t* err = nullptr;
+  StateStamp want{};
 };
 
 constexpr int kPagedSmemMaxPages = 4096;  // 48 KiB of shared memory

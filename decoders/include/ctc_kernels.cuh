@@ -47,6 +47,9 @@
 // Session 26 (H100, one call, in-process against the select form): 1.4 rounds per frame at B=1 V=5000 beam 10,
 // 1,137 warp instructions per frame instead of 1,585, kernel time -15 to -44 % at OASR's 12 offline shapes, one
 // stream -18 to -20 %; the round-form gpu tests and memcheck / racecheck clean. The default since then.
+// Streaming calls add the state check before the first tile and the seal after the last (ctc_state_check_kernel,
+// ctc_state_seal_kernel below); BEAMDEC_CTC_CHECK=fused (opt-in, session 27, not yet run on a GPU) moves the check
+// into the first tile's pre-pass launch and decode kernel ("Fused state check"), one launch fewer per chunk.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
@@ -92,6 +95,16 @@ struct FrameArgs {
   // (rows, kStateErrorWords) from ctc_state_check_kernel, or null (offline: the op made the rows itself).
   // A row with a nonzero code is skipped by every kernel of the launch: none reads or writes it.
   const int32_t* row_err;
+  // The fused state check (BEAMDEC_CTC_CHECK=fused, opt-in; see "Fused state check" below). fused_check = 1 on the
+  // first tile of a streaming call whose check travels with it: the pre-pass launch carries kCheckParts more blocks
+  // per row that sum the row's checksum terms in parts (check_sums, (rows, kCheckParts)) and validate its fields
+  // (check_fields, (rows, kStateErrorWords)); the decode kernel combines them into err_out (= row_err) before it
+  // touches the row. 0: row_err was written by an earlier launch (the separate check, or this call's first tile).
+  int fused_check;
+  unsigned long long* check_sums;
+  int32_t* check_fields;
+  int32_t* err_out;
+  StateStamp want;
   StateRefs states;
   __device__ __forceinline__ bool refused(int r) const { return row_err && row_err[(int64_t)r * kStateErrorWords] != 0; }
 };
@@ -186,6 +199,65 @@ __device__ __forceinline__ int block_ordered_gather(KeyAt key_at, int n, uint32_
 // ---------------------------------------------------------------------------------------------------
 constexpr int kPrepassThreads = 256;
 constexpr int kRefusedRow = -2;  // pre-pass count of every frame of a row refused by the state check
+
+// ---------------------------------------------------------------------------------------------------
+// Fused state check (opt-in, BEAMDEC_CTC_CHECK=fused; untested on a GPU at commit time). The separate check is a
+// launch of its own before the pre-pass (one 1,024-thread block per row over the whole row), so a one-stream chunk
+// call runs four kernels in a chain: check, pre-pass, decode, seal. Fused, the first tile's pre-pass launch also
+// carries kCheckParts blocks per row (blockIdx.x >= tile_len) that sum the checksum terms of a quarter of the row
+// each (any order: the sum is mod 2^64) and, in part 0, validate the fields; they run beside the pre-pass blocks.
+// The decode kernel then adds the parts, compares the sum with the stored checksum and writes the row's verdict
+// (the same five words as ctc_state_check_kernel) before it reads anything else of the row. A refused row is
+// still neither read past its header nor written: the pre-pass of that launch no longer writes the state at all
+// (it computed lists before the verdict existed, so the bad-value bit it used to OR into the row travels in its
+// counts instead: kCntBadValue on a decoded frame's count, kSkippedBadValue for a skipped frame whose blank is
+// +inf) and the decode ORs it in with its own status bits. Later tiles of the call read the verdict as before.
+constexpr int kCheckParts = 4;
+constexpr int kCntBadValue = 1 << 20;  // a decoded frame's count (<= 2 * kMaxBeam + 1) with a bad value seen
+constexpr int kSkippedBadValue = -3;   // a skipped frame (-1) whose blank log-prob is +inf
+
+template <int NT, typename T>
+__device__ __forceinline__ void fused_check_part(const FrameArgs<T>& a, int part, int row,
+                                                 typename cub::BlockReduce<unsigned long long, NT>::TempStorage& tmp) {
+  const int32_t* w = a.states.row(row);
+  const int64_t words = a.states.row_words;
+  const int64_t per = (words + kCheckParts - 1) / kCheckParts;
+  const int64_t lo = (int64_t)part * per, hi = min(words, lo + per);
+  unsigned long long sum = 0;
+#pragma unroll 4
+  for (int64_t i = lo + threadIdx.x; i < hi; i += NT) sum += checksum_term(i, w[i]);
+  sum = cub::BlockReduce<unsigned long long, NT>(tmp).Sum(sum);  // valid in thread 0
+  if (threadIdx.x != 0) return;
+  a.check_sums[(int64_t)row * kCheckParts + part] = sum;
+  if (part == 0) {  // reads only fixed header offsets until it knows the beam-indexed reads are in range
+    const StateError e = validate_state_fields(w, a.want);
+    int32_t* f = a.check_fields + (int64_t)row * kStateErrorWords;
+    f[0] = e.code;
+    f[1] = e.index;
+    f[2] = e.found;
+    f[3] = e.lo;
+    f[4] = e.hi;
+  }
+}
+
+// The row's verdict from its check parts, exactly as ctc_state_check_kernel forms it; written to err_out. One thread.
+template <typename T>
+__device__ __forceinline__ int32_t fused_check_verdict(const FrameArgs<T>& a, int row) {
+  const int32_t* f = a.check_fields + (int64_t)row * kStateErrorWords;
+  StateError e{f[0], f[1], f[2], f[3], f[4]};
+  unsigned long long h = checksum_seed(a.states.row_words);
+  for (int p = 0; p < kCheckParts; ++p) h += a.check_sums[(int64_t)row * kCheckParts + p];
+  const unsigned long long stored = stored_checksum(a.states.row(row));
+  if (e.code == kStateOk && h != stored)
+    e = StateError{kErrChecksum, -1, (int32_t)(uint32_t)stored, (int32_t)(uint32_t)h, (int32_t)(uint32_t)h};
+  int32_t* out = a.err_out + (int64_t)row * kStateErrorWords;
+  out[0] = e.code;
+  out[1] = e.index;
+  out[2] = e.found;
+  out[3] = e.lo;
+  out[4] = e.hi;
+  return e.code;
+}
 constexpr int kPrepassCacheMaxV = 12288;  // vocabularies up to this cache their keys in shared memory
 constexpr int kPrepassFastMaxC = 65;     // threshold fast path for beam <= 32 (C <= 2 * 32 + 1)
 constexpr int kPrepassFastCap = 512;     // candidates at or above the threshold it ranks (else: radix select)
@@ -193,7 +265,10 @@ constexpr int kPrepassFastCap = 512;     // candidates at or above the threshold
 // kWarpTau: the fast path's threshold from the warps' r-th largest maxima (r rounds of a warp max) and the
 // candidates ranked on packed (key, id) words; false: the C-th largest of the NT maxima by rank counting (an
 // NT-iteration loop per thread), the form measured before 2026-12-06. Both write the same list.
-template <typename T, bool kWarpTau = false>
+// kFusedCheck: the fused state check's form (see "Fused state check" above): with a.fused_check the last kCheckParts
+// blocks of each row are check parts, refusals are not read (the verdict comes later), and no block writes the state
+// (bad values go into the counts).
+template <typename T, bool kWarpTau = false, bool kFusedCheck = false>
 __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<T> a, int t0) {
   constexpr int NT = kPrepassThreads;
   extern __shared__ uint32_t s_keys[];  // (V) when cached
@@ -205,9 +280,17 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   __shared__ int s_bad;
 
   const int pos = blockIdx.x, row = blockIdx.y, tid = threadIdx.x;
+  if constexpr (kFusedCheck) {
+    if (a.fused_check && pos >= (int)gridDim.x - kCheckParts) {  // block-uniform: a check part
+      __shared__ typename cub::BlockReduce<unsigned long long, NT>::TempStorage s_red;
+      fused_check_part<NT>(a, pos - ((int)gridDim.x - kCheckParts), row, s_red);
+      return;
+    }
+  }
   const int t = t0 + pos;
   int32_t* cnt_out = a.pre_cnt + (int64_t)pos * a.rows + row;
-  if (a.refused(row)) {  // block-uniform. kRefusedRow: no frame selected, and the decode kernels write nothing
+  if (!(kFusedCheck && a.fused_check) && a.refused(row)) {
+    // block-uniform. kRefusedRow: no frame selected, and the decode kernels write nothing
     if (tid == 0) *cnt_out = kRefusedRow;
     return;
   }
@@ -221,8 +304,12 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   const bool selected = a.mask ? a.mask[(int64_t)row * a.mask_b_stride + t] : !(lp_blank > a.log_threshold);
   if (!selected) {
     if (tid == 0) {
-      *cnt_out = -1;
-      if (lp_blank == INFINITY) atomicOr(a.states.row(row) + kHdrStatus, kStatusBadValue);
+      if constexpr (kFusedCheck) {
+        *cnt_out = lp_blank == INFINITY ? kSkippedBadValue : -1;
+      } else {
+        *cnt_out = -1;
+        if (lp_blank == INFINITY) atomicOr(a.states.row(row) + kHdrStatus, kStatusBadValue);
+      }
     }
     return;
   }
@@ -257,7 +344,11 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   }
   if (bad) s_bad = 1;
   __syncthreads();
-  if (s_bad && tid == 0) atomicOr(a.states.row(row) + kHdrStatus, kStatusBadValue);
+  if constexpr (!kFusedCheck) {
+    if (s_bad && tid == 0) atomicOr(a.states.row(row) + kHdrStatus, kStatusBadValue);
+  }
+  // the fused form's bad-value mark on this frame's count (0 otherwise)
+  const int bad_mark = kFusedCheck && s_bad ? kCntBadValue : 0;
   const int blank = a.blank;
   auto key_at = [&](int c) -> uint32_t {
     if (cached) return s_keys[c];
@@ -329,7 +420,7 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
           a.pre_lp[out_base + rank] = load_lp(lp + id);
         }
       }
-      if (tid == 0) *cnt_out = a.C;
+      if (tid == 0) *cnt_out = a.C | bad_mark;
       return;
     }
     if (!kWarpTau && tau > 0u && nf <= kPrepassFastCap) {  // block-uniform
@@ -347,7 +438,7 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
           a.pre_lp[out_base + rank] = load_lp(lp + id);
         }
       }
-      if (tid == 0) *cnt_out = a.C;
+      if (tid == 0) *cnt_out = a.C | bad_mark;
       return;
     }
   }
@@ -368,7 +459,7 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
     a.pre_ids[out_base + rank] = s_list[i];
     a.pre_lp[out_base + rank] = load_lp(lp + s_list[i]);
   }
-  if (tid == 0) *cnt_out = n;
+  if (tid == 0) *cnt_out = n | bad_mark;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -907,12 +998,24 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
 // kMulti (with kSelect: step 5 reads its codes): the rounds of step 4 take several winners at once (multi_rounds, ctc_warp_rounds.cuh);
 // the same winners in the same order.
-template <typename T, bool kOptIn, bool kSelect = false, bool kMulti = false>
+// kFusedCheck: the fused state check's form (see "Fused state check"): with a.fused_check the row's verdict is formed
+// here first, from the pre-pass launch's check parts; the pre-pass's bad-value marks come in its counts.
+template <typename T, bool kOptIn, bool kSelect = false, bool kMulti = false, bool kFusedCheck = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
   const int row = blockIdx.x, lane = threadIdx.x;
-  if (a.refused(row)) return;  // warp-uniform
+  if constexpr (kFusedCheck) {
+    if (a.fused_check) {
+      int code = 0;
+      if (lane == 0) code = fused_check_verdict(a, row);
+      if (__shfl_sync(kFull, code, 0) != 0) return;  // warp-uniform: refused, nothing past the header was read
+    } else if (a.refused(row)) {
+      return;
+    }
+  } else {
+    if (a.refused(row)) return;  // warp-uniform
+  }
   const int beam = a.beam, C = a.C, max_len = a.max_len, P = a.page_size, NP = a.num_pages;
   const bool paged = P > 0;
   const unsigned lt_mask = (1u << lane) - 1u;
@@ -938,7 +1041,14 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   int nb = step == 0 ? 1 : w[kHdrActive];
   int top = w[kHdrFreeTop], fresh = w[kHdrNextFresh];
   int flags = 0;  // status bits seen by this lane
-  for (int p = lane; p < tile_len; p += 32) s.cnt[p] = a.pre_cnt[(int64_t)p * a.rows + row];
+  for (int p = lane; p < tile_len; p += 32) {
+    int c = a.pre_cnt[(int64_t)p * a.rows + row];
+    if constexpr (kFusedCheck) {  // the pre-pass's bad-value marks (it no longer writes the row itself)
+      if (c == kSkippedBadValue || (c >= 0 && (c & kCntBadValue))) flags |= kStatusBadValue;
+      c = c == kSkippedBadValue ? -1 : c >= 0 ? c & ~kCntBadValue : c;
+    }
+    s.cnt[p] = c;
+  }
   __syncwarp();
   auto next_selected = [&](int p) -> int {
     for (++p; p < tile_len; ++p)
@@ -947,6 +1057,10 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   };
   int cur = next_selected(-1);
   if (cur < 0) {
+    if constexpr (kFusedCheck) {
+      const bool bad = __any_sync(kFull, flags != 0);
+      if (lane == 0 && bad) w[kHdrStatus] = w[kHdrStatus] | kStatusBadValue;
+    }
     if (lane == 0) w[kHdrFramesSeen] = frames_seen + advance_frames;
     return;
   }

@@ -2,7 +2,8 @@
 the one-warp kernel and the block kernel at each width (128 / 256 / 512 threads: beam <= 16 / <= 32 / > 32),
 flat and paged token storage (paged also under contention: many rows, page size 1, a pool far below the
 default), float16 input, the opt-in shared-memory page metadata, streaming (single and batched streams) on
-both kernels, and the streaming state check/seal kernels including a refused (corrupted) row.
+both kernels, and the streaming state check/seal kernels including a refused (corrupted) row, with the state check
+in its own launch and fused (BEAMDEC_CTC_CHECK=fused).
 Every GPU result is compared with the CPU reference; any mismatch raises.
 
     compute-sanitizer --tool memcheck  python -m eval.bench.ctc_smoke
@@ -32,6 +33,48 @@ def _same(got, ref, what: str) -> None:
     fin = torch.isfinite(r)
     if not torch.equal(torch.isfinite(g), fin) or not torch.allclose(g[fin], r[fin], atol=1e-3, rtol=1e-5):
         raise AssertionError(f"{what}: scores differ from the CPU reference: {g} vs {r}")
+
+
+def _streaming(lp, lp_cpu, check: str) -> None:
+    """Single and batched streams on both kernels, flat and paged, against offline on the CPU; then a corrupted row
+    refused by the state check (BEAMDEC_CTC_CHECK=`check`: its own launch, or fused into the first tile's pre-pass
+    and decode): the decode kernels skip it, finalize names it."""
+    for kernel in ("warp", "block"):
+        for paged in (False, True):
+            cfg = CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64, paged=paged, page_size=4,
+                                      blank_skip_threshold=1.0)
+            ref = ctc_beam_search(lp_cpu, torch.tensor([40] * 3), cfg)
+            dec = CtcStreamingDecoder(cfg)
+            with _env(BEAMDEC_CTC_KERNEL=kernel, BEAMDEC_CTC_CHECK=check):
+                st = dec.create_state(3, 50, device="cuda")
+                singles = [dec.create_state(1, 50, device="cuda") for _ in range(3)]
+                for t0 in range(0, 40, 16):
+                    dec.decode_chunk(lp[:, t0:t0 + 16], state=st)
+                    dec.decode_chunk_batch(lp[:, t0:t0 + 16], singles)
+                _same(dec.finalize(st), ref, f"streaming {kernel} paged={paged} check={check}")
+                for i, s in enumerate(singles):
+                    got = dec.finalize(s)
+                    if got.tokens[0] != ref.tokens[i]:
+                        raise AssertionError(f"batched streaming {kernel} paged={paged} check={check} row {i} differs")
+    print(f"streaming ok (check={check})")
+
+    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64))
+    with _env(BEAMDEC_CTC_CHECK=check):
+        st = dec.create_state(3, 50, device="cuda")
+        dec.decode_chunk(lp[:, :16], state=st)
+        st.tensor[1, 3] = 100000  # header word 3: active beams
+        before = st.tensor[1].clone()
+        dec.decode_chunk(lp[:, 16:32], state=st)
+    if not torch.equal(st.tensor[1], before):
+        raise AssertionError(f"a refused row was written (check={check})")
+    try:
+        dec.finalize(st)
+    except ValueError as err:
+        if "row 1" not in str(err) or "active beams" not in str(err):
+            raise
+        print("refused:", err)
+    else:
+        raise AssertionError("finalize accepted a corrupted state")
 
 
 def main() -> None:
@@ -85,43 +128,8 @@ def main() -> None:
     cfg = CtcBeamSearchConfig(beam_size=10, blank_skip_threshold=1.0)
     _same(ctc_beam_search(lp.half(), lengths, cfg), ctc_beam_search(lp_cpu.half(), lengths, cfg), "float16")
 
-    # streaming: single and batched streams on both kernels, flat and paged, against offline on the CPU
-    for kernel in ("warp", "block"):
-        for paged in (False, True):
-            cfg = CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64, paged=paged, page_size=4,
-                                      blank_skip_threshold=1.0)
-            ref = ctc_beam_search(lp_cpu, torch.tensor([40] * 3), cfg)
-            dec = CtcStreamingDecoder(cfg)
-            with _env(BEAMDEC_CTC_KERNEL=kernel):
-                st = dec.create_state(3, 50, device="cuda")
-                singles = [dec.create_state(1, 50, device="cuda") for _ in range(3)]
-                for t0 in range(0, 40, 16):
-                    dec.decode_chunk(lp[:, t0:t0 + 16], state=st)
-                    dec.decode_chunk_batch(lp[:, t0:t0 + 16], singles)
-                _same(dec.finalize(st), ref, f"streaming {kernel} paged={paged}")
-                for i, s in enumerate(singles):
-                    got = dec.finalize(s)
-                    if got.tokens[0] != ref.tokens[i]:
-                        raise AssertionError(f"batched streaming {kernel} paged={paged} row {i} differs")
-    print("streaming ok")
-
-    # the state check kernel refuses a corrupted row: the decode kernels skip it, finalize names it
-    dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=10, nbest=2, max_seq_len=64))
-    st = dec.create_state(3, 50, device="cuda")
-    dec.decode_chunk(lp[:, :16], state=st)
-    st.tensor[1, 3] = 100000  # header word 3: active beams
-    before = st.tensor[1].clone()
-    dec.decode_chunk(lp[:, 16:32], state=st)
-    if not torch.equal(st.tensor[1], before):
-        raise AssertionError("a refused row was written")
-    try:
-        dec.finalize(st)
-    except ValueError as err:
-        if "row 1" not in str(err) or "active beams" not in str(err):
-            raise
-        print("refused:", err)
-    else:
-        raise AssertionError("finalize accepted a corrupted state")
+    for check in ("separate", "fused"):
+        _streaming(lp, lp_cpu, check)
     torch.cuda.synchronize()
     print("smoke ok")
 
