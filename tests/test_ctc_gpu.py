@@ -693,3 +693,41 @@ def test_gpu_fused_state_check_switch_is_checked(ops, monkeypatch):
     with pytest.raises(ValueError, match="BEAMDEC_CTC_CHECK must be one of separate, fused .*got 'fuse'") as e:
         dec.decode_chunk(torch.randn(1, 5, 7).log_softmax(-1).cuda(), state=st)
     assert len(str(e.value).strip().splitlines()) == 1
+
+
+def _pollute_allocator():
+    """Leaves a freed block of 7s in torch's caching allocator, so an output the op does not write in full shows it."""
+    x = torch.full((1 << 22,), 7, dtype=torch.int32, device="cuda")
+    del x
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_gpu_finalize_fill_equals_torch_fill(ops, paged, monkeypatch):
+    """BEAMDEC_CTC_FILL=finalize (the finalize kernel writes the -1 padding of the token block itself) gives the raw
+    offline op, the packed op and the streaming finalize exactly the torch-filled outputs, past every length too:
+    empty rows (length 0: one live beam for nbest 4), the one-warp and the block kernel, flat and paged."""
+    lp = random_log_probs(5, 37, 23, seed=12).cuda()
+    lengths = torch.tensor([37, 0, 1, 20, 37], dtype=torch.int32).cuda()
+    T = 37
+    for beam, nbest in ((4, 4), (40, 3)):
+        cfg = CtcBeamSearchConfig(beam_size=beam, nbest=nbest, max_seq_len=T + 1, paged=paged, page_size=4)
+        store = cfg.storage_args(T + 1)
+        args = (beam, 0, 0.95, nbest, T + 1, *store)
+        out = {}
+        for fill in ("torch", "finalize"):
+            monkeypatch.setenv("BEAMDEC_CTC_FILL", fill)
+            _pollute_allocator()
+            raw = [x.clone() for x in ops.ctc_decode_offline(lp, lengths, *args)]
+            _pollute_allocator()
+            packed = ops.ctc_decode_offline_packed(lp, lengths, *args, 4).clone()
+            dec = CtcStreamingDecoder(cfg)
+            st = dec.create_state(5, 23, device="cuda")
+            dec.decode_chunk(lp[:, :9], state=st)
+            _pollute_allocator()
+            fin = [x.clone() for x in ops.ctc_finalize(st.tensor, beam, 0, 23, nbest, T + 1, *store)]
+            out[fill] = (raw, packed, fin)
+        for a, b in zip(out["torch"][0] + [out["torch"][1]] + out["torch"][2],
+                        out["finalize"][0] + [out["finalize"][1]] + out["finalize"][2]):
+            assert torch.equal(a.view(torch.int32) if a.dtype == torch.float32 else a,
+                               b.view(torch.int32) if b.dtype == torch.float32 else b)
+        assert int((out["finalize"][0][0] == 7).sum()) == 0 and int((out["finalize"][0][0] == -1).sum()) > 0

@@ -75,6 +75,11 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
 // unset or =separate: its own launch before the pre-pass. The same verdicts, refusals and states either way.
 bool fused_state_check() { return env_switch("BEAMDEC_CTC_CHECK", {"separate", "fused"}) == "fused"; }
 
+// BEAMDEC_CTC_FILL=finalize: the finalize kernel writes the -1 padding of the token block itself (one launch fewer
+// per offline call and per finalize; opt-in, untested on a GPU at commit time); unset or =torch: a fill (at::full /
+// a memset of the packed buffer) before it. The same outputs.
+bool finalize_pads() { return env_switch("BEAMDEC_CTC_FILL", {"torch", "finalize"}) == "finalize"; }
+
 at::Tensor workspace(const at::Tensor& like, int rows, int64_t beam, int64_t V) {
   const size_t bytes = ctc::ctc_prepass_workspace_bytes(rows, (int)beam, (int)V);
   return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
@@ -150,14 +155,15 @@ static CtcOutputs finalize_rows(const at::Tensor& state, int64_t beam, int64_t n
                                 int64_t page_size, int64_t num_pages) {
   const int64_t B = state.size(0);
   auto i32 = state.options().dtype(at::kInt);
-  at::Tensor tokens = at::full({B, nbest, max_len}, -1, i32);
+  const bool pad = finalize_pads();
+  at::Tensor tokens = pad ? at::empty({B, nbest, max_len}, i32) : at::full({B, nbest, max_len}, -1, i32);
   at::Tensor lens = at::empty({B, nbest}, i32);
   at::Tensor scores = at::empty({B, nbest}, state.options().dtype(at::kFloat));
   at::Tensor status = at::empty({B}, i32);
   CTC_CUDA_OK(ctc::ctc_finalize_rows(state.data_ptr<int32_t>(), state.size(1), (int)B, (int)beam, (int)max_len,
                                      (int)page_size, (int)num_pages, (int)nbest, tokens.data_ptr<int32_t>(),
                                      lens.data_ptr<int32_t>(), scores.data_ptr<float>(), status.data_ptr<int32_t>(),
-                                     at::cuda::getCurrentCUDAStream()),
+                                     at::cuda::getCurrentCUDAStream(), pad),
               "finalize");
   return {tokens, lens, scores, status};
 }
@@ -224,7 +230,9 @@ at::Tensor ctc_decode_offline_packed_cuda(const at::Tensor& log_probs, const at:
   at::Tensor lens32 = at::empty({B}, i32);
   int32_t* out = packed.data_ptr<int32_t>();
   CTC_CUDA_OK(cudaMemsetAsync(out, 0, kPackedHeaderWords * sizeof(int32_t), stream), "packed (checks)");
-  CTC_CUDA_OK(cudaMemsetAsync(out + kPackedHeaderWords, 0xFF, n_tok * sizeof(int32_t), stream), "packed (tokens)");
+  const bool pad = finalize_pads();
+  if (!pad)
+    CTC_CUDA_OK(cudaMemsetAsync(out + kPackedHeaderWords, 0xFF, n_tok * sizeof(int32_t), stream), "packed (tokens)");
   CTC_CUDA_OK(cudaMemsetAsync(state.data_ptr<int32_t>(), 0, B * words * sizeof(int32_t), stream), "state");
   CTC_CUDA_OK(ctc::ctc_input_check(lp.data_ptr(), lp.scalar_type() == at::kHalf, lp.stride(0), lp.stride(1), (int)B,
                                    (int)T, (int)V, lens.data_ptr(), lens.scalar_type() == at::kLong,
@@ -236,7 +244,8 @@ at::Tensor ctc_decode_offline_packed_cuda(const at::Tensor& log_probs, const at:
   int32_t* tok = out + kPackedHeaderWords;
   CTC_CUDA_OK(ctc::ctc_finalize_rows(state.data_ptr<int32_t>(), words, (int)B, (int)beam_size, (int)max_seq_len,
                                      (int)page_size, (int)num_pages, (int)nbest, tok, tok + n_tok,
-                                     reinterpret_cast<float*>(tok + n_tok + n_lb), tok + n_tok + 2 * n_lb, stream),
+                                     reinterpret_cast<float*>(tok + n_tok + n_lb), tok + n_tok + 2 * n_lb, stream,
+                                     pad),
               "finalize");
   return packed;
 }

@@ -170,14 +170,14 @@ cudaError_t ctc_decode_frames(const DecodeLaunch& args, cudaStream_t stream) {
 
 cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int page_size,
                               int num_pages, int nbest, int32_t* out_tokens, int32_t* out_len, float* out_scores,
-                              int32_t* out_status, cudaStream_t stream) {
+                              int32_t* out_status, cudaStream_t stream, bool pad) {
   if (rows < 1) return cudaSuccess;
   StateRefs refs;
   refs.base = state;
   refs.row_words = state_row_words;
   refs.n_ptrs = 0;
   ctc_finalize_kernel<<<rows, kFinalizeThreads, 0, stream>>>(refs, beam, max_len, page_size, num_pages, nbest,
-                                                              out_tokens, out_len, out_scores, out_status);
+                                                              out_tokens, out_len, out_scores, out_status, pad ? 1 : 0);
   return cudaGetLastError();
 }
 

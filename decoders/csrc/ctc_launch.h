@@ -67,11 +67,11 @@ size_t ctc_prepass_workspace_bytes(int rows, int beam, int vocab);
 // rows' frame counters by T. Returns cudaSuccess or the first launch error.
 cudaError_t ctc_decode_frames(const DecodeLaunch& args, cudaStream_t stream);
 
-// N-best of every row into out_tokens (rows, nbest, max_len) (untouched past each length),
-// out_len (rows, nbest), out_scores (rows, nbest), out_status (rows,).
+// N-best of every row into out_tokens (rows, nbest, max_len) (untouched past each length, or with `pad` -1 there:
+// the kernel fills the block itself), out_len (rows, nbest), out_scores (rows, nbest), out_status (rows,).
 cudaError_t ctc_finalize_rows(int32_t* state, int64_t state_row_words, int rows, int beam, int max_len, int page_size,
                               int num_pages, int nbest, int32_t* out_tokens, int32_t* out_len, float* out_scores,
-                              int32_t* out_status, cudaStream_t stream);
+                              int32_t* out_status, cudaStream_t stream, bool pad = false);
 
 // The offline call's input checks (ctc_kernels.cuh ctc_input_check_kernel): lengths (int32, or int64 when
 // lengths64) to int32 clamped to [0, T] in lengths_out, and into checks[0..5) (zeroed by the caller): lengths

@@ -1652,12 +1652,18 @@ ctc_state_seal_kernel(StateRefs states, int64_t words, const int32_t* err, int d
 // N-best of each row: rank beams by (score desc, beam index asc), copy their tokens out.
 constexpr int kFinalizeThreads = 128;
 
+// pad: the kernel first writes -1 over the row's whole (nbest, max_len) token block (then the hypotheses over it), so
+// the caller needs no fill of its own (BEAMDEC_CTC_FILL=finalize, opt-in); 0: positions past each length untouched.
 __global__ void __launch_bounds__(kFinalizeThreads)
 ctc_finalize_kernel(StateRefs states, int beam, int max_len, int page_size, int num_pages, int nbest,
-                    int32_t* out_tokens, int32_t* out_len, float* out_scores, int32_t* out_status) {
+                    int32_t* out_tokens, int32_t* out_len, float* out_scores, int32_t* out_status, int pad) {
   __shared__ float s_score[kMaxBeam];
   __shared__ int s_rank_src[kMaxBeam];
   const int row = blockIdx.x, tid = threadIdx.x;
+  if (pad) {  // block-uniform; ordered before the copies below by their __syncthreads
+    int32_t* block = out_tokens + (int64_t)row * nbest * max_len;
+    for (int64_t i = tid; i < (int64_t)nbest * max_len; i += kFinalizeThreads) block[i] = -1;
+  }
   const StateLayout L{beam, max_len, page_size, num_pages};
   const int32_t* w = states.row(row);
   const int step = w[kHdrStep];
