@@ -212,6 +212,21 @@ constexpr int kRefusedRow = -2;  // pre-pass count of every frame of a row refus
 // (it computed lists before the verdict existed, so the bad-value bit it used to OR into the row travels in its
 // counts instead: kCntBadValue on a decoded frame's count, kSkippedBadValue for a skipped frame whose blank is
 // +inf) and the decode ORs it in with its own status bits. Later tiles of the call read the verdict as before.
+// One row's verdict as the check kernels write it: the field checks' error, else a checksum mismatch (stored vs
+// recomputed `h`), stored as kStateErrorWords words.
+__device__ __forceinline__ StateError checksum_verdict(StateError e, unsigned long long h, unsigned long long stored) {
+  if (e.code == kStateOk && h != stored)
+    e = StateError{kErrChecksum, -1, (int32_t)(uint32_t)stored, (int32_t)(uint32_t)h, (int32_t)(uint32_t)h};
+  return e;
+}
+__device__ __forceinline__ void store_state_error(int32_t* out, const StateError& e) {
+  out[0] = e.code;
+  out[1] = e.index;
+  out[2] = e.found;
+  out[3] = e.lo;
+  out[4] = e.hi;
+}
+
 constexpr int kCheckParts = 4;
 constexpr int kCntBadValue = 1 << 20;  // a decoded frame's count (<= 2 * kMaxBeam + 1) with a bad value seen
 constexpr int kSkippedBadValue = -3;   // a skipped frame (-1) whose blank log-prob is +inf
@@ -229,33 +244,19 @@ __device__ __forceinline__ void fused_check_part(const FrameArgs<T>& a, int part
   sum = cub::BlockReduce<unsigned long long, NT>(tmp).Sum(sum);  // valid in thread 0
   if (threadIdx.x != 0) return;
   a.check_sums[(int64_t)row * kCheckParts + part] = sum;
-  if (part == 0) {  // reads only fixed header offsets until it knows the beam-indexed reads are in range
-    const StateError e = validate_state_fields(w, a.want);
-    int32_t* f = a.check_fields + (int64_t)row * kStateErrorWords;
-    f[0] = e.code;
-    f[1] = e.index;
-    f[2] = e.found;
-    f[3] = e.lo;
-    f[4] = e.hi;
-  }
+  // reads only fixed header offsets until it knows the beam-indexed reads are in range
+  if (part == 0) store_state_error(a.check_fields + (int64_t)row * kStateErrorWords, validate_state_fields(w, a.want));
 }
 
 // The row's verdict from its check parts, exactly as ctc_state_check_kernel forms it; written to err_out. One thread.
 template <typename T>
 __device__ __forceinline__ int32_t fused_check_verdict(const FrameArgs<T>& a, int row) {
   const int32_t* f = a.check_fields + (int64_t)row * kStateErrorWords;
-  StateError e{f[0], f[1], f[2], f[3], f[4]};
   unsigned long long h = checksum_seed(a.states.row_words);
   for (int p = 0; p < kCheckParts; ++p) h += a.check_sums[(int64_t)row * kCheckParts + p];
-  const unsigned long long stored = stored_checksum(a.states.row(row));
-  if (e.code == kStateOk && h != stored)
-    e = StateError{kErrChecksum, -1, (int32_t)(uint32_t)stored, (int32_t)(uint32_t)h, (int32_t)(uint32_t)h};
-  int32_t* out = a.err_out + (int64_t)row * kStateErrorWords;
-  out[0] = e.code;
-  out[1] = e.index;
-  out[2] = e.found;
-  out[3] = e.lo;
-  out[4] = e.hi;
+  const StateError e =
+      checksum_verdict(StateError{f[0], f[1], f[2], f[3], f[4]}, h, stored_checksum(a.states.row(row)));
+  store_state_error(a.err_out + (int64_t)row * kStateErrorWords, e);
   return e.code;
 }
 constexpr int kPrepassCacheMaxV = 12288;  // vocabularies up to this cache their keys in shared memory
@@ -1618,16 +1619,8 @@ ctc_state_check_kernel(StateRefs states, int64_t words, StateStamp want, int32_t
   const int32_t* w = states.row(row);
   const unsigned long long h = block_row_checksum<NT, NT == kStateCheckThreads>(w, words, tmp);
   if (threadIdx.x != 0) return;
-  StateError e = validate_state_fields(w, want);
-  const unsigned long long stored = stored_checksum(w);
-  if (e.code == kStateOk && h != stored)
-    e = StateError{kErrChecksum, -1, (int32_t)(uint32_t)stored, (int32_t)(uint32_t)h, (int32_t)(uint32_t)h};
-  int32_t* out = err + (int64_t)row * kStateErrorWords;
-  out[0] = e.code;
-  out[1] = e.index;
-  out[2] = e.found;
-  out[3] = e.lo;
-  out[4] = e.hi;
+  store_state_error(err + (int64_t)row * kStateErrorWords,
+                    checksum_verdict(validate_state_fields(w, want), h, stored_checksum(w)));
 }
 
 // Re-seals each row the decode wrote (skipping rows refused by `err`, if given); with `stamp` it first
