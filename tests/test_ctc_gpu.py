@@ -665,49 +665,66 @@ def test_gpu_fused_state_check_batched_streams(ops, n, monkeypatch):
         torch.testing.assert_close(got.scores[0], offline.scores[i])
 
 
-def test_gpu_fused_state_check_switch_is_checked(ops, monkeypatch):
-    """BEAMDEC_CTC_CHECK takes separate or fused (or unset); anything else is a one-line error from decode_chunk."""
+@pytest.mark.parametrize("name,bad", [("BEAMDEC_CTC_CHECK", "fuse"), ("BEAMDEC_CTC_FILL", "kernel"),
+                                      ("BEAMDEC_CTC_ZERO", "pre-pass")])
+def test_gpu_launch_saver_switches_are_checked(ops, name, bad, monkeypatch):
+    """Session 27's switches take their listed values (or unset); anything else is a one-line error from the op that
+    reads it (decode_chunk for the check, the offline call for the fill and the zeroing)."""
     dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=4, nbest=2))
     st = dec.create_state(1, 7, device="cuda")
-    monkeypatch.setenv("BEAMDEC_CTC_CHECK", "fuse")
-    with pytest.raises(ValueError, match="BEAMDEC_CTC_CHECK must be one of separate, fused .*got 'fuse'") as e:
-        dec.decode_chunk(torch.randn(1, 5, 7).log_softmax(-1).cuda(), state=st)
+    lp = torch.randn(1, 5, 7).log_softmax(-1).cuda()
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(ValueError, match=f"{name} must be one of .*got '{bad}'") as e:
+        if name == "BEAMDEC_CTC_CHECK":
+            dec.decode_chunk(lp, state=st)
+        else:
+            ctc_beam_search(lp, torch.tensor([5]).cuda(), dec.config)
     assert len(str(e.value).strip().splitlines()) == 1
 
 
 def _pollute_allocator():
-    """Leaves a freed block of 7s in torch's caching allocator, so an output the op does not write in full shows it."""
-    x = torch.full((1 << 22,), 7, dtype=torch.int32, device="cuda")
-    del x
+    """Leaves freed blocks of 7s in torch's caching allocator, small pool (< 1 MiB requests, 2 MiB segments) and large
+    pool alike, so an output or state the op does not write in full shows it."""
+    xs = [torch.full((1 << k,), 7, dtype=torch.int32, device="cuda") for k in range(4, 23) for _ in range(3)]
+    del xs
 
 
+_FEWER_LAUNCHES = ({"BEAMDEC_CTC_FILL": "finalize"}, {"BEAMDEC_CTC_ZERO": "prepass"},
+                  {"BEAMDEC_CTC_FILL": "finalize", "BEAMDEC_CTC_ZERO": "prepass"})
+
+
+@pytest.mark.parametrize("T", [0, 37, 150])  # 150: two tiles (the zeroing rides on the first)
 @pytest.mark.parametrize("paged", [False, True])
-def test_gpu_finalize_fill_equals_torch_fill(ops, paged, monkeypatch):
-    """BEAMDEC_CTC_FILL=finalize (the finalize kernel writes the -1 padding of the token block itself) gives the raw
-    offline op, the packed op and the streaming finalize exactly the torch-filled outputs, past every length too:
-    empty rows (length 0: one live beam for nbest 4), the one-warp and the block kernel, flat and paged."""
-    lp = random_log_probs(5, 37, 23, seed=12).cuda()
-    lengths = torch.tensor([37, 0, 1, 20, 37], dtype=torch.int32).cuda()
-    T = 37
+def test_gpu_fewer_launch_forms_equal_the_default(ops, paged, T, monkeypatch):
+    """BEAMDEC_CTC_FILL=finalize (the finalize kernel writes the -1 padding of the token block itself) and
+    BEAMDEC_CTC_ZERO=prepass (the offline rows zeroed by the first tile's pre-pass launch, not a memset before it)
+    give the raw offline op, the packed op and the streaming finalize exactly the default's outputs, past every
+    length too, over an allocator left full of 7s: empty rows (length 0: one live beam for nbest 4), T = 0, two
+    tiles, the one-warp kernel and the block kernel (where the zeroing falls back to a memset), flat and paged."""
+    lp = random_log_probs(5, max(T, 1), 23, seed=12 + T).cuda()[:, :T]
+    lengths = torch.tensor([T, 0, min(T, 1), T // 2, T], dtype=torch.int32).cuda()
     for beam, nbest in ((4, 4), (40, 3)):
-        cfg = CtcBeamSearchConfig(beam_size=beam, nbest=nbest, max_seq_len=T + 1, paged=paged, page_size=4)
-        store = cfg.storage_args(T + 1)
-        args = (beam, 0, 0.95, nbest, T + 1, *store)
-        out = {}
-        for fill in ("torch", "finalize"):
-            monkeypatch.setenv("BEAMDEC_CTC_FILL", fill)
+        cfg = CtcBeamSearchConfig(beam_size=beam, nbest=nbest, max_seq_len=T + 2 - T % 2, paged=paged, page_size=4)
+        store = cfg.storage_args(cfg.max_seq_len)
+        args = (beam, 0, 0.95, nbest, cfg.max_seq_len, *store)
+        out = []
+        for form in ({},) + _FEWER_LAUNCHES:
+            for k in ("BEAMDEC_CTC_FILL", "BEAMDEC_CTC_ZERO"):
+                monkeypatch.delenv(k, raising=False)
+            for k, v in form.items():
+                monkeypatch.setenv(k, v)
             _pollute_allocator()
-            raw = [x.clone() for x in ops.ctc_decode_offline(lp, lengths, *args)]
+            got = [x.clone() for x in ops.ctc_decode_offline(lp, lengths, *args)]
             _pollute_allocator()
-            packed = ops.ctc_decode_offline_packed(lp, lengths, *args, 4).clone()
-            dec = CtcStreamingDecoder(cfg)
-            st = dec.create_state(5, 23, device="cuda")
-            dec.decode_chunk(lp[:, :9], state=st)
-            _pollute_allocator()
-            fin = [x.clone() for x in ops.ctc_finalize(st.tensor, beam, 0, 23, nbest, T + 1, *store)]
-            out[fill] = (raw, packed, fin)
-        for a, b in zip(out["torch"][0] + [out["torch"][1]] + out["torch"][2],
-                        out["finalize"][0] + [out["finalize"][1]] + out["finalize"][2]):
-            assert torch.equal(a.view(torch.int32) if a.dtype == torch.float32 else a,
-                               b.view(torch.int32) if b.dtype == torch.float32 else b)
-        assert int((out["finalize"][0][0] == 7).sum()) == 0 and int((out["finalize"][0][0] == -1).sum()) > 0
+            got.append(ops.ctc_decode_offline_packed(lp, lengths, *args, 4).clone())
+            if T:
+                dec = CtcStreamingDecoder(cfg)
+                st = dec.create_state(5, 23, device="cuda")
+                dec.decode_chunk(lp[:, :9], state=st)
+                _pollute_allocator()
+                got += [x.clone() for x in ops.ctc_finalize(st.tensor, beam, 0, 23, nbest, cfg.max_seq_len, *store)]
+            out.append([x.view(torch.int32) if x.dtype == torch.float32 else x for x in got])
+        for form, got in zip(_FEWER_LAUNCHES, out[1:]):
+            for a, b in zip(out[0], got):
+                assert torch.equal(a, b), form
+        assert int((out[3][0] == 7).sum()) == 0 and int((out[3][0] == -1).sum()) > 0

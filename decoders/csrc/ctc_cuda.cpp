@@ -80,6 +80,11 @@ bool fused_state_check() { return env_switch("BEAMDEC_CTC_CHECK", {"separate", "
 // a memset of the packed buffer) before it. The same outputs.
 bool finalize_pads() { return env_switch("BEAMDEC_CTC_FILL", {"torch", "finalize"}) == "finalize"; }
 
+// BEAMDEC_CTC_ZERO=prepass: the offline ops' state rows come from the allocator unzeroed and the first tile's pre-pass
+// launch zeroes them (one launch fewer per call; opt-in, untested on a GPU at commit time); unset or =memset: zeroed
+// by a fill / memset before the decode. The same outputs.
+bool zero_in_prepass() { return env_switch("BEAMDEC_CTC_ZERO", {"memset", "prepass"}) == "prepass"; }
+
 at::Tensor workspace(const at::Tensor& like, int rows, int64_t beam, int64_t V) {
   const size_t bytes = ctc::ctc_prepass_workspace_bytes(rows, (int)beam, (int)V);
   return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
@@ -137,10 +142,11 @@ at::Tensor state_errors(const at::Tensor& like, int64_t rows) {
 }
 }  // namespace
 
-// Decodes every frame of `lp` into `state`'s rows (zeroed: offline), lengths (rows,) int32 on the device.
+// Decodes every frame of `lp` into `state`'s rows (zeroed, or with zero_rows zeroed by the launcher: offline),
+// lengths (rows,) int32 on the device.
 static void decode_fresh_rows(const at::Tensor& lp, const int32_t* lengths, at::Tensor& state, int64_t beam_size,
                               int64_t blank_id, double blank_skip_threshold, int64_t max_seq_len, int64_t page_size,
-                              int64_t num_pages, cudaStream_t stream) {
+                              int64_t num_pages, cudaStream_t stream, bool zero_rows) {
   at::Tensor ws = workspace(lp, (int)lp.size(0), beam_size, lp.size(2));
   ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages);
   d.lengths = lengths;
@@ -148,6 +154,7 @@ static void decode_fresh_rows(const at::Tensor& lp, const int32_t* lengths, at::
   d.state = state.data_ptr<int32_t>();
   d.state_row_words = state.size(1);
   d.workspace = ws.data_ptr();
+  d.zero_rows = zero_rows ? 1 : 0;
   CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode");
 }
 
@@ -188,10 +195,12 @@ CtcOutputs ctc_decode_offline_cuda(const at::Tensor& log_probs, const at::Tensor
   c10::cuda::CUDAGuard guard(log_probs.device());
   at::Tensor lp = log_probs.stride(2) == 1 ? log_probs : log_probs.contiguous();
   const int64_t words = ctc::state_words((int)beam_size, (int)max_seq_len, (int)page_size, (int)num_pages);
-  at::Tensor state = at::zeros({B, words}, lp.options().dtype(at::kInt));
+  const bool zero = zero_in_prepass();
+  at::Tensor state = zero ? at::empty({B, words}, lp.options().dtype(at::kInt))
+                          : at::zeros({B, words}, lp.options().dtype(at::kInt));
   at::Tensor lens = lengths.contiguous();
   decode_fresh_rows(lp, lens.data_ptr<int32_t>(), state, beam_size, blank_id, blank_skip_threshold, max_seq_len,
-                    page_size, num_pages, at::cuda::getCurrentCUDAStream());
+                    page_size, num_pages, at::cuda::getCurrentCUDAStream(), zero);
   return finalize_rows(state, beam_size, nbest, max_seq_len, page_size, num_pages);
 }
 
@@ -233,14 +242,15 @@ at::Tensor ctc_decode_offline_packed_cuda(const at::Tensor& log_probs, const at:
   const bool pad = finalize_pads();
   if (!pad)
     CTC_CUDA_OK(cudaMemsetAsync(out + kPackedHeaderWords, 0xFF, n_tok * sizeof(int32_t), stream), "packed (tokens)");
-  CTC_CUDA_OK(cudaMemsetAsync(state.data_ptr<int32_t>(), 0, B * words * sizeof(int32_t), stream), "state");
+  const bool zero = zero_in_prepass();
+  if (!zero) CTC_CUDA_OK(cudaMemsetAsync(state.data_ptr<int32_t>(), 0, B * words * sizeof(int32_t), stream), "state");
   CTC_CUDA_OK(ctc::ctc_input_check(lp.data_ptr(), lp.scalar_type() == at::kHalf, lp.stride(0), lp.stride(1), (int)B,
                                    (int)T, (int)V, lens.data_ptr(), lens.scalar_type() == at::kLong,
                                    lens32.data_ptr<int32_t>(), (int)std::min<int64_t>(sample_frames, 1 << 30), out,
                                    stream),
               "input checks");
   decode_fresh_rows(lp, lens32.data_ptr<int32_t>(), state, beam_size, blank_id, blank_skip_threshold, max_seq_len,
-                    page_size, num_pages, stream);
+                    page_size, num_pages, stream, zero);
   int32_t* tok = out + kPackedHeaderWords;
   CTC_CUDA_OK(ctc::ctc_finalize_rows(state.data_ptr<int32_t>(), words, (int)B, (int)beam_size, (int)max_seq_len,
                                      (int)page_size, (int)num_pages, (int)nbest, tok, tok + n_tok,

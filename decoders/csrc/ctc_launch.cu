@@ -62,6 +62,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   }
   fa.row_err = d.row_err;
   fa.fused_check = 0;
+  fa.zero_rows = 0;
   fa.err_out = nullptr;
   fa.states.base = d.state;
   fa.states.row_words = d.state_row_words;
@@ -92,12 +93,19 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     configured_device = device;
   }
+  const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
+  // the state-free pre-pass (the fused check, the zeroing pre-pass) rides on the one-warp kernel's multi-winner form;
+  // any other kernel gets the separate check / a memset
+  const bool state_free = warp && !fa.paged_smem && d.rounds_select == 2;
+  if (d.zero_rows && (d.stream_states || d.fused_check)) return cudaErrorInvalidValue;  // offline rows only
+  const bool zero = d.zero_rows && state_free && d.T > 0;
+  if (d.zero_rows && !zero &&
+      (err = cudaMemsetAsync(d.state, 0, (size_t)d.rows * d.state_row_words * sizeof(int32_t), stream)) != cudaSuccess)
+    return err;
   if (d.T == 0) {  // nothing to decode; frame counters stay (T == 0 advances nothing)
     return cudaSuccess;
   }
-  const bool warp = d.beam <= 32 && (d.kernel == 2 || (d.kernel == 0 && d.rows <= kWarpKernelMaxRows));
-  // the fused state check rides on the one-warp kernel's multi-winner form; any other kernel gets the separate check
-  const bool fused = d.fused_check && warp && !fa.paged_smem && d.rounds_select == 2;
+  const bool fused = d.fused_check && state_free;
   if (d.fused_check) {
     if (!d.err) return cudaErrorInvalidValue;
     if (!fused && (err = ctc_check_states(d.state, d.state_row_words, d.stream_states, d.rows, d.want, d.err,
@@ -111,8 +119,9 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const int tile_len = d.T - t0 < kTile ? d.T - t0 : kTile;
     const int advance = t0 + tile_len >= d.T ? d.T : 0;
     fa.fused_check = fused && t0 == 0 ? 1 : 0;  // the first tile carries the check; later ones read its verdict
-    if (fused) {
-      const dim3 grid(tile_len + (fa.fused_check ? kCheckParts : 0), d.rows);
+    fa.zero_rows = zero && t0 == 0 ? 1 : 0;
+    if (fused || zero) {
+      const dim3 grid(tile_len + (fa.fused_check ? kCheckParts : 0) + fa.zero_rows, d.rows);
       if (d.prepass_warp_tau)
         ctc_prepass_kernel<T, true, true><<<grid, kPrepassThreads, prepass_smem, stream>>>(fa, t0);
       else
@@ -124,7 +133,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     }
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     cudaError_t err2;
-    if (fused) {
+    if (fused || zero) {
       ctc_decode_warp_kernel<T, false, true, true, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
       err2 = cudaGetLastError();
     } else if (warp) {  // one warp per row

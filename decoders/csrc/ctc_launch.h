@@ -51,6 +51,10 @@ struct DecodeLaunch {
   int fused_check = 0;
   int32_t* err = nullptr;
   StateStamp want{};
+  // 1: `state`'s rows are not zeroed yet (offline, BEAMDEC_CTC_ZERO=prepass, opt-in, untested on a GPU at commit
+  // time): the launcher zeroes them, in the first tile's pre-pass launch where the one-warp kernel's multi-winner
+  // form runs (ctc_kernels.cuh "Fused state check"), else with a memset before it. Not with stream_states.
+  int zero_rows = 0;
 };
 
 constexpr int kPagedSmemMaxPages = 4096;  // 48 KiB of shared memory

@@ -49,7 +49,9 @@
 // stream -18 to -20 %; the round-form gpu tests and memcheck / racecheck clean. The default since then.
 // Streaming calls add the state check before the first tile and the seal after the last (ctc_state_check_kernel,
 // ctc_state_seal_kernel below); BEAMDEC_CTC_CHECK=fused (opt-in, session 27, not yet run on a GPU) moves the check
-// into the first tile's pre-pass launch and decode kernel ("Fused state check"), one launch fewer per chunk.
+// into the first tile's pre-pass launch and decode kernel ("Fused state check"), one launch fewer per chunk; the
+// offline ops' BEAMDEC_CTC_ZERO=prepass zeroes their rows in that launch too and BEAMDEC_CTC_FILL=finalize lets
+// ctc_finalize_kernel write the -1 padding (two launches fewer per offline call; both opt-in, the same session).
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
@@ -101,6 +103,9 @@ struct FrameArgs {
   // (check_fields, (rows, kStateErrorWords)); the decode kernel combines them into err_out (= row_err) before it
   // touches the row. 0: row_err was written by an earlier launch (the separate check, or this call's first tile).
   int fused_check;
+  // 1 on the first tile of an offline call whose rows are not zeroed yet (BEAMDEC_CTC_ZERO=prepass, opt-in): the
+  // pre-pass launch carries one more block per row that zeroes it (the state-free pre-pass; see "Fused state check")
+  int zero_rows;
   unsigned long long* check_sums;
   int32_t* check_fields;
   int32_t* err_out;
@@ -212,6 +217,9 @@ constexpr int kRefusedRow = -2;  // pre-pass count of every frame of a row refus
 // (it computed lists before the verdict existed, so the bad-value bit it used to OR into the row travels in its
 // counts instead: kCntBadValue on a decoded frame's count, kSkippedBadValue for a skipped frame whose blank is
 // +inf) and the decode ORs it in with its own status bits. Later tiles of the call read the verdict as before.
+// The same state-free pre-pass serves the offline call's zeroing (BEAMDEC_CTC_ZERO=prepass, opt-in): its rows come
+// from the allocator as they are, and one more block per row in the first tile's pre-pass launch zeroes the row
+// instead of a memset launch before it (no block of that launch reads the state; the decode runs after it).
 // One row's verdict as the check kernels write it: the field checks' error, else a checksum mismatch (stored vs
 // recomputed `h`), stored as kStateErrorWords words.
 __device__ __forceinline__ StateError checksum_verdict(StateError e, unsigned long long h, unsigned long long stored) {
@@ -266,10 +274,11 @@ constexpr int kPrepassFastCap = 512;     // candidates at or above the threshold
 // kWarpTau: the fast path's threshold from the warps' r-th largest maxima (r rounds of a warp max) and the
 // candidates ranked on packed (key, id) words; false: the C-th largest of the NT maxima by rank counting (an
 // NT-iteration loop per thread), the form measured before 2026-12-06. Both write the same list.
-// kFusedCheck: the fused state check's form (see "Fused state check" above): with a.fused_check the last kCheckParts
-// blocks of each row are check parts, refusals are not read (the verdict comes later), and no block writes the state
-// (bad values go into the counts).
-template <typename T, bool kWarpTau = false, bool kFusedCheck = false>
+// kStateFree: the form of the fused state check and of the zeroing pre-pass (see "Fused state check" above): no
+// frame block writes the state (bad values go into the counts); with a.fused_check the last kCheckParts blocks of
+// each row are check parts and refusals are not read (the verdict comes later); with a.zero_rows the last block of
+// each row zeroes it.
+template <typename T, bool kWarpTau = false, bool kStateFree = false>
 __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<T> a, int t0) {
   constexpr int NT = kPrepassThreads;
   extern __shared__ uint32_t s_keys[];  // (V) when cached
@@ -281,16 +290,21 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   __shared__ int s_bad;
 
   const int pos = blockIdx.x, row = blockIdx.y, tid = threadIdx.x;
-  if constexpr (kFusedCheck) {
+  if constexpr (kStateFree) {
     if (a.fused_check && pos >= (int)gridDim.x - kCheckParts) {  // block-uniform: a check part
       __shared__ typename cub::BlockReduce<unsigned long long, NT>::TempStorage s_red;
       fused_check_part<NT>(a, pos - ((int)gridDim.x - kCheckParts), row, s_red);
       return;
     }
+    if (a.zero_rows && pos == (int)gridDim.x - 1) {  // block-uniform: this row's zeroing block
+      int32_t* w = a.states.row(row);
+      for (int64_t i = tid; i < a.states.row_words; i += NT) w[i] = 0;
+      return;
+    }
   }
   const int t = t0 + pos;
   int32_t* cnt_out = a.pre_cnt + (int64_t)pos * a.rows + row;
-  if (!(kFusedCheck && a.fused_check) && a.refused(row)) {
+  if (!(kStateFree && a.fused_check) && a.refused(row)) {
     // block-uniform. kRefusedRow: no frame selected, and the decode kernels write nothing
     if (tid == 0) *cnt_out = kRefusedRow;
     return;
@@ -305,7 +319,7 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   const bool selected = a.mask ? a.mask[(int64_t)row * a.mask_b_stride + t] : !(lp_blank > a.log_threshold);
   if (!selected) {
     if (tid == 0) {
-      if constexpr (kFusedCheck) {
+      if constexpr (kStateFree) {
         *cnt_out = lp_blank == INFINITY ? kSkippedBadValue : -1;
       } else {
         *cnt_out = -1;
@@ -345,11 +359,11 @@ __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<
   }
   if (bad) s_bad = 1;
   __syncthreads();
-  if constexpr (!kFusedCheck) {
+  if constexpr (!kStateFree) {
     if (s_bad && tid == 0) atomicOr(a.states.row(row) + kHdrStatus, kStatusBadValue);
   }
   // the fused form's bad-value mark on this frame's count (0 otherwise)
-  const int bad_mark = kFusedCheck && s_bad ? kCntBadValue : 0;
+  const int bad_mark = kStateFree && s_bad ? kCntBadValue : 0;
   const int blank = a.blank;
   auto key_at = [&](int c) -> uint32_t {
     if (cached) return s_keys[c];
@@ -999,14 +1013,14 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // branch form measured before 2026-12-06. Both pick the same winners in the same order.
 // kMulti (with kSelect: step 5 reads its codes): the rounds of step 4 take several winners at once (multi_rounds, ctc_warp_rounds.cuh);
 // the same winners in the same order.
-// kFusedCheck: the fused state check's form (see "Fused state check"): with a.fused_check the row's verdict is formed
+// kStateFree: the fused state check's form (see "Fused state check"): with a.fused_check the row's verdict is formed
 // here first, from the pre-pass launch's check parts; the pre-pass's bad-value marks come in its counts.
-template <typename T, bool kOptIn, bool kSelect = false, bool kMulti = false, bool kFusedCheck = false>
+template <typename T, bool kOptIn, bool kSelect = false, bool kMulti = false, bool kStateFree = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
   const int row = blockIdx.x, lane = threadIdx.x;
-  if constexpr (kFusedCheck) {
+  if constexpr (kStateFree) {
     if (a.fused_check) {
       int code = 0;
       if (lane == 0) code = fused_check_verdict(a, row);
@@ -1044,7 +1058,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   int flags = 0;  // status bits seen by this lane
   for (int p = lane; p < tile_len; p += 32) {
     int c = a.pre_cnt[(int64_t)p * a.rows + row];
-    if constexpr (kFusedCheck) {  // the pre-pass's bad-value marks (it no longer writes the row itself)
+    if constexpr (kStateFree) {  // the pre-pass's bad-value marks (it no longer writes the row itself)
       if (c == kSkippedBadValue || (c >= 0 && (c & kCntBadValue))) flags |= kStatusBadValue;
       c = c == kSkippedBadValue ? -1 : c >= 0 ? c & ~kCntBadValue : c;
     }
@@ -1058,7 +1072,7 @@ __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int
   };
   int cur = next_selected(-1);
   if (cur < 0) {
-    if constexpr (kFusedCheck) {
+    if constexpr (kStateFree) {
       const bool bad = __any_sync(kFull, flags != 0);
       if (lane == 0 && bad) w[kHdrStatus] = w[kHdrStatus] | kStatusBadValue;
     }

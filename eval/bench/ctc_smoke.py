@@ -3,7 +3,8 @@ the one-warp kernel and the block kernel at each width (128 / 256 / 512 threads:
 flat and paged token storage (paged also under contention: many rows, page size 1, a pool far below the
 default), float16 input, the opt-in shared-memory page metadata, streaming (single and batched streams) on
 both kernels, and the streaming state check/seal kernels including a refused (corrupted) row, with the state check
-in its own launch and fused (BEAMDEC_CTC_CHECK=fused), and the finalize kernel's own padding (BEAMDEC_CTC_FILL=finalize).
+in its own launch and fused (BEAMDEC_CTC_CHECK=fused), the finalize kernel's own padding (BEAMDEC_CTC_FILL=finalize) and the offline rows zeroed in the pre-pass launch
+(BEAMDEC_CTC_ZERO=prepass).
 Every GPU result is compared with the CPU reference; any mismatch raises.
 
     compute-sanitizer --tool memcheck  python -m eval.bench.ctc_smoke
@@ -127,12 +128,13 @@ def main() -> None:
         _same(ctc_beam_search(lp, lengths, cfg), ctc_beam_search(lp_cpu, lengths, cfg), "paged smem")
     cfg = CtcBeamSearchConfig(beam_size=10, blank_skip_threshold=1.0)
     _same(ctc_beam_search(lp.half(), lengths, cfg), ctc_beam_search(lp_cpu.half(), lengths, cfg), "float16")
-    for kernel, beam in (("warp", 10), ("block", 40)):  # the finalize kernel writing its own -1 padding (opt-in)
-        with _env(BEAMDEC_CTC_KERNEL=kernel, BEAMDEC_CTC_FILL="finalize"):
+    # the finalize kernel writing its own -1 padding and the rows zeroed in the pre-pass launch (opt-in)
+    for kernel, beam in (("warp", 10), ("block", 40)):
+        with _env(BEAMDEC_CTC_KERNEL=kernel, BEAMDEC_CTC_FILL="finalize", BEAMDEC_CTC_ZERO="prepass"):
             for paged in (False, True):
                 cfg = CtcBeamSearchConfig(beam_size=beam, nbest=3, paged=paged, page_size=4)
                 _same(ctc_beam_search(lp, lengths, cfg), ctc_beam_search(lp_cpu, lengths, cfg),
-                      f"fill=finalize {kernel} paged={paged}")
+                      f"fill=finalize zero=prepass {kernel} paged={paged}")
 
     for check in ("separate", "fused"):
         _streaming(lp, lp_cpu, check)
