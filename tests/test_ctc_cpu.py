@@ -512,6 +512,37 @@ def test_unpacked_call_form_equals_the_reference(ops):
         _beam_search_unpacked(ops, lp.exp(), lengths, args, cfg)
 
 
+@pytest.mark.parametrize("paged", [False, True])
+def test_packed_buffer_converts_like_the_reference(ops, paged):
+    """The CUDA public call's host side (_packed_result: numpy views of the one copied buffer, session 27) on the CPU
+    packed op's buffer returns what ctc_beam_search returns on the CPU: tokens, scores and lengths (tensors), the
+    max_seq_len and page-pool flags (a short max_seq_len and a small pool set them), and it judges the same checks."""
+    from decoders.ctc import _packed_result
+
+    lp = random_log_probs(4, 30, 9, seed=8)
+    lengths = torch.tensor([30, 11, 0, 30])
+    cfg = CtcBeamSearchConfig(beam_size=4, nbest=3, max_seq_len=6, paged=paged, page_size=2,
+                              num_pages=14 if paged else None)
+    args = (4, 0, float(cfg.blank_skip_threshold), 3, 6, *cfg.storage_args(6))
+    ref = ctc_beam_search(lp, lengths, cfg)
+    assert bool(ref.hit_max_seq_len.any())
+    got = _packed_result(ops.ctc_decode_offline_packed(lp, lengths, *args, 4), 4, 6, lengths, 30, 9, cfg, 2)
+    assert got.tokens == ref.tokens and torch.equal(got.scores, ref.scores) and torch.equal(got.lengths, ref.lengths)
+    assert got.lengths.dtype == torch.int32 and got.scores.dtype == torch.float32 and got.scores.shape == (4, 3)
+    assert torch.equal(got.hit_max_seq_len, ref.hit_max_seq_len)
+    assert torch.equal(got.page_pool_exhausted, ref.page_pool_exhausted)
+    with pytest.raises(ValueError, match="look like probabilities"):
+        _packed_result(ops.ctc_decode_offline_packed(lp.exp(), lengths, *args, 4), 4, 6, lengths, 30, 9, cfg, 2)
+    with pytest.raises(RuntimeError, match="returned .* words, expected"):
+        _packed_result(torch.zeros(5, dtype=torch.int32), 4, 6, lengths, 30, 9, cfg, 2)
+    last = lp.clone()
+    last[..., 8] += 12.0  # a blank-last model decoded with blank_id=0
+    last = last.log_softmax(-1)
+    with pytest.warns(UserWarning, match="looks blank-last") as rec:  # at the caller `stacklevel` frames up: here
+        _packed_result(ops.ctc_decode_offline_packed(last, lengths, *args, 64), 4, 6, lengths, 30, 9, cfg, 2)
+    assert rec[0].filename == __file__
+
+
 def test_result_conversion_checks_the_status_words():
     """_host_result / _to_result: NaN or +inf inputs raise, lost paged tokens raise, good rows convert unchanged."""
     from decoders.ctc import _to_result

@@ -249,8 +249,9 @@ def test_gpu_input_checks_read_back_with_the_results(ops, api, monkeypatch):
         ctc_beam_search(lp.exp(), torch.tensor([40, 4]).cuda(), cfg)
     last = random_log_probs(2, 40, 7, seed=1, peaky=3.0, blank=6)
     last[..., 6] += 4.0
-    with pytest.warns(UserWarning, match="looks blank-last.*blank_id=6"):
+    with pytest.warns(UserWarning, match="looks blank-last.*blank_id=6") as rec:
         ctc_beam_search(last.log_softmax(-1).cuda(), torch.tensor([40, 40]).cuda(), cfg)
+    assert rec[0].filename == __file__  # attributed to the caller of ctc_beam_search, both call forms
     good = ctc_beam_search(lp, torch.tensor([40, 4]).cuda(), cfg)
     assert_results_match(good, ctc_beam_search(lp.cpu(), torch.tensor([40, 4]), cfg))
     assert good.scores.dtype == torch.float32 and good.lengths.dtype == torch.int32
