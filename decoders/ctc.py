@@ -399,7 +399,23 @@ def ctc_beam_search(
     if lengths.dtype not in (torch.int32, torch.int64):
         lengths = lengths.to(torch.int64)
     packed = ops.ctc_decode_offline_packed(log_probs, lengths.to(log_probs.device), *args, _VALUE_SAMPLE_FRAMES)
-    return _packed_result(packed.cpu(), B, max_seq_len, given, T, V, config, stacklevel=3)
+    return _packed_result(_read_back(packed), B, max_seq_len, given, T, V, config, stacklevel=3)
+
+
+def _read_back(packed: torch.Tensor) -> torch.Tensor:
+    """The call's one device->host copy. BEAMDEC_CTC_READBACK=pinned (opt-in, session 27, not yet run on a GPU):
+    into a fresh page-locked tensor from torch's caching host allocator, asynchronously, then the stream is
+    synchronised (a pageable `.cpu()` copies through a driver staging buffer); unset or =pageable: `.cpu()`. The
+    returned tensor is the caller's own either way (the result's scores / lengths are views of it)."""
+    form = os.environ.get("BEAMDEC_CTC_READBACK", "")
+    if form not in ("", "pageable", "pinned"):
+        raise ValueError(f"BEAMDEC_CTC_READBACK must be one of pageable, pinned (or unset), got '{form}'")
+    if form != "pinned":
+        return packed.cpu()
+    host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+    host.copy_(packed, non_blocking=True)
+    torch.cuda.current_stream(packed.device).synchronize()
+    return host
 
 
 def _packed_result(packed: torch.Tensor, B: int, L: int, given: torch.Tensor, T: int, V: int,

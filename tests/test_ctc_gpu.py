@@ -667,10 +667,10 @@ def test_gpu_fused_state_check_batched_streams(ops, n, monkeypatch):
 
 
 @pytest.mark.parametrize("name,bad", [("BEAMDEC_CTC_CHECK", "fuse"), ("BEAMDEC_CTC_FILL", "kernel"),
-                                      ("BEAMDEC_CTC_ZERO", "pre-pass")])
+                                      ("BEAMDEC_CTC_ZERO", "pre-pass"), ("BEAMDEC_CTC_READBACK", "pin")])
 def test_gpu_launch_saver_switches_are_checked(ops, name, bad, monkeypatch):
     """Session 27's switches take their listed values (or unset); anything else is a one-line error from the op that
-    reads it (decode_chunk for the check, the offline call for the fill and the zeroing)."""
+    reads it (decode_chunk for the check, the offline call for the fill, the zeroing and the read-back)."""
     dec = CtcStreamingDecoder(CtcBeamSearchConfig(beam_size=4, nbest=2))
     st = dec.create_state(1, 7, device="cuda")
     lp = torch.randn(1, 5, 7).log_softmax(-1).cuda()
@@ -729,3 +729,19 @@ def test_gpu_fewer_launch_forms_equal_the_default(ops, paged, T, monkeypatch):
             for a, b in zip(out[0], got):
                 assert torch.equal(a, b), form
         assert int((out[3][0] == 7).sum()) == 0 and int((out[3][0] == -1).sum()) > 0
+
+
+def test_gpu_pinned_read_back_equals_pageable(ops, monkeypatch):
+    """BEAMDEC_CTC_READBACK=pinned (the public call's one copy into a page-locked tensor, then a stream sync) returns
+    the pageable copy's results; each call's result owns its buffer (an earlier result is unchanged by a later call)."""
+    lp = random_log_probs(6, 50, 40, seed=21).cuda()
+    lengths = torch.tensor([50, 0, 1, 30, 50, 7]).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=8, nbest=3, blank_skip_threshold=0.95)
+    want = ctc_beam_search(lp, lengths, cfg)
+    monkeypatch.setenv("BEAMDEC_CTC_READBACK", "pinned")
+    got = ctc_beam_search(lp, lengths, cfg)
+    kept = (got.scores.clone(), got.lengths.clone())
+    ctc_beam_search(random_log_probs(6, 50, 40, seed=22).cuda(), lengths, cfg)
+    assert got.tokens == want.tokens and torch.equal(got.scores, want.scores) and torch.equal(got.lengths, want.lengths)
+    assert torch.equal(got.scores, kept[0]) and torch.equal(got.lengths, kept[1])
+    assert torch.equal(got.hit_max_seq_len, want.hit_max_seq_len)
