@@ -64,6 +64,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.fused_check = 0;
   fa.zero_rows = 0;
   fa.err_out = nullptr;
+  fa.want = d.want;
   fa.states.base = d.state;
   fa.states.row_words = d.state_row_words;
   fa.states.n_ptrs = 0;
@@ -113,7 +114,6 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
       return err;
     fa.row_err = d.err;
     fa.err_out = d.err;
-    fa.want = d.want;
   }
   for (int t0 = 0; t0 < d.T; t0 += kTile) {
     const int tile_len = d.T - t0 < kTile ? d.T - t0 : kTile;
