@@ -431,10 +431,12 @@ def run_mate_pairs(rows: Sequence[Any]) -> list[tuple[str, str]]:
 def ab_pairs_table(rows: Sequence[Any]) -> str:
     """Markdown: the in-process A/B rows (a benchmark's `--ab-env` arm: params["ab_env"] set, label "<label> [ab
     K=V ...]") beside the same run's row of <label> (the defaults), timed interleaved in one process: both RTFx and
-    default / A/B arm. Empty when the rows hold no A/B arm."""
+    default / A/B arm. Where the defaults row has a run mate (a competitor measured on the same inputs in the same
+    run), the competitor and both arms' RTFx over its RTFx as well, so an arm's standing against the competitor is
+    read off the same run. Empty when the rows hold no A/B arm."""
     rows = ok_rows(rows)
     by_label = {(r.experiment, r.run, r.decoder): r for r in rows}
-    body = []
+    body, any_mate = [], False
     for r in rows:
         env = (r.params or {}).get("ab_env")
         suffix = f" [ab {env}]"
@@ -444,11 +446,23 @@ def ab_pairs_table(rows: Sequence[Any]) -> str:
         if base is None or base.boundary != r.boundary:
             continue
         ratio = (base.rtfx_decoder / r.rtfx_decoder) if base.rtfx_decoder and r.rtfx_decoder else None
+        mate = by_label.get((base.experiment, base.run, base.run_mate)) if base.run_mate else None
+        over = [None, None]
+        if mate is not None and mate.boundary == base.boundary and mate.rtfx_decoder:
+            any_mate = True
+            over = [x.rtfx_decoder / mate.rtfx_decoder if x.rtfx_decoder else None for x in (base, r)]
         body.append([base.decoder, r.boundary, env, _fmt_rtfx(base.rtfx_decoder), _fmt_rtfx(r.rtfx_decoder),
-                     "–" if ratio is None else f"{ratio:.2f}x"])
+                     "–" if ratio is None else f"{ratio:.2f}x",
+                     "–" if over[0] is None and over[1] is None else mate.decoder_name,
+                     "–" if over[0] is None else _fmt_rtfx(mate.rtfx_decoder),
+                     *("–" if q is None else f"{q:.2f}x" for q in over)])
     if not body:
         return ""
-    return _table(["decoder", "boundary", "A/B arm", "defaults RTFx", "arm RTFx", "defaults / arm"], body, n_text=3)
+    header = ["decoder", "boundary", "A/B arm", "defaults RTFx", "arm RTFx", "defaults / arm"]
+    if not any_mate:
+        return _table(header, [b[:6] for b in body], n_text=3)
+    return _table(header + ["competitor", "competitor RTFx", "defaults x competitor", "arm x competitor"], body,
+                  n_text=3)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -140,3 +140,27 @@ def test_in_process_ab_rows_pair_with_the_defaults_row():
     assert env in line[2] and line[3] == "5,000" and line[4] == "4,000" and line[5].startswith("1.25x")
     assert ab_pairs_table(rows[:1] + rows[3:]) == ""
     assert "In-process A/B" in markdown_report(rows)
+
+
+def test_in_process_ab_rows_stand_against_the_run_mate():
+    """An A/B arm whose defaults row has a run mate (the competitor, same run and inputs): the table adds the
+    competitor's RTFx and both arms' ratio over it (session 26's multi-winner arm beside OASR, read off one run)."""
+    from reports.tables import ab_pairs_table
+
+    env = "BEAMDEC_CTC_ROUNDS=multi"
+    rows = [result_row("ctc_beam@cuda[kernel B=16]", rtfx=133354.0, device="cuda", no_wer=True,
+                       decoder_name="ctc_beam", run_mate="oasr_ctc@cuda[kernel B=16]"),
+            result_row("oasr_ctc@cuda[kernel B=16]", rtfx=85488.0, device="cuda", no_wer=True,
+                       decoder_name="oasr_ctc", run_mate="ctc_beam@cuda[kernel B=16]"),
+            result_row(f"ctc_beam@cuda[kernel B=16] [ab {env}]", rtfx=164170.0, device="cuda", no_wer=True,
+                       decoder_name="ctc_beam", params={"ab_env": env}),
+            result_row("ctc_beam@cuda[kernel B=1]", rtfx=10000.0, device="cuda", no_wer=True),
+            result_row(f"ctc_beam@cuda[kernel B=1] [ab {env}]", rtfx=15000.0, device="cuda", no_wer=True,
+                       params={"ab_env": env})]  # no run mate: dashes
+    table = ab_pairs_table(rows)
+    header = [h.strip("| ") for h in table.splitlines()[0].split(" | ")]
+    assert header[-4:] == ["competitor", "competitor RTFx", "defaults x competitor", "arm x competitor"]
+    line = [c.strip("| ") for c in _line(table, "| ctc_beam@cuda[kernel B=16] |")]
+    assert line[6:] == ["oasr_ctc", "85,488", "1.56x", "1.92x"]
+    bare = [c.strip("| ") for c in _line(table, "| ctc_beam@cuda[kernel B=1] |")]
+    assert bare[6:] == ["–", "–", "–", "–"]
