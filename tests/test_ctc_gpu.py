@@ -683,10 +683,13 @@ def test_gpu_launch_saver_switches_are_checked(ops, name, bad, monkeypatch):
     assert len(str(e.value).strip().splitlines()) == 1
 
 
+_POLLUTION = 123456789  # no token id, length, status word or plausible state word
+
+
 def _pollute_allocator():
-    """Leaves freed blocks of 7s in torch's caching allocator, small pool (< 1 MiB requests, 2 MiB segments) and large
-    pool alike, so an output or state the op does not write in full shows it."""
-    xs = [torch.full((1 << k,), 7, dtype=torch.int32, device="cuda") for k in range(4, 23) for _ in range(3)]
+    """Leaves freed blocks of _POLLUTION in torch's caching allocator, small pool (< 1 MiB requests, 2 MiB segments)
+    and large pool alike, so an output or state the op does not write in full shows it."""
+    xs = [torch.full((1 << k,), _POLLUTION, dtype=torch.int32, device="cuda") for k in range(4, 23) for _ in range(3)]
     del xs
 
 
@@ -700,7 +703,7 @@ def test_gpu_fewer_launch_forms_equal_the_default(ops, paged, T, monkeypatch):
     """BEAMDEC_CTC_FILL=finalize (the finalize kernel writes the -1 padding of the token block itself) and
     BEAMDEC_CTC_ZERO=prepass (the offline rows zeroed by the first tile's pre-pass launch, not a memset before it)
     give the raw offline op, the packed op and the streaming finalize exactly the default's outputs, past every
-    length too, over an allocator left full of 7s: empty rows (length 0: one live beam for nbest 4), T = 0, two
+    length too, over an allocator left full of a sentinel: empty rows (length 0: one live beam for nbest 4), T = 0, two
     tiles, the one-warp kernel and the block kernel (where the zeroing falls back to a memset), flat and paged."""
     lp = random_log_probs(5, max(T, 1), 23, seed=12 + T).cuda()[:, :T]
     lengths = torch.tensor([T, 0, min(T, 1), T // 2, T], dtype=torch.int32).cuda()
@@ -728,7 +731,7 @@ def test_gpu_fewer_launch_forms_equal_the_default(ops, paged, T, monkeypatch):
         for form, got in zip(_FEWER_LAUNCHES, out[1:]):
             for a, b in zip(out[0], got):
                 assert torch.equal(a, b), form
-        assert int((out[3][0] == 7).sum()) == 0 and int((out[3][0] == -1).sum()) > 0
+        assert int((out[3][0] == _POLLUTION).sum()) == 0 and int((out[3][0] == -1).sum()) > 0
 
 
 def test_gpu_pinned_read_back_equals_pageable(ops, monkeypatch):
