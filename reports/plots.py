@@ -6,7 +6,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from reports.tables import _group_key, _group_text, ok_rows, row_labels, side_by_side_pairs
+from reports.tables import _group_key, _group_text, ab_arm_rows, ok_rows, row_labels, side_by_side_pairs
 
 
 def _pyplot():
@@ -204,52 +204,95 @@ def _varying_names(by: Sequence[str], pairs: Sequence[Any]) -> list[str]:
     return out
 
 
+def side_by_side_series(rows: Sequence[Any], ours: str, theirs: str, by: Optional[Sequence[str]] = None) -> dict:
+    """What `plot_side_by_side` draws: per paired group (both RTFx measured) its name, both decoders' RTFx and the
+    ratio, and, where the run holds an in-process A/B arm of ours (`--ab-env`), the arm's RTFx and its ratio over
+    the same competitor row (None where a group has no arm); `arm` names the arm's switches ("" when none)."""
+    by, all_pairs = side_by_side_pairs(rows, ours, theirs, by)
+    pairs = [p for p in all_pairs if p.ratio is not None]
+    arms = ab_arm_rows(rows, [p.ours for p in pairs])
+    envs = sorted({a.params["ab_env"] for a in arms if a is not None})
+    return {
+        "names": _varying_names(by, pairs) if pairs else [],
+        "ours": [p.ours.rtfx_decoder for p in pairs],
+        "theirs": [p.theirs.rtfx_decoder for p in pairs],
+        "ratio": [p.ratio for p in pairs],
+        "arm": [None if a is None else a.rtfx_decoder for a in arms],
+        "arm_ratio": [None if a is None else a.rtfx_decoder / p.theirs.rtfx_decoder for a, p in zip(arms, pairs)],
+        "arm_name": "; ".join(envs),
+        # groups not drawn: no competitor RTFx, and not an A/B arm drawn beside its defaults row
+        "unpaired": sum(1 for p in all_pairs if p.ratio is None
+                        and not any(a is p.ours for a in arms if a is not None)),
+        "boundaries": sorted({p.ours.boundary for p in pairs}),
+    }
+
+
 def plot_side_by_side(rows: Sequence[Any], ours: str, theirs: str, out_path: str | Path,
                       by: Optional[Sequence[str]] = None) -> Path:
     """Two panels per group of grouping coordinates: both decoders' decoder-only RTFx (log bars) and the ratio
-    ours / theirs (bars, the 1x line marks parity). Pairing rules as `reports.tables.side_by_side_table`."""
+    ours / theirs (bars, the 1x line marks parity); an in-process A/B arm of ours, where the run has one, as a third
+    bar and a second ratio bar against the same competitor row. Pairing rules as
+    `reports.tables.side_by_side_table`; the values are `side_by_side_series`'."""
     plt = _pyplot()
-    by, all_pairs = side_by_side_pairs(rows, ours, theirs, by)
-    pairs = [p for p in all_pairs if p.ratio is not None]
-    unpaired = len(all_pairs) - len(pairs)
-    if not pairs:
+    d = side_by_side_series(rows, ours, theirs, by)
+    if not d["ratio"]:
         raise ValueError(f"plot_side_by_side: no {ours}/{theirs} pair with both RTFx measured")
+    has_arm = any(v is not None for v in d["arm"])
+    arm_label = f"{ours} [{d['arm_name']}]"
     # horizontal bars, one line per group: readable for a benchmark's dozens of shapes. A group is named by the
     # coordinates that vary between the plotted pairs (constant ones go to the title), plus the boundary and
     # dataset when those vary.
-    names = _varying_names(by, pairs)
-    y = list(range(len(pairs)))[::-1]  # first group on top
-    height = max(3.0, 0.32 * len(pairs) + 1.2)
+    names = d["names"]
+    n = len(names)
+    y = list(range(n))[::-1]  # first group on top
+    height = max(3.0, (0.42 if has_arm else 0.32) * n + 1.2)
     fig, (ax_r, ax_q) = plt.subplots(1, 2, figsize=(13, height), sharey=True)
-    for shift, side, color, name in ((0.2, "ours", "tab:blue", ours), (-0.2, "theirs", "tab:gray", theirs)):
-        values = [getattr(p, side).rtfx_decoder for p in pairs]
-        bars = ax_r.barh([i + shift for i in y], values, 0.4, label=name, color=color)
-        for b, v in zip(bars, values):  # log bars hide magnitudes: print them
+    series = [("ours", "tab:blue", ours), ("theirs", "tab:gray", theirs)]
+    if has_arm:
+        series.insert(1, ("arm", "tab:orange", arm_label))
+    w = 0.8 / len(series)
+    for k, (key, color, name) in enumerate(series):
+        shift = (len(series) - 1) / 2 * w - k * w
+        pts = [(i + shift, v) for i, v in zip(y, d[key]) if v is not None]
+        bars = ax_r.barh([p[0] for p in pts], [p[1] for p in pts], w, label=name, color=color)
+        for b, (_, v) in zip(bars, pts):  # log bars hide magnitudes: print them
             ax_r.annotate(f"{v:,.0f}", (v, b.get_y() + b.get_height() / 2), va="center", fontsize=6,
                           xytext=(2, 0), textcoords="offset points")
     ax_r.set_xscale("log")
     log_rtfx_axis(ax_r, "x")
     ax_r.set_xlabel("RTFx (decoder only, log)")
     # room for the printed magnitudes right of the longest bar, the legend in that margin's corner above the bars
-    ax_r.set_xlim(right=max(max(p.ours.rtfx_decoder, p.theirs.rtfx_decoder) for p in pairs) * 3.0)
+    top = max(v for key in ("ours", "theirs", "arm") for v in d[key] if v is not None)
+    ax_r.set_xlim(right=top * 3.0)
     ax_r.legend(fontsize=8, loc="upper right", framealpha=0.9)
-    ratios = [p.ratio for p in pairs]
-    bars = ax_q.barh(y, ratios, 0.6, color=["tab:green" if q >= 1 else "tab:red" for q in ratios])
+    ratio_series = [("ratio", None, ours)] + ([("arm_ratio", "tab:orange", arm_label)] if has_arm else [])
+    wq = 0.6 / len(ratio_series)
+    all_q = []
+    for k, (key, color, name) in enumerate(ratio_series):
+        shift = (len(ratio_series) - 1) / 2 * wq - k * wq
+        pts = [(i + shift, q) for i, q in zip(y, d[key]) if q is not None]
+        qs = [p[1] for p in pts]
+        all_q += qs
+        colors = color or ["tab:green" if q >= 1 else "tab:red" for q in qs]
+        bars = ax_q.barh([p[0] for p in pts], qs, wq, color=colors, label=f"{name} / {theirs}")
+        for b, q in zip(bars, qs):
+            ax_q.annotate(f"{q:.2f}x", (q, b.get_y() + b.get_height() / 2), va="center", fontsize=7,
+                          xytext=(2, 0), textcoords="offset points")
     ax_q.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
-    for b, q in zip(bars, ratios):
-        ax_q.annotate(f"{q:.2f}x", (q, b.get_y() + b.get_height() / 2), va="center", fontsize=7,
-                      xytext=(2, 0), textcoords="offset points")
+    if has_arm:
+        ax_q.legend(fontsize=7, loc="lower right", framealpha=0.9)
     ax_q.set_xlabel(f"{ours} RTFx / {theirs} RTFx")
-    ax_q.set_xlim(0, max(ratios + [1.0]) * 1.18)
+    ax_q.set_xlim(0, max(all_q + [1.0]) * 1.18)
     ax_r.set_yticks(y)
     ax_r.set_yticklabels(names, fontsize=7)
     for ax in (ax_r, ax_q):
         ax.grid(True, axis="x", alpha=0.3)
-    boundaries = sorted({p.ours.boundary for p in pairs})
-    title = f"{ours} vs {theirs}, same run ({'/'.join(boundaries)} boundary)"
-    if unpaired:
-        title += f"; {unpaired} group(s) without a {theirs} RTFx not shown"
-    fig.suptitle(title)
+    title = f"{ours} vs {theirs}, same run ({'/'.join(d['boundaries'])} boundary)"
+    if has_arm:
+        title += f"; A/B arm {d['arm_name']} against the same {theirs} rows"
+    if d["unpaired"]:
+        title += f"; {d['unpaired']} group(s) without a {theirs} RTFx not shown"
+    fig.suptitle(title, fontsize=10 if has_arm else 12)
     fig.tight_layout()
     try:
         return _save(fig, out_path)

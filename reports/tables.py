@@ -428,6 +428,21 @@ def run_mate_pairs(rows: Sequence[Any]) -> list[tuple[str, str]]:
     return out
 
 
+def ab_arm_rows(rows: Sequence[Any], bases: Sequence[Any]) -> list[Optional[ResultRow]]:
+    """Per base row: its in-process A/B arm's row (a benchmark's `--ab-env` arm: label "<base label> [ab K=V ...]",
+    same run, same boundary, an RTFx measured), or None."""
+    arms = {}
+    for r in ok_rows(rows):
+        env = (r.params or {}).get("ab_env")
+        if env and r.decoder.endswith(f" [ab {env}]") and r.rtfx_decoder:
+            arms[(r.experiment, r.run, r.decoder[: -len(f" [ab {env}]")])] = r
+    out = []
+    for b in bases:
+        a = arms.get((b.experiment, b.run, b.decoder))
+        out.append(a if a is not None and a.boundary == b.boundary else None)
+    return out
+
+
 def ab_pairs_table(rows: Sequence[Any]) -> str:
     """Markdown: the in-process A/B rows (a benchmark's `--ab-env` arm: params["ab_env"] set, label "<label> [ab
     K=V ...]") beside the same run's row of <label> (the defaults), timed interleaved in one process: both RTFx and

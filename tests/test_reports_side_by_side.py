@@ -164,3 +164,27 @@ def test_in_process_ab_rows_stand_against_the_run_mate():
     assert line[6:] == ["oasr_ctc", "85,488", "1.56x", "1.92x"]
     bare = [c.strip("| ") for c in _line(table, "| ctc_beam@cuda[kernel B=1] |")]
     assert bare[6:] == ["–", "–", "–", "–"]
+
+
+def test_side_by_side_plot_draws_the_ab_arm_against_the_same_competitor(tmp_path):
+    """side_by_side_series (what the plot draws): an in-process A/B arm of ours gets its RTFx and its ratio over the
+    defaults row's competitor; a group without an arm has None there; drawn arms are not counted as unpaired."""
+    from reports.plots import side_by_side_series
+
+    env = "BEAMDEC_CTC_ROUNDS=multi"
+    rows = []
+    for B, mine, theirs, arm in ((16, 133354.0, 85488.0, 164163.0), (1, 10000.0, 6000.0, None)):
+        common = dict(device="cuda", no_wer=True, params={"B": B})
+        rows.append(result_row(f"ctc_beam@cuda[kernel B={B}]", rtfx=mine, decoder_name="ctc_beam",
+                               run_mate=f"oasr_ctc@cuda[kernel B={B}]", **common))
+        rows.append(result_row(f"oasr_ctc@cuda[kernel B={B}]", rtfx=theirs, decoder_name="oasr_ctc",
+                               run_mate=f"ctc_beam@cuda[kernel B={B}]", **common))
+        if arm is not None:
+            rows.append(result_row(f"ctc_beam@cuda[kernel B={B}] [ab {env}]", rtfx=arm, decoder_name="ctc_beam",
+                                   device="cuda", no_wer=True, params={"B": B, "ab_env": env}))
+    d = side_by_side_series(rows, "ctc_beam", "oasr_ctc", by=["B"])
+    assert d["arm_name"] == env and d["unpaired"] == 0
+    i16, i1 = d["names"].index("B=16"), d["names"].index("B=1")
+    assert round(d["arm_ratio"][i16], 2) == 1.92 and round(d["ratio"][i16], 2) == 1.56
+    assert d["arm"][i1] is None and d["arm_ratio"][i1] is None
+    assert plot_side_by_side(rows, "ctc_beam", "oasr_ctc", tmp_path / "ab.png", by=["B"]).stat().st_size > 5000
