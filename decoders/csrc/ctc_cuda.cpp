@@ -285,17 +285,9 @@ void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
   at::Tensor ws = workspace(lp, d.rows, beam_size, lp.size(2));
   auto stream = at::cuda::getCurrentCUDAStream();
   at::Tensor err = state_errors(state, state.size(0));
-  const ctc::StateStamp want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
-  if (fused_state_check()) {  // the decode launches form the verdicts into err (ctc_launch.h fused_check)
-    d.fused_check = 1;
-    d.err = err.data_ptr<int32_t>();
-    d.want = want;
-  } else {
-    CTC_CUDA_OK(ctc::ctc_check_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0), want,
-                                      err.data_ptr<int32_t>(), stream),
-                "decode_chunk (state check)");
-    d.row_err = err.data_ptr<int32_t>();
-  }
+  d.err = err.data_ptr<int32_t>();  // the launcher checks the rows first (ctc_launch.h)
+  d.want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
+  d.fused_check = fused_state_check() ? 1 : 0;
   d.state = state.data_ptr<int32_t>();
   d.state_row_words = state.size(1);
   d.workspace = ws.data_ptr();
@@ -338,7 +330,7 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
   // one error buffer for every group: each group's kernels are ordered on the stream after its own check
   at::Tensor err = state_errors(lp, std::min<int64_t>(N, group));
   const ctc::StateStamp want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
-  const bool fused = fused_state_check();
+  const int fused = fused_state_check() ? 1 : 0;
   for (int64_t g0 = 0; g0 < N; g0 += group) {  // one launch pair per tile per group of streams
     const int n = (int)std::min<int64_t>(group, N - g0);
     at::Tensor part = lp.narrow(0, g0, n);
@@ -349,15 +341,9 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
     }
     for (int i = 0; i < n; ++i) ptrs[i] = states[g0 + i].data_ptr<int32_t>();
     const int64_t words = states[g0].size(1);
-    if (fused) {  // the decode launches form the verdicts into err (ctc_launch.h fused_check)
-      d.fused_check = 1;
-      d.err = err.data_ptr<int32_t>();
-      d.want = want;
-    } else {
-      CTC_CUDA_OK(ctc::ctc_check_states(nullptr, words, ptrs.data(), n, want, err.data_ptr<int32_t>(), stream),
-                  "decode_chunk_batched (state check)");
-      d.row_err = err.data_ptr<int32_t>();
-    }
+    d.err = err.data_ptr<int32_t>();  // the launcher checks the rows first (ctc_launch.h)
+    d.want = want;
+    d.fused_check = fused;
     d.state_row_words = words;  // the row width the checks sum over (the rows themselves come from ptrs)
     d.stream_states = ptrs.data();
     d.workspace = ws.data_ptr();

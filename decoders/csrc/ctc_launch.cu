@@ -60,7 +60,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     fa.check_sums = reinterpret_cast<unsigned long long*>(check);
     fa.check_fields = reinterpret_cast<int32_t*>(check + align_up((size_t)d.rows * kCheckParts * 8));
   }
-  fa.row_err = d.row_err;
+  fa.row_err = d.err;
   fa.fused_check = 0;
   fa.zero_rows = 0;
   fa.err_out = nullptr;
@@ -98,22 +98,22 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   // the state-free pre-pass (the fused check, the zeroing pre-pass) rides on the one-warp kernel's multi-winner form;
   // any other kernel gets the separate check / a memset
   const bool state_free = warp && !fa.paged_smem && d.rounds_select == 2;
-  if (d.zero_rows && (d.stream_states || d.fused_check)) return cudaErrorInvalidValue;  // offline rows only
+  if (d.zero_rows && (d.stream_states || d.err)) return cudaErrorInvalidValue;  // offline rows only
   const bool zero = d.zero_rows && state_free && d.T > 0;
   if (d.zero_rows && !zero &&
       (err = cudaMemsetAsync(d.state, 0, (size_t)d.rows * d.state_row_words * sizeof(int32_t), stream)) != cudaSuccess)
     return err;
+  // streaming rows are checked first: in the first tile's launches when fused, else by the check kernel (so `err`
+  // holds every row's verdict after the call, T == 0 included)
+  const bool fused = d.err && d.fused_check && state_free && d.T > 0;
+  if (fused) {
+    fa.err_out = d.err;  // the first tile's decode writes the verdicts
+  } else if (d.err && (err = ctc_check_states(d.state, d.state_row_words, d.stream_states, d.rows, d.want, d.err,
+                                              stream)) != cudaSuccess) {
+    return err;
+  }
   if (d.T == 0) {  // nothing to decode; frame counters stay (T == 0 advances nothing)
     return cudaSuccess;
-  }
-  const bool fused = d.fused_check && state_free;
-  if (d.fused_check) {
-    if (!d.err) return cudaErrorInvalidValue;
-    if (!fused && (err = ctc_check_states(d.state, d.state_row_words, d.stream_states, d.rows, d.want, d.err,
-                                          stream)) != cudaSuccess)
-      return err;
-    fa.row_err = d.err;
-    fa.err_out = d.err;
   }
   for (int t0 = 0; t0 < d.T; t0 += kTile) {
     const int tile_len = d.T - t0 < kTile ? d.T - t0 : kTile;

@@ -41,19 +41,19 @@ struct DecodeLaunch {
   // 1: the pre-pass threshold from the warps' r-th largest maxima and a packed-word rank (ctc_kernels.cuh,
   // kWarpTau; the same lists; the default); 0: rank counting over the block's maxima. BEAMDEC_CTC_PREPASS=warp|rank
   int prepass_warp_tau = 1;
-  // (rows, kStateErrorWords) from ctc_check_states, or null: rows with a nonzero code are skipped
-  const int32_t* row_err = nullptr;
-  // 1: the fused state check (opt-in, BEAMDEC_CTC_CHECK=fused; ctc_kernels.cuh "Fused state check"; untested on a
-  // GPU at commit time). The caller launches no ctc_check_states: `err` (rows, kStateErrorWords) receives each row's
-  // verdict on `want` from this call's first tile, and rows refused there are skipped as with row_err. It rides on
-  // the one-warp kernel's multi-winner form (not with paged_smem); for any other kernel the launcher runs
-  // ctc_check_states into `err` itself first, so the result is the same either way.
-  int fused_check = 0;
+  // Streaming: (rows, kStateErrorWords), or null (offline: the op made the rows itself). The launcher checks every
+  // row against `want` into `err` before the first tile (ctc_check_states), and every kernel skips a row with a
+  // nonzero code: none reads or writes it.
   int32_t* err = nullptr;
   StateStamp want{};
+  // 1 (with err): the fused state check (opt-in, BEAMDEC_CTC_CHECK=fused; ctc_kernels.cuh "Fused state check";
+  // untested on a GPU at commit time): the check's parts ride in the first tile's pre-pass launch and the decode
+  // kernel forms each row's verdict into `err`. Only with the one-warp kernel's multi-winner form (not with
+  // paged_smem); any other kernel gets the separate check, so the result is the same either way.
+  int fused_check = 0;
   // 1: `state`'s rows are not zeroed yet (offline, BEAMDEC_CTC_ZERO=prepass, opt-in, untested on a GPU at commit
   // time): the launcher zeroes them, in the first tile's pre-pass launch where the one-warp kernel's multi-winner
-  // form runs (ctc_kernels.cuh "Fused state check"), else with a memset before it. Not with stream_states.
+  // form runs (ctc_kernels.cuh "Fused state check"), else with a memset before it. Not with stream_states or err.
   int zero_rows = 0;
 };
 

@@ -239,6 +239,21 @@ constexpr int kCheckParts = 4;
 constexpr int kCntBadValue = 1 << 20;  // a decoded frame's count (<= 2 * kMaxBeam + 1) with a bad value seen
 constexpr int kSkippedBadValue = -3;   // a skipped frame (-1) whose blank log-prob is +inf
 
+// The sum of the checksum terms of words [lo, hi) of a row over one block (mod 2^64, so parts add); valid in thread
+// 0 only. kUnroll: 4 terms in flight per thread.
+template <int NT, bool kUnroll>
+__device__ __forceinline__ unsigned long long block_checksum_terms(const int32_t* w, int64_t lo, int64_t hi,
+                                                                   typename cub::BlockReduce<unsigned long long, NT>::TempStorage& tmp) {
+  unsigned long long part = 0;
+  if constexpr (kUnroll) {
+#pragma unroll 4
+    for (int64_t i = lo + threadIdx.x; i < hi; i += NT) part += checksum_term(i, w[i]);
+  } else {
+    for (int64_t i = lo + threadIdx.x; i < hi; i += NT) part += checksum_term(i, w[i]);
+  }
+  return cub::BlockReduce<unsigned long long, NT>(tmp).Sum(part);
+}
+
 template <int NT, typename T>
 __device__ __forceinline__ void fused_check_part(const FrameArgs<T>& a, int part, int row,
                                                  typename cub::BlockReduce<unsigned long long, NT>::TempStorage& tmp) {
@@ -246,10 +261,7 @@ __device__ __forceinline__ void fused_check_part(const FrameArgs<T>& a, int part
   const int64_t words = a.states.row_words;
   const int64_t per = (words + kCheckParts - 1) / kCheckParts;
   const int64_t lo = (int64_t)part * per, hi = min(words, lo + per);
-  unsigned long long sum = 0;
-#pragma unroll 4
-  for (int64_t i = lo + threadIdx.x; i < hi; i += NT) sum += checksum_term(i, w[i]);
-  sum = cub::BlockReduce<unsigned long long, NT>(tmp).Sum(sum);  // valid in thread 0
+  const unsigned long long sum = block_checksum_terms<NT, true>(w, lo, hi, tmp);
   if (threadIdx.x != 0) return;
   a.check_sums[(int64_t)row * kCheckParts + part] = sum;
   // reads only fixed header offsets until it knows the beam-indexed reads are in range
@@ -1611,15 +1623,8 @@ constexpr int kStateCheckThreads = 1024;
 template <int NT, bool kUnroll>
 __device__ __forceinline__ unsigned long long block_row_checksum(const int32_t* w, int64_t words,
                                                                  typename cub::BlockReduce<unsigned long long, NT>::TempStorage& tmp) {
-  unsigned long long part = 0;
-  if constexpr (kUnroll) {
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < words; i += NT) part += checksum_term(i, w[i]);
-  } else {
-    for (int64_t i = threadIdx.x; i < words; i += NT) part += checksum_term(i, w[i]);
-  }
   // valid in thread 0 only
-  return cub::BlockReduce<unsigned long long, NT>(tmp).Sum(part) + checksum_seed(words);
+  return block_checksum_terms<NT, kUnroll>(w, 0, words, tmp) + checksum_seed(words);
 }
 
 // err (rows, kStateErrorWords): 0 or the first refused field of each row (StateError). Reads only the
