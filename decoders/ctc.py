@@ -291,21 +291,31 @@ def packed_words(B: int, nbest: int, max_seq_len: int) -> int:
     return PACKED_HEADER_WORDS + B * nbest * max_seq_len + 2 * B * nbest + B
 
 
-def _split_outputs(flat: torch.Tensor, B: int, nbest: int, max_seq_len: int):
-    """Views of the four offline outputs laid end to end in one int32 tensor: (tokens, token lengths, scores,
-    status) -- the layout after ctc_decode_offline_packed's checks words."""
+def _split_outputs(words, B: int, nbest: int, max_seq_len: int):
+    """Views of the four offline outputs laid end to end in one host int32 numpy array: (tokens (B, nbest, L), token
+    lengths (B, nbest), scores (B, nbest) float32, status (B,)) -- the layout after ctc_decode_offline_packed's checks
+    words. numpy views, not torch ones: this runs on the host after the sync, so it is latency the caller waits for."""
+    import numpy as np
+
     n_tok, n_lb = B * nbest * max_seq_len, B * nbest
-    return (flat[:n_tok].view(B, nbest, max_seq_len), flat[n_tok:n_tok + n_lb].view(B, nbest),
-            flat[n_tok + n_lb:n_tok + 2 * n_lb].view(torch.float32).view(B, nbest), flat[n_tok + 2 * n_lb:])
+    return (words[:n_tok].reshape(B, nbest, max_seq_len), words[n_tok:n_tok + n_lb].reshape(B, nbest),
+            words[n_tok + n_lb:n_tok + 2 * n_lb].view(np.float32).reshape(B, nbest), words[n_tok + 2 * n_lb:])
+
+
+def _packed_words(packed: torch.Tensor, B: int, nbest: int, max_seq_len: int):
+    """A (host) ctc_decode_offline_packed buffer as an int32 numpy array (a view), its length checked."""
+    words = packed.numpy()
+    if words.size != packed_words(B, nbest, max_seq_len):
+        raise RuntimeError(f"ctc_decode_offline_packed returned {words.size} words, expected "
+                           f"{packed_words(B, nbest, max_seq_len)}")
+    return words
 
 
 def unpack_offline(packed: torch.Tensor, B: int, nbest: int, max_seq_len: int):
     """Views of a (host) ctc_decode_offline_packed buffer: (checks, tokens, token lengths, scores, status)."""
-    if packed.numel() != packed_words(B, nbest, max_seq_len):
-        raise RuntimeError(f"ctc_decode_offline_packed returned {packed.numel()} words, expected "
-                           f"{packed_words(B, nbest, max_seq_len)}")
+    words = _packed_words(packed, B, nbest, max_seq_len)
     h = PACKED_HEADER_WORDS
-    return (packed[:h], *_split_outputs(packed[h:], B, nbest, max_seq_len))
+    return tuple(torch.from_numpy(x) for x in (words[:h], *_split_outputs(words[h:], B, nbest, max_seq_len)))
 
 
 def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor, status: torch.Tensor) -> CtcResult:
@@ -316,32 +326,27 @@ def _to_result(tokens: torch.Tensor, lengths: torch.Tensor, scores: torch.Tensor
         flat = torch.cat([tokens.reshape(-1), lengths.reshape(-1), scores.reshape(-1).view(torch.int32),
                           status.reshape(-1)]).cpu()
         return _words_result(flat.numpy(), B, nbest, L)
-    return _host_result(tokens.numpy(), lengths.numpy(), lengths, scores, status.numpy())
+    return _host_result(tokens.numpy(), lengths, scores, status.numpy())
 
 
 def _words_result(words, B: int, nbest: int, L: int) -> CtcResult:
-    """A CtcResult from the four outputs laid end to end in one host int32 array (numpy; the layout of
-    `_split_outputs`). The tensors it returns are views of `words` (torch.from_numpy: no copy)."""
-    import numpy as np
-
-    n_tok, n_lb = B * nbest * L, B * nbest
-    lens = words[n_tok:n_tok + n_lb].reshape(B, nbest)
-    scores = torch.from_numpy(words[n_tok + n_lb:n_tok + 2 * n_lb].view(np.float32).reshape(B, nbest))
-    return _host_result(words[:n_tok].reshape(B, nbest, L), lens, torch.from_numpy(lens), scores,
-                        words[n_tok + 2 * n_lb:])
+    """A CtcResult from the four outputs laid end to end in one host int32 array (numpy; `_split_outputs`' layout).
+    The tensors it returns are views of `words` (torch.from_numpy: no copy)."""
+    tokens, lens, scores, codes = _split_outputs(words, B, nbest, L)
+    return _host_result(tokens, torch.from_numpy(lens), torch.from_numpy(scores), codes)
 
 
-def _host_result(tokens, lens, lengths: torch.Tensor, scores: torch.Tensor, codes) -> CtcResult:
-    """tokens (B, nbest, L), lens (B, nbest) and codes (B,): host int32 numpy arrays; lengths (the same values as
-    lens) and scores (B, nbest) float32: host tensors, returned as they are. This runs on the host after the sync, so
-    it is latency the caller waits for: numpy views and one tolist per array rather than tensor ops (B=16 T=50:
-    95 -> 44 us per call on the 2-core CI machine, session 27; `python -m eval.bench.ctc_host_convert`)."""
+def _host_result(tokens, lengths: torch.Tensor, scores: torch.Tensor, codes) -> CtcResult:
+    """tokens (B, nbest, L) and codes (B,): host int32 numpy arrays; lengths (B, nbest) int32 and scores (B, nbest)
+    float32: host tensors, returned as they are. This runs on the host after the sync, so it is latency the caller
+    waits for: numpy views and one tolist per array rather than tensor ops (B=16 T=50: 95 -> 44 us per call on the
+    2-core CI machine, session 27; `python -m eval.bench.ctc_host_convert`)."""
     B, nbest, _ = tokens.shape
     code_list = codes.tolist()
     if any(c & _STATUS_BAD_VALUE for c in code_list):
         rows = [b for b, c in enumerate(code_list) if c & _STATUS_BAD_VALUE]
         raise ValueError(f"log_probs contains NaN or +inf (rows {rows[:8]}); log-probs must be finite or -inf")
-    flat = lens.reshape(-1).tolist()
+    flat = lengths.numpy().reshape(-1).tolist()
     # only the columns some hypothesis uses are converted to Python ints (hypotheses are mostly far shorter than T)
     rows = tokens.reshape(B * nbest, -1)[:, :max(flat, default=0)].tolist()
     out = [[rows[i][:flat[i]] for i in range(b * nbest, (b + 1) * nbest)] for b in range(B)]
@@ -421,10 +426,7 @@ def _read_back(packed: torch.Tensor) -> torch.Tensor:
 def _packed_result(packed: torch.Tensor, B: int, L: int, given: torch.Tensor, T: int, V: int,
                    config: CtcBeamSearchConfig, stacklevel: int) -> CtcResult:
     """The packed op's host buffer (its one copy) judged and converted (`_judged_result`)."""
-    words = packed.numpy()
-    if words.size != packed_words(B, config.nbest, L):
-        raise RuntimeError(f"ctc_decode_offline_packed returned {words.size} words, expected "
-                           f"{packed_words(B, config.nbest, L)}")
+    words = _packed_words(packed, B, config.nbest, L)
     h = PACKED_HEADER_WORDS
     return _judged_result(words[:h].tolist(), words[h:], B, L, given, T, V, config, stacklevel=stacklevel + 1)
 
