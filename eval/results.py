@@ -91,13 +91,17 @@ class RunDirectory:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            shutil.rmtree(self.path, ignore_errors=True)
+        try:
+            self._finish(exc_type is not None)
+        finally:  # written or given up: the name's reservation (timestamp_run_name) is no longer needed
             shutil.rmtree(_reservation(self.parent, self.run), ignore_errors=True)
+
+    def _finish(self, failed: bool) -> None:
+        if failed:
+            shutil.rmtree(self.path, ignore_errors=True)
             return
         if not self._results_written:
             shutil.rmtree(self.path, ignore_errors=True)
-            shutil.rmtree(_reservation(self.parent, self.run), ignore_errors=True)
             raise RuntimeError(f"run {self.final_path} finished without results.jsonl; nothing was written")
         trash = None
         if self.final_path.exists():
@@ -106,7 +110,6 @@ class RunDirectory:
         os.rename(self.path, self.final_path)
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
-        shutil.rmtree(_reservation(self.parent, self.run), ignore_errors=True)  # the name is held by the run now
 
     # ------------------------------------------------------------------ files
     def open_hyps(self) -> IO[str]:

@@ -428,14 +428,21 @@ def run_mate_pairs(rows: Sequence[Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _ab_base_label(r: ResultRow) -> Optional[str]:
+    """The defaults row's label of an in-process A/B arm's row (a benchmark's `--ab-env` arm: params["ab_env"] set,
+    label "<label> [ab K=V ...]"), or None for any other row."""
+    env = (r.params or {}).get("ab_env")
+    suffix = f" [ab {env}]"
+    return r.decoder[: -len(suffix)] if env and r.decoder.endswith(suffix) else None
+
+
 def ab_arm_rows(rows: Sequence[Any], bases: Sequence[Any]) -> list[Optional[ResultRow]]:
-    """Per base row: its in-process A/B arm's row (a benchmark's `--ab-env` arm: label "<base label> [ab K=V ...]",
-    same run, same boundary, an RTFx measured), or None."""
+    """Per base row: its in-process A/B arm's row (same run, same boundary, an RTFx measured), or None."""
     arms = {}
     for r in ok_rows(rows):
-        env = (r.params or {}).get("ab_env")
-        if env and r.decoder.endswith(f" [ab {env}]") and r.rtfx_decoder:
-            arms[(r.experiment, r.run, r.decoder[: -len(f" [ab {env}]")])] = r
+        base = _ab_base_label(r)
+        if base is not None and r.rtfx_decoder:
+            arms[(r.experiment, r.run, base)] = r
     out = []
     for b in bases:
         a = arms.get((b.experiment, b.run, b.decoder))
@@ -453,23 +460,19 @@ def ab_pairs_table(rows: Sequence[Any]) -> str:
     by_label = {(r.experiment, r.run, r.decoder): r for r in rows}
     body, any_mate = [], False
     for r in rows:
-        env = (r.params or {}).get("ab_env")
-        suffix = f" [ab {env}]"
-        if not env or not r.decoder.endswith(suffix):
-            continue
-        base = by_label.get((r.experiment, r.run, r.decoder[: -len(suffix)]))
+        label = _ab_base_label(r)
+        base = None if label is None else by_label.get((r.experiment, r.run, label))
         if base is None or base.boundary != r.boundary:
             continue
+        env = r.params["ab_env"]
         ratio = (base.rtfx_decoder / r.rtfx_decoder) if base.rtfx_decoder and r.rtfx_decoder else None
         mate = by_label.get((base.experiment, base.run, base.run_mate)) if base.run_mate else None
-        over = [None, None]
-        if mate is not None and mate.boundary == base.boundary and mate.rtfx_decoder:
-            any_mate = True
-            over = [x.rtfx_decoder / mate.rtfx_decoder if x.rtfx_decoder else None for x in (base, r)]
+        paired = mate is not None and mate.boundary == base.boundary and bool(mate.rtfx_decoder)
+        any_mate |= paired
+        over = [x.rtfx_decoder / mate.rtfx_decoder if paired and x.rtfx_decoder else None for x in (base, r)]
         body.append([base.decoder, r.boundary, env, _fmt_rtfx(base.rtfx_decoder), _fmt_rtfx(r.rtfx_decoder),
                      "–" if ratio is None else f"{ratio:.2f}x",
-                     "–" if over[0] is None and over[1] is None else mate.decoder_name,
-                     "–" if over[0] is None else _fmt_rtfx(mate.rtfx_decoder),
+                     mate.decoder_name if paired else "–", _fmt_rtfx(mate.rtfx_decoder) if paired else "–",
                      *("–" if q is None else f"{q:.2f}x" for q in over)])
     if not body:
         return ""
