@@ -436,12 +436,19 @@ def _ab_base_label(r: ResultRow) -> Optional[str]:
     return r.decoder[: -len(suffix)] if env and r.decoder.endswith(suffix) else None
 
 
-def ab_arm_rows(rows: Sequence[Any], bases: Sequence[Any]) -> list[Optional[ResultRow]]:
-    """Per base row: its in-process A/B arm's row (same run, same boundary, an RTFx measured), or None."""
+def ab_arm_envs(rows: Sequence[Any]) -> list[str]:
+    """The in-process A/B arms' switch sets (params["ab_env"]) the rows hold, sorted."""
+    return sorted({r.params["ab_env"] for r in ok_rows(rows) if _ab_base_label(r) is not None})
+
+
+def ab_arm_rows(rows: Sequence[Any], bases: Sequence[Any], env: Optional[str] = None) -> list[Optional[ResultRow]]:
+    """Per base row: its in-process A/B arm's row (same run, same boundary, an RTFx measured), or None; with `env`,
+    only that arm's rows (a run of several arms), else the first of `ab_arm_envs`."""
+    env = env if env is not None else next(iter(ab_arm_envs(rows)), None)
     arms = {}
     for r in ok_rows(rows):
         base = _ab_base_label(r)
-        if base is not None and r.rtfx_decoder:
+        if base is not None and r.rtfx_decoder and r.params["ab_env"] == env:
             arms[(r.experiment, r.run, base)] = r
     out = []
     for b in bases:

@@ -84,6 +84,29 @@ def test_ab_env_is_parsed_and_applied_per_call_then_restored(monkeypatch):
     assert "BEAMDEC_CTC_ROUNDS" not in os.environ and os.environ["BEAMDEC_CTC_PREPASS"] == "warp"
 
 
+def test_ab_arms_each_wrap_every_ours_call_under_their_own_switches(monkeypatch):
+    """--ab-env "A;B": one arm per ';' part, each arm's "alt{i}_<mode>" callables run the matching "ours_<mode>"
+    call under that arm's switches alone; empty parts are dropped, an arm given twice is refused."""
+    import os
+
+    from eval.bench.ctc_bench import arm_fns, parse_ab_arms
+
+    arms = parse_ab_arms("BEAMDEC_CTC_CHECK=fused;BEAMDEC_CTC_FILL=finalize BEAMDEC_CTC_ZERO=prepass;")
+    assert arms == [{"BEAMDEC_CTC_CHECK": "fused"}, {"BEAMDEC_CTC_FILL": "finalize", "BEAMDEC_CTC_ZERO": "prepass"}]
+    assert parse_ab_arms("") == [] and parse_ab_arms(" ; ") == []
+    with pytest.raises(ValueError, match="given twice"):
+        parse_ab_arms("BEAMDEC_CTC_CHECK=fused;BEAMDEC_CTC_CHECK=fused")
+    for k in ("BEAMDEC_CTC_CHECK", "BEAMDEC_CTC_FILL", "BEAMDEC_CTC_ZERO"):
+        monkeypatch.delenv(k, raising=False)
+    seen = lambda: tuple(os.environ.get(k) for k in ("BEAMDEC_CTC_CHECK", "BEAMDEC_CTC_FILL", "BEAMDEC_CTC_ZERO"))
+    fns = {"ours_kernel": seen, "ours_api": seen, "oasr_kernel": seen}
+    keys = arm_fns(fns, arms)
+    assert sorted(keys) == ["alt0_api", "alt0_kernel", "alt1_api", "alt1_kernel"]
+    assert keys["alt1_api"] is arms[1]
+    assert fns["alt0_kernel"]() == ("fused", None, None) and fns["alt1_api"]() == (None, "finalize", "prepass")
+    assert fns["ours_kernel"]() == (None, None, None)
+
+
 def test_bad_ab_env_is_one_line(capsys, monkeypatch):
     from eval.bench import ctc_bench
 

@@ -187,4 +187,11 @@ def test_side_by_side_plot_draws_the_ab_arm_against_the_same_competitor(tmp_path
     i16, i1 = d["names"].index("B=16"), d["names"].index("B=1")
     assert round(d["arm_ratio"][i16], 2) == 1.92 and round(d["ratio"][i16], 2) == 1.56
     assert d["arm"][i1] is None and d["arm_ratio"][i1] is None
+    # a second arm (sorted after the first): the plot keeps drawing the first, names how many there are, and the
+    # second's rows are neither drawn nor counted as unpaired
+    rows.append(result_row(f"ctc_beam@cuda[kernel B=16] [ab BEAMDEC_Z=1]", rtfx=1.0, decoder_name="ctc_beam",
+                           device="cuda", no_wer=True, params={"B": 16, "ab_env": "BEAMDEC_Z=1"}))
+    d = side_by_side_series(rows, "ctc_beam", "oasr_ctc", by=["B"])
+    assert d["arm_name"] == f"{env} (1 of 2 arms; all in the A/B table)" and d["unpaired"] == 0
+    assert round(d["arm_ratio"][d["names"].index("B=16")], 2) == 1.92
     assert plot_side_by_side(rows, "ctc_beam", "oasr_ctc", tmp_path / "ab.png", by=["B"]).stat().st_size > 5000

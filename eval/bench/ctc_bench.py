@@ -31,6 +31,8 @@ the reason and ours is still measured. GPU only: without CUDA it exits with one 
 With --ab-env "BEAMDEC_X=a ...", our offline and fixed-length streaming calls are also timed under those switches
 (read by the decoders on every call), interleaved per repeat with the default form in the same process: rows labelled
 "[ab BEAMDEC_X=a]" with params["ab_env"]. An A/B of two processes run one after the other mixes in the host's drift.
+Several arms, separated by ";" ("BEAMDEC_X=a;BEAMDEC_Y=b BEAMDEC_Z=c"), are each timed so, all interleaved per repeat,
+so switches shipped together are also measured one by one in the same run.
 
     python -m eval.bench.ctc_bench [--repeats 30] [--oasr-root .anchors/oasr] [--run NAME] [--ab-env "K=V ..."]
 """
@@ -41,7 +43,7 @@ import os
 import sys
 import types
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -104,6 +106,34 @@ def parse_ab_env(text: str) -> dict[str, str]:
     return out
 
 
+def parse_ab_arms(text: str) -> list[dict[str, str]]:
+    """`--ab-env "K=V K2=V2;K3=V3"` -> one switch set per ';'-separated arm (each timed beside the defaults in the
+    same process); empty arms are dropped, an arm twice is refused (its rows would share one label)."""
+    arms = [parse_ab_env(part) for part in text.split(";")]
+    arms = [a for a in arms if a]
+    tags = [arm_tag(a) for a in arms]
+    if len(set(tags)) != len(tags):
+        raise ValueError(f"--ab-env: an arm is given twice in {text!r}")
+    return arms
+
+
+def arm_tag(env: dict[str, str]) -> str:
+    """An arm's switches as its rows name them: "K=V K2=V2"."""
+    return " ".join(f"{k}={v}" for k, v in env.items())
+
+
+def arm_fns(fns: dict[str, Callable[[], object]], arms: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Adds to `fns`, per arm i, "alt{i}_<mode>" = each "ours_<mode>" callable run under the arm's switches (so the
+    arms interleave with the defaults and each other per repeat); returns {alt key: its arm's switches}."""
+    keys: dict[str, dict[str, str]] = {}
+    for i, env in enumerate(arms):
+        for k in [k for k in fns if k.startswith("ours_")]:
+            key = f"alt{i}_{k[5:]}"
+            fns[key] = with_env(env, fns[k])
+            keys[key] = env
+    return keys
+
+
 def with_env(env: dict[str, str], fn: Callable[[], object]) -> Callable[[], object]:
     """fn run with `env` set for the call (the decoders read their switches on every call), then restored."""
     def call():
@@ -118,7 +148,7 @@ def add_alt(run: BenchRun, watches: dict[str, Stopwatch], key: str, label: str, 
     if key not in watches:
         return
     wall, cuda = per_call(watches[key])
-    tag = " ".join(f"{k}={v}" for k, v in ab_env.items())
+    tag = arm_tag(ab_env)
     run.measured(decoder=f"{label} [ab {tag}]", decoder_name=OURS, device="cuda", dataset=DATASET,
                  wer=WerStats(utterances=utterances), references=False, audio_seconds=frames * FRAME_SECONDS,
                  decoder_seconds=wall, decoder_cuda_seconds=cuda, frames=frames, batch_size=utterances,
@@ -181,7 +211,7 @@ def add_pair(run: BenchRun, watches: dict[str, Stopwatch], keys: dict[str, tuple
 
 
 def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: int, repeats: int,
-                  ab_env: Optional[dict[str, str]] = None) -> None:
+                  arms: Sequence[dict[str, str]] = ()) -> None:
     from decoders.ctc import CtcBeamSearchConfig, ctc_beam_search, load_ops
 
     ops = load_ops()
@@ -192,9 +222,7 @@ def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: in
         store = cfg.storage_args(seq)
         fns = {"ours_kernel": lambda: ops.ctc_decode_offline(lp, lens, beam, 0, 1.0, 1, seq, *store),
                "ours_api": lambda: ctc_beam_search(lp, lens, cfg)}
-        if ab_env:  # the same calls under the A/B environment, interleaved with the others
-            fns["alt_kernel"] = with_env(ab_env, fns["ours_kernel"])
-            fns["alt_api"] = with_env(ab_env, fns["ours_api"])
+        alt = arm_fns(fns, list(arms))  # the same calls under each A/B arm's switches, interleaved with the others
         stats: dict = {}
         if oc is not None:
             mod = oc._get_ctc_decoder_module()
@@ -220,9 +248,9 @@ def bench_offline(run: BenchRun, oc, oasr_reason: str, readback: str, warmup: in
         add_pair(run, watches, {"ours": ("ours_api", f"{OURS}@cuda[api {tag}]"),
                                 "theirs": ("oasr_api", f"{THEIRS}@cuda[api {tag}]")},
                  {**shape, "oasr_readback": readback or "n/a"}, "api", B, B * T, oasr_reason)
-        if ab_env:
-            add_alt(run, watches, "alt_kernel", f"{OURS}@cuda[kernel {tag}]", shape, "kernel", B, B * T, ab_env)
-            add_alt(run, watches, "alt_api", f"{OURS}@cuda[api {tag}]", shape, "api", B, B * T, ab_env)
+        for key, env in alt.items():
+            boundary = key.split("_", 1)[1]
+            add_alt(run, watches, key, f"{OURS}@cuda[{boundary} {tag}]", shape, boundary, B, B * T, env)
         run.checkpoint()
         print(f"offline {tag}: " + ", ".join(f"{k} {1e3 * w.cuda_seconds / w.regions:.3f} ms"
                                               for k, w in watches.items()), flush=True)
@@ -267,7 +295,7 @@ def bench_streaming(run: BenchRun, oc, oasr_reason: str, warmup: int, repeats: i
 
 
 def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repeats: int,
-                         lengths: list[int], ab_env: Optional[dict[str, str]] = None) -> None:
+                         lengths: list[int], arms: Sequence[dict[str, str]] = ()) -> None:
     """Per-frame cost at fixed stream lengths: prefill to `length` frames, snapshot, then per repeat restore (untimed)
     and decode CHUNKS chunks (timed); the contenders interleaved per repeat."""
     from decoders.ctc import CtcBeamSearchConfig, CtcStreamingDecoder
@@ -305,9 +333,7 @@ def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repea
             else:
                 fns["ours_rows"] = lambda: [ours.decode_chunk(c, state=st) for c in batched]
                 fns["ours_batched"] = lambda: [ours.decode_chunk_batch(c, sep) for c in batched]
-            if ab_env:  # the same calls under the A/B environment (restored from the same snapshot)
-                for k in [k for k in fns if k.startswith("ours_")]:
-                    fns["alt_" + k[5:]] = with_env(ab_env, fns[k])
+            alt = arm_fns(fns, list(arms))  # the same calls under each A/B arm (restored from the same snapshot)
             if od is not None:
                 ost = od.create_state(1, V)
                 if length > 0:
@@ -342,9 +368,9 @@ def bench_stream_lengths(run: BenchRun, oc, oasr_reason: str, warmup: int, repea
                                  audio_seconds=frames * FRAME_SECONDS, decoder_seconds=wall,
                                  decoder_cuda_seconds=cuda, frames=frames, batch_size=n, boundary="api",
                                  params={**base, "mode": mode})
-            for k in [k for k in watches if k.startswith("alt_")]:
-                mode = modes[k[4:]]
-                add_alt(run, watches, k, label[mode], {**base, "mode": mode}, "api", n, frames, ab_env)
+            for k, env in alt.items():
+                mode = modes[k.split("_", 1)[1]]
+                add_alt(run, watches, k, label[mode], {**base, "mode": mode}, "api", n, frames, env)
             run.checkpoint()
             print(f"stream length {tag}: " + ", ".join(
                 f"{k} {1e6 * w.cuda_seconds / w.regions / frames:.3f} us/stream-frame" for k, w in watches.items()),
@@ -360,7 +386,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-offline", action="store_true")
     p.add_argument("--ab-env", default="",
                    help='A/B in this process: "BEAMDEC_X=a BEAMDEC_Y=b" -- our offline and fixed-length streaming '
-                        'calls are also timed under these switches, interleaved per repeat with the default form')
+                        'calls are also timed under these switches, interleaved per repeat with the default form; '
+                        'several arms separated by ";" ("BEAMDEC_X=a;BEAMDEC_Y=b") are each timed so')
     p.add_argument("--stream-lengths", type=int, nargs="*", default=STREAM_LENGTHS,
                    help="stream lengths (frames) of the fixed-length streaming rows; none: skip them")
     p.add_argument("--output-dir", default="runs/bench")
@@ -370,7 +397,7 @@ def main(argv=None) -> int:
     if args.repeats < 1 or args.warmup < 0:
         p.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats} and {args.warmup}")
     try:
-        ab_env = parse_ab_env(args.ab_env)
+        arms = parse_ab_arms(args.ab_env)
     except ValueError as e:
         p.error(str(e))
     if not torch.cuda.is_available():
@@ -386,14 +413,14 @@ def main(argv=None) -> int:
         "offline_shapes": OFFLINE_SHAPES, "streaming": [] if args.no_streaming else STREAMING,
         "chunk_frames": CHUNK_FRAMES, "chunks_per_call": CHUNKS, "stream_max_seq_len": STREAM_MAX_SEQ_LEN,
         "stream_lengths": [] if args.no_streaming else args.stream_lengths,
-        "stream_length_configs": STREAM_LENGTH_CONFIGS, "ab_env": ab_env,
+        "stream_length_configs": STREAM_LENGTH_CONFIGS, "ab_arms": [arm_tag(a) for a in arms],
     }, output_dir=args.output_dir)
     if not args.no_offline:
-        bench_offline(run, oc, reason, readback, args.warmup, args.repeats, ab_env)
+        bench_offline(run, oc, reason, readback, args.warmup, args.repeats, arms)
     if not args.no_streaming:
         bench_streaming(run, oc, reason, args.warmup, args.repeats)
         if args.stream_lengths:
-            bench_stream_lengths(run, oc, reason, args.warmup, args.repeats, args.stream_lengths, ab_env)
+            bench_stream_lengths(run, oc, reason, args.warmup, args.repeats, args.stream_lengths, arms)
     run.close()
     print_rows(run.rows, pairs=[(OURS, THEIRS, ["B", "T", "V", "beam"]),
                                 (OURS, THEIRS, ["V", "beam", "streams", "mode"]),
