@@ -666,6 +666,47 @@ def test_gpu_fused_state_check_batched_streams(ops, n, monkeypatch):
         torch.testing.assert_close(got.scores[0], offline.scores[i])
 
 
+def _launched(fn) -> list[str]:
+    """The CUDA kernels and memsets `fn` enqueues (torch.profiler's CUDA activity), by name, in order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_gpu_default_launches_are_the_fewer_ones(ops, earlier, monkeypatch):
+    """What the defaults launch since session 28 (unset switches), and what the earlier forms add back: one stream's
+    chunk call on the one-warp kernel runs pre-pass, decode, seal (=separate adds the check kernel first); the raw
+    offline op runs pre-pass, decode, finalize (=memset / =torch add a zeroing and a -1 fill before them)."""
+    for k in ("BEAMDEC_CTC_CHECK", "BEAMDEC_CTC_FILL", "BEAMDEC_CTC_ZERO", "BEAMDEC_CTC_KERNEL", "BEAMDEC_CTC_ROUNDS"):
+        monkeypatch.delenv(k, raising=False)
+    if earlier:
+        for k, v in {**_EARLIER_LAUNCHES, "BEAMDEC_CTC_CHECK": "separate"}.items():
+            monkeypatch.setenv(k, v)
+    V, beam = 50, 8
+    lp = random_log_probs(2, 16, V, seed=5).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=beam, nbest=2, max_seq_len=64)
+    dec = CtcStreamingDecoder(cfg)
+    st = dec.create_state(1, V, device="cuda")
+    dec.decode_chunk(lp[:1, :4], state=st)
+    names = _launched(lambda: dec.decode_chunk(lp[:1, 4:], state=st))
+    kernels = [n.split("(")[0].split("<")[0].replace("void ", "").split("::")[-1] for n in names]
+    want = ["ctc_prepass_kernel", "ctc_decode_warp_kernel", "ctc_state_seal_kernel"]
+    assert kernels == (["ctc_state_check_kernel"] + want if earlier else want), names
+    store = cfg.storage_args(16)
+    names = _launched(lambda: ops.ctc_decode_offline(lp, torch.tensor([16, 9], dtype=torch.int32).cuda(), beam, 0,
+                                                     1.0, 2, 16, *store))
+    ours = [n for n in names if "beamdec" in n or "ctc_" in n]
+    assert [n.split("(")[0].split("<")[0].replace("void ", "").split("::")[-1] for n in ours] == [
+        "ctc_prepass_kernel", "ctc_decode_warp_kernel", "ctc_finalize_kernel"], names
+    others = [n for n in names if n not in ours]  # the fill and the zeroing: a memset or torch's fill kernel each
+    assert (len(others) == 2) if earlier else not others, names
+
+
 @pytest.mark.parametrize("name,bad", [("BEAMDEC_CTC_CHECK", "fuse"), ("BEAMDEC_CTC_FILL", "kernel"),
                                       ("BEAMDEC_CTC_ZERO", "pre-pass"), ("BEAMDEC_CTC_READBACK", "pin")])
 def test_gpu_launch_saver_switches_are_checked(ops, name, bad, monkeypatch):
@@ -693,16 +734,19 @@ def _pollute_allocator():
     del xs
 
 
-_FEWER_LAUNCHES = ({"BEAMDEC_CTC_FILL": "finalize"}, {"BEAMDEC_CTC_ZERO": "prepass"},
-                  {"BEAMDEC_CTC_FILL": "finalize", "BEAMDEC_CTC_ZERO": "prepass"})
+# the earlier launches (a fill, a memset), each saver alone, and both (unset: the defaults since session 28)
+_EARLIER_LAUNCHES = {"BEAMDEC_CTC_FILL": "torch", "BEAMDEC_CTC_ZERO": "memset"}
+_FEWER_LAUNCHES = ({"BEAMDEC_CTC_FILL": "finalize", "BEAMDEC_CTC_ZERO": "memset"},
+                   {"BEAMDEC_CTC_FILL": "torch", "BEAMDEC_CTC_ZERO": "prepass"}, {})
 
 
 @pytest.mark.parametrize("T", [0, 37, 150])  # 150: two tiles (the zeroing rides on the first)
 @pytest.mark.parametrize("paged", [False, True])
-def test_gpu_fewer_launch_forms_equal_the_default(ops, paged, T, monkeypatch):
+def test_gpu_fewer_launch_forms_equal_the_earlier_launches(ops, paged, T, monkeypatch):
     """BEAMDEC_CTC_FILL=finalize (the finalize kernel writes the -1 padding of the token block itself) and
-    BEAMDEC_CTC_ZERO=prepass (the offline rows zeroed by the first tile's pre-pass launch, not a memset before it)
-    give the raw offline op, the packed op and the streaming finalize exactly the default's outputs, past every
+    BEAMDEC_CTC_ZERO=prepass (the offline rows zeroed by the first tile's pre-pass launch, not a memset before it),
+    each alone and both (unset: the defaults), give the raw offline op, the packed op and the streaming finalize
+    exactly the outputs of the earlier launches (=torch, =memset: a fill and a memset before the kernels), past every
     length too, over an allocator left full of a sentinel: empty rows (length 0: one live beam for nbest 4), T = 0, two
     tiles, the one-warp kernel and the block kernel (where the zeroing falls back to a memset), flat and paged."""
     lp = random_log_probs(5, max(T, 1), 23, seed=12 + T).cuda()[:, :T]
@@ -712,7 +756,7 @@ def test_gpu_fewer_launch_forms_equal_the_default(ops, paged, T, monkeypatch):
         store = cfg.storage_args(cfg.max_seq_len)
         args = (beam, 0, 0.95, nbest, cfg.max_seq_len, *store)
         out = []
-        for form in ({},) + _FEWER_LAUNCHES:
+        for form in (_EARLIER_LAUNCHES,) + _FEWER_LAUNCHES:
             for k in ("BEAMDEC_CTC_FILL", "BEAMDEC_CTC_ZERO"):
                 monkeypatch.delenv(k, raising=False)
             for k, v in form.items():

@@ -70,20 +70,24 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   return d;
 }
 
-// BEAMDEC_CTC_CHECK=fused: the streaming ops' state check travels in the first tile's pre-pass launch and its verdict is
-// formed by the decode kernel (ctc_kernels.cuh "Fused state check"; opt-in, untested on a GPU at commit time);
-// unset or =separate: its own launch before the pre-pass. The same verdicts, refusals and states either way.
-bool fused_state_check() { return env_switch("BEAMDEC_CTC_CHECK", {"separate", "fused"}) == "fused"; }
+// The three launch savers below are the defaults since 2026-12-07 (H100, session 28: the CTC gpu tests, memcheck /
+// racecheck / synccheck over the smoke, and an in-process A/B with one arm per switch,
+// reports/measurements/README.md "Session 28"); each earlier form stays selectable.
+// BEAMDEC_CTC_CHECK unset or =fused: the streaming ops' state check travels in the first tile's pre-pass launch and
+// its verdict is formed by the decode kernel (ctc_kernels.cuh "Fused state check"; the one-warp multi-winner kernel
+// only, the launcher falls back to the separate check elsewhere); =separate: its own launch before the pre-pass.
+// The same verdicts, refusals and states either way.
+bool fused_state_check() { return env_switch("BEAMDEC_CTC_CHECK", {"fused", "separate"}) != "separate"; }
 
-// BEAMDEC_CTC_FILL=finalize: the finalize kernel writes the -1 padding of the token block itself (one launch fewer
-// per offline call and per finalize; opt-in, untested on a GPU at commit time); unset or =torch: a fill (at::full /
-// a memset of the packed buffer) before it. The same outputs.
-bool finalize_pads() { return env_switch("BEAMDEC_CTC_FILL", {"torch", "finalize"}) == "finalize"; }
+// BEAMDEC_CTC_FILL unset or =finalize: the finalize kernel writes the -1 padding of the token block itself (one launch
+// fewer per offline call and per finalize); =torch: a fill (at::full / a memset of the packed buffer) before it.
+// The same outputs.
+bool finalize_pads() { return env_switch("BEAMDEC_CTC_FILL", {"finalize", "torch"}) != "torch"; }
 
-// BEAMDEC_CTC_ZERO=prepass: the offline ops' state rows come from the allocator unzeroed and the first tile's pre-pass
-// launch zeroes them (one launch fewer per call; opt-in, untested on a GPU at commit time); unset or =memset: zeroed
-// by a fill / memset before the decode. The same outputs.
-bool zero_in_prepass() { return env_switch("BEAMDEC_CTC_ZERO", {"memset", "prepass"}) == "prepass"; }
+// BEAMDEC_CTC_ZERO unset or =prepass: the offline ops' state rows come from the allocator unzeroed and the first
+// tile's pre-pass launch zeroes them (one launch fewer per call; the one-warp multi-winner kernel only, a memset
+// elsewhere); =memset: zeroed by a fill / memset before the decode. The same outputs.
+bool zero_in_prepass() { return env_switch("BEAMDEC_CTC_ZERO", {"prepass", "memset"}) != "memset"; }
 
 at::Tensor workspace(const at::Tensor& like, int rows, int64_t beam, int64_t V) {
   const size_t bytes = ctc::ctc_prepass_workspace_bytes(rows, (int)beam, (int)V);
@@ -139,6 +143,21 @@ ctc::StateStamp cuda_stamp(int64_t beam_size, int64_t blank_id, int64_t vocab_si
 }
 at::Tensor state_errors(const at::Tensor& like, int64_t rows) {
   return at::empty({rows, (int64_t)ctc::kStateErrorWords}, like.options().dtype(at::kInt));
+}
+// A streaming op's device scratch in one allocation (one caching-allocator call per chunk instead of two): the
+// pre-pass workspace, then at a 256-byte boundary the rows' (rows, kStateErrorWords) check codes.
+struct StreamScratch {
+  at::Tensor buf;
+  void* workspace;
+  int32_t* err;
+};
+StreamScratch stream_scratch(const at::Tensor& like, int rows, int64_t beam, int64_t V) {
+  const size_t ws = (ctc::ctc_prepass_workspace_bytes(rows, (int)beam, (int)V) + 255) & ~(size_t)255;
+  const size_t bytes = ws + (size_t)rows * ctc::kStateErrorWords * sizeof(int32_t);
+  StreamScratch out{at::empty({(int64_t)bytes}, like.options().dtype(at::kByte)), nullptr, nullptr};
+  out.workspace = out.buf.data_ptr();
+  out.err = reinterpret_cast<int32_t*>(out.buf.data_ptr<uint8_t>() + ws);
+  return out;
 }
 }  // namespace
 
@@ -282,18 +301,17 @@ void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
     d.mask = mask.data_ptr<bool>();
     d.mask_b_stride = mask.stride(0);
   }
-  at::Tensor ws = workspace(lp, d.rows, beam_size, lp.size(2));
+  const StreamScratch scratch = stream_scratch(lp, d.rows, beam_size, lp.size(2));
   auto stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor err = state_errors(state, state.size(0));
-  d.err = err.data_ptr<int32_t>();  // the launcher checks the rows first (ctc_launch.h)
+  d.err = scratch.err;  // the launcher checks the rows first (ctc_launch.h)
   d.want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
   d.fused_check = fused_state_check() ? 1 : 0;
   d.state = state.data_ptr<int32_t>();
   d.state_row_words = state.size(1);
-  d.workspace = ws.data_ptr();
+  d.workspace = scratch.workspace;
   CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk");
   CTC_CUDA_OK(ctc::ctc_seal_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0),
-                                   err.data_ptr<int32_t>(), nullptr, stream),
+                                   scratch.err, nullptr, stream),
               "decode_chunk (state seal)");
 }
 
@@ -324,11 +342,11 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
   at::Tensor mask;
   if (speech_mask) mask = speech_mask->contiguous();
   const int group = ctc::kMaxStreamsPerLaunch;
-  at::Tensor ws = workspace(lp, (int)std::min<int64_t>(N, group), beam_size, lp.size(2));
+  // one workspace and one error buffer for every group: each group's kernels are ordered on the stream after its
+  // own check
+  const StreamScratch scratch = stream_scratch(lp, (int)std::min<int64_t>(N, group), beam_size, lp.size(2));
   std::vector<int32_t*> ptrs(group);
   auto stream = at::cuda::getCurrentCUDAStream();
-  // one error buffer for every group: each group's kernels are ordered on the stream after its own check
-  at::Tensor err = state_errors(lp, std::min<int64_t>(N, group));
   const ctc::StateStamp want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
   const int fused = fused_state_check() ? 1 : 0;
   for (int64_t g0 = 0; g0 < N; g0 += group) {  // one launch pair per tile per group of streams
@@ -341,14 +359,14 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
     }
     for (int i = 0; i < n; ++i) ptrs[i] = states[g0 + i].data_ptr<int32_t>();
     const int64_t words = states[g0].size(1);
-    d.err = err.data_ptr<int32_t>();  // the launcher checks the rows first (ctc_launch.h)
+    d.err = scratch.err;  // the launcher checks the rows first (ctc_launch.h)
     d.want = want;
     d.fused_check = fused;
     d.state_row_words = words;  // the row width the checks sum over (the rows themselves come from ptrs)
     d.stream_states = ptrs.data();
-    d.workspace = ws.data_ptr();
+    d.workspace = scratch.workspace;
     CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk_batched");
-    CTC_CUDA_OK(ctc::ctc_seal_states(nullptr, words, ptrs.data(), n, err.data_ptr<int32_t>(), nullptr, stream),
+    CTC_CUDA_OK(ctc::ctc_seal_states(nullptr, words, ptrs.data(), n, scratch.err, nullptr, stream),
                 "decode_chunk_batched (state seal)");
   }
 }

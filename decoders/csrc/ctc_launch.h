@@ -46,13 +46,13 @@ struct DecodeLaunch {
   // nonzero code: none reads or writes it.
   int32_t* err = nullptr;
   StateStamp want{};
-  // 1 (with err): the fused state check (opt-in, BEAMDEC_CTC_CHECK=fused; ctc_kernels.cuh "Fused state check";
-  // untested on a GPU at commit time): the check's parts ride in the first tile's pre-pass launch and the decode
+  // 1 (with err): the fused state check (the default since session 28; BEAMDEC_CTC_CHECK=separate for the check kernel;
+  // ctc_kernels.cuh "Fused state check"): the check's parts ride in the first tile's pre-pass launch and the decode
   // kernel forms each row's verdict into `err`. Only with the one-warp kernel's multi-winner form (not with
   // paged_smem); any other kernel gets the separate check, so the result is the same either way.
   int fused_check = 0;
-  // 1: `state`'s rows are not zeroed yet (offline, BEAMDEC_CTC_ZERO=prepass, opt-in, untested on a GPU at commit
-  // time): the launcher zeroes them, in the first tile's pre-pass launch where the one-warp kernel's multi-winner
+  // 1: `state`'s rows are not zeroed yet (offline; the default since session 28, BEAMDEC_CTC_ZERO=memset for a memset
+  // by the op): the launcher zeroes them, in the first tile's pre-pass launch where the one-warp kernel's multi-winner
   // form runs (ctc_kernels.cuh "Fused state check"), else with a memset before it. Not with stream_states or err.
   int zero_rows = 0;
 };

@@ -48,10 +48,11 @@
 // 1,137 warp instructions per frame instead of 1,585, kernel time -15 to -44 % at OASR's 12 offline shapes, one
 // stream -18 to -20 %; the round-form gpu tests and memcheck / racecheck clean. The default since then.
 // Streaming calls add the state check before the first tile and the seal after the last (ctc_state_check_kernel,
-// ctc_state_seal_kernel below); BEAMDEC_CTC_CHECK=fused (opt-in, session 27, not yet run on a GPU) moves the check
-// into the first tile's pre-pass launch and decode kernel ("Fused state check"), one launch fewer per chunk; the
-// offline ops' BEAMDEC_CTC_ZERO=prepass zeroes their rows in that launch too and BEAMDEC_CTC_FILL=finalize lets
-// ctc_finalize_kernel write the -1 padding (two launches fewer per offline call; both opt-in, the same session).
+// ctc_state_seal_kernel below); with the one-warp multi-winner kernel the check rides in the first tile's pre-pass
+// launch and decode kernel ("Fused state check"), one launch fewer per chunk; the offline ops' rows are zeroed in
+// that launch too and ctc_finalize_kernel writes the -1 padding (two launches fewer per offline call). Written in
+// session 27, the defaults since session 28 (H100: gpu tests, sanitizers, an in-process A/B per switch);
+// BEAMDEC_CTC_CHECK=separate, BEAMDEC_CTC_ZERO=memset, BEAMDEC_CTC_FILL=torch give the earlier launches.
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
@@ -97,14 +98,16 @@ struct FrameArgs {
   // (rows, kStateErrorWords) from ctc_state_check_kernel, or null (offline: the op made the rows itself).
   // A row with a nonzero code is skipped by every kernel of the launch: none reads or writes it.
   const int32_t* row_err;
-  // The fused state check (BEAMDEC_CTC_CHECK=fused, opt-in; see "Fused state check" below). fused_check = 1 on the
-  // first tile of a streaming call whose check travels with it: the pre-pass launch carries kCheckParts more blocks
-  // per row that sum the row's checksum terms in parts (check_sums, (rows, kCheckParts)) and validate its fields
-  // (check_fields, (rows, kStateErrorWords)); the decode kernel combines them into err_out (= row_err) before it
-  // touches the row. 0: row_err was written by an earlier launch (the separate check, or this call's first tile).
+  // The fused state check (the default; BEAMDEC_CTC_CHECK=separate turns it off; see "Fused state check" below).
+  // fused_check = 1 on the first tile of a streaming call whose check travels with it: the pre-pass launch carries
+  // kCheckParts more blocks per row that sum the row's checksum terms in parts (check_sums, (rows, kCheckParts)) and
+  // validate its fields (check_fields, (rows, kStateErrorWords)); the decode kernel combines them into err_out (=
+  // row_err) before it touches the row. 0: row_err was written by an earlier launch (the separate check, or this call's
+  // first tile).
   int fused_check;
-  // 1 on the first tile of an offline call whose rows are not zeroed yet (BEAMDEC_CTC_ZERO=prepass, opt-in): the
-  // pre-pass launch carries one more block per row that zeroes it (the state-free pre-pass; see "Fused state check")
+  // 1 on the first tile of an offline call whose rows are not zeroed yet (the default; BEAMDEC_CTC_ZERO=memset turns it
+  // off): the pre-pass launch carries one more block per row that zeroes it (the state-free pre-pass; see "Fused state
+  // check")
   int zero_rows;
   unsigned long long* check_sums;
   int32_t* check_fields;
@@ -206,20 +209,20 @@ constexpr int kPrepassThreads = 256;
 constexpr int kRefusedRow = -2;  // pre-pass count of every frame of a row refused by the state check
 
 // ---------------------------------------------------------------------------------------------------
-// Fused state check (opt-in, BEAMDEC_CTC_CHECK=fused; untested on a GPU at commit time). The separate check is a
-// launch of its own before the pre-pass (one 1,024-thread block per row over the whole row), so a one-stream chunk
+// Fused state check (the default since session 28; BEAMDEC_CTC_CHECK=separate for the check kernel). The separate check
+// is a launch of its own before the pre-pass (one 1,024-thread block per row over the whole row), so a one-stream chunk
 // call runs four kernels in a chain: check, pre-pass, decode, seal. Fused, the first tile's pre-pass launch also
-// carries kCheckParts blocks per row (blockIdx.x >= tile_len) that sum the checksum terms of a quarter of the row
-// each (any order: the sum is mod 2^64) and, in part 0, validate the fields; they run beside the pre-pass blocks.
-// The decode kernel then adds the parts, compares the sum with the stored checksum and writes the row's verdict
-// (the same five words as ctc_state_check_kernel) before it reads anything else of the row. A refused row is
-// still neither read past its header nor written: the pre-pass of that launch no longer writes the state at all
-// (it computed lists before the verdict existed, so the bad-value bit it used to OR into the row travels in its
-// counts instead: kCntBadValue on a decoded frame's count, kSkippedBadValue for a skipped frame whose blank is
-// +inf) and the decode ORs it in with its own status bits. Later tiles of the call read the verdict as before.
-// The same state-free pre-pass serves the offline call's zeroing (BEAMDEC_CTC_ZERO=prepass, opt-in): its rows come
-// from the allocator as they are, and one more block per row in the first tile's pre-pass launch zeroes the row
-// instead of a memset launch before it (no block of that launch reads the state; the decode runs after it).
+// carries kCheckParts blocks per row (blockIdx.x >= tile_len) that sum the checksum terms of a quarter of the row each
+// (any order: the sum is mod 2^64) and, in part 0, validate the fields; they run beside the pre-pass blocks. The decode
+// kernel then adds the parts, compares the sum with the stored checksum and writes the row's verdict (the same five
+// words as ctc_state_check_kernel) before it reads anything else of the row. A refused row is still neither read past
+// its header nor written: the pre-pass of that launch no longer writes the state at all (it computed lists before the
+// verdict existed, so the bad-value bit it used to OR into the row travels in its counts instead: kCntBadValue on a
+// decoded frame's count, kSkippedBadValue for a skipped frame whose blank is +inf) and the decode ORs it in with its
+// own status bits. Later tiles of the call read the verdict as before.
+// The same state-free pre-pass serves the offline call's zeroing (the default; BEAMDEC_CTC_ZERO=memset turns it off):
+// its rows come from the allocator as they are, and one more block per row in the first tile's pre-pass launch zeroes
+// the row instead of a memset launch before it (no block of that launch reads the state; the decode runs after it).
 // One row's verdict as the check kernels write it: the field checks' error, else a checksum mismatch (stored vs
 // recomputed `h`), stored as kStateErrorWords words.
 __device__ __forceinline__ StateError checksum_verdict(StateError e, unsigned long long h, unsigned long long stored) {
@@ -1665,7 +1668,8 @@ ctc_state_seal_kernel(StateRefs states, int64_t words, const int32_t* err, int d
 constexpr int kFinalizeThreads = 128;
 
 // pad: the kernel first writes -1 over the row's whole (nbest, max_len) token block (then the hypotheses over it), so
-// the caller needs no fill of its own (BEAMDEC_CTC_FILL=finalize, opt-in); 0: positions past each length untouched.
+// the caller needs no fill of its own (the default; BEAMDEC_CTC_FILL=torch for a fill by the op); 0: positions past
+// each length untouched.
 __global__ void __launch_bounds__(kFinalizeThreads)
 ctc_finalize_kernel(StateRefs states, int beam, int max_len, int page_size, int num_pages, int nbest,
                     int32_t* out_tokens, int32_t* out_len, float* out_scores, int32_t* out_status, int pad) {

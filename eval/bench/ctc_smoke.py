@@ -3,8 +3,9 @@ the one-warp kernel and the block kernel at each width (128 / 256 / 512 threads:
 flat and paged token storage (paged also under contention: many rows, page size 1, a pool far below the
 default), float16 input, the opt-in shared-memory page metadata, streaming (single and batched streams) on
 both kernels, and the streaming state check/seal kernels including a refused (corrupted) row, with the state check
-in its own launch and fused (BEAMDEC_CTC_CHECK=fused), the finalize kernel's own padding (BEAMDEC_CTC_FILL=finalize) and the offline rows zeroed in the pre-pass launch
-(BEAMDEC_CTC_ZERO=prepass).
+fused (the default) and in its own launch (BEAMDEC_CTC_CHECK=separate), and the offline calls with the default
+launches (the finalize kernel's own padding, the rows zeroed in the pre-pass launch) and the earlier ones
+(BEAMDEC_CTC_FILL=torch BEAMDEC_CTC_ZERO=memset).
 Every GPU result is compared with the CPU reference; any mismatch raises.
 
     compute-sanitizer --tool memcheck  python -m eval.bench.ctc_smoke
@@ -129,17 +130,17 @@ def main() -> None:
     cfg = CtcBeamSearchConfig(beam_size=10, blank_skip_threshold=1.0)
     _same(ctc_beam_search(lp.half(), lengths, cfg), ctc_beam_search(lp_cpu.half(), lengths, cfg), "float16")
 
-    # streaming with the state check in its own launch, then fused; the opt-in forms last (an error there leaves the
-    # default forms' results standing)
-    for check in ("separate", "fused"):
+    # streaming with the state check fused (the default since session 28), then in its own launch
+    for check in ("fused", "separate"):
         _streaming(lp, lp_cpu, check)
-    # the finalize kernel writing its own -1 padding and the rows zeroed in the pre-pass launch (opt-in)
+    # the earlier offline launches: a fill for the -1 padding and a memset of the rows before the decode (the defaults
+    # above: the finalize kernel's own padding, the rows zeroed in the pre-pass launch)
     for kernel, beam in (("warp", 10), ("block", 40)):
-        with _env(BEAMDEC_CTC_KERNEL=kernel, BEAMDEC_CTC_FILL="finalize", BEAMDEC_CTC_ZERO="prepass"):
+        with _env(BEAMDEC_CTC_KERNEL=kernel, BEAMDEC_CTC_FILL="torch", BEAMDEC_CTC_ZERO="memset"):
             for paged in (False, True):
                 cfg = CtcBeamSearchConfig(beam_size=beam, nbest=3, paged=paged, page_size=4)
                 _same(ctc_beam_search(lp, lengths, cfg), ctc_beam_search(lp_cpu, lengths, cfg),
-                      f"fill=finalize zero=prepass {kernel} paged={paged}")
+                      f"fill=torch zero=memset {kernel} paged={paged}")
 
     torch.cuda.synchronize()
     print("smoke ok")
