@@ -710,8 +710,57 @@ def test_gpu_default_launches_are_the_fewer_ones(ops, earlier, monkeypatch):
         assert not others, names
 
 
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("chunk", [1, 7, 16, 200])  # 200: two tiles in one call
+def test_gpu_overlapped_launches_equal_plain_launches(ops, paged, chunk, monkeypatch):
+    """BEAMDEC_CTC_PDL (unset / =1: the pre-pass, one-warp decode and seal as overlapped launches, each waiting on the
+    kernel before it in its first instruction; =0: plain launches): every state word equal after every chunk, one
+    state and separate states in one batched call (5 streams: the one-warp kernel; 70: the block kernel after an
+    overlapped pre-pass), a corrupted row refused alike, and the offline raw and packed ops' outputs equal, float and
+    half, the one-warp and the block kernel."""
+    V, T = 120, 230
+    lp = random_log_probs(5, T, V, seed=chunk + 7 * paged).cuda()
+    cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, max_seq_len=256)
+    dec = CtcStreamingDecoder(cfg)
+    made = {}
+    for form in ("0", "1"):
+        monkeypatch.setenv("BEAMDEC_CTC_PDL", form)
+        made[form] = dec.create_state(5, V, device="cuda")
+    for t0 in range(0, T, chunk):
+        if t0 == 2 * chunk:  # a row refused from here on: both forms must leave it as it is
+            for form in ("0", "1"):
+                made[form].tensor[3, 3] = 100000
+        for form in ("0", "1"):
+            monkeypatch.setenv("BEAMDEC_CTC_PDL", form)
+            dec.decode_chunk(lp[:, t0:t0 + chunk], state=made[form])
+        assert torch.equal(made["0"].tensor, made["1"].tensor), t0
+    for n in (5, 70):
+        xs = random_log_probs(n, 48, V, seed=n).cuda()
+        sep = {}
+        for form in ("0", "1"):
+            monkeypatch.setenv("BEAMDEC_CTC_PDL", form)
+            sep[form] = [dec.create_state(1, V, device="cuda") for _ in range(n)]
+            for t0 in range(0, 48, 16):
+                dec.decode_chunk_batch(xs[:, t0:t0 + 16], sep[form])
+        for a, b in zip(sep["0"], sep["1"]):
+            assert torch.equal(a.tensor, b.tensor), n
+    lengths = torch.tensor([T, 0, 1, T // 2, T], dtype=torch.int32).cuda()
+    for beam, half in ((10, False), (10, True), (40, False)):
+        c = CtcBeamSearchConfig(beam_size=beam, nbest=3, paged=paged, page_size=4, max_seq_len=T)
+        args = (beam, 0, 0.95, 3, T, *c.storage_args(T))
+        x = lp.half() if half else lp
+        out = {}
+        for form in ("0", "1"):
+            monkeypatch.setenv("BEAMDEC_CTC_PDL", form)
+            out[form] = [t.clone() for t in ops.ctc_decode_offline(x, lengths, *args)] + [
+                ops.ctc_decode_offline_packed(x, lengths, *args, 4).clone()]
+        for a, b in zip(out["0"], out["1"]):
+            assert torch.equal(a, b), (beam, half)
+
+
 @pytest.mark.parametrize("name,bad", [("BEAMDEC_CTC_CHECK", "fuse"), ("BEAMDEC_CTC_FILL", "kernel"),
-                                      ("BEAMDEC_CTC_ZERO", "pre-pass"), ("BEAMDEC_CTC_READBACK", "pin")])
+                                      ("BEAMDEC_CTC_ZERO", "pre-pass"), ("BEAMDEC_CTC_READBACK", "pin"),
+                                      ("BEAMDEC_CTC_PDL", "2")])
 def test_gpu_launch_saver_switches_are_checked(ops, name, bad, monkeypatch):
     """Session 27's switches take their listed values (or unset); anything else is a one-line error from the op that
     reads it (decode_chunk for the check, the offline call for the fill, the zeroing and the read-back)."""

@@ -40,6 +40,11 @@ int kernel_choice() {
   return v == "block" ? 1 : v == "warp" ? 2 : 0;
 }
 
+// BEAMDEC_CTC_PDL unset or =1: the pre-pass, one-warp decode and seal launches are overlapped launches (programmatic
+// dependent launch: each may start while the kernel before it runs, and waits on it in its first instruction;
+// ctc_kernels.cuh wait_prior_grid_then_release_next); =0: plain launches. The same reads and writes in the same order.
+bool overlapped_launches() { return env_switch("BEAMDEC_CTC_PDL", {"1", "0"}) != "0"; }
+
 ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank, int64_t max_len, int64_t page_size,
                               int64_t num_pages) {
   ctc::DecodeLaunch d{};
@@ -58,6 +63,7 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.num_pages = (int)num_pages;
   d.kernel = kernel_choice();
   d.paged_smem = env_switch("BEAMDEC_CTC_PAGED_SMEM", {"0", "1"}) == "1" ? 1 : 0;
+  d.pdl = overlapped_launches() ? 1 : 0;
   // the multi-winner rounds are the default since 2026-12-07 (H100, one call, in-process A/B against the select form:
   // kernel time -15 to -44 % at OASR's 12 offline shapes, one stream -18 to -20 %); =select / =branch give the earlier
   // forms (the select form and the warp-threshold pre-pass were the defaults from 2026-12-06); =rank the earlier
@@ -311,7 +317,7 @@ void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
   d.workspace = scratch.workspace;
   CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk");
   CTC_CUDA_OK(ctc::ctc_seal_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0),
-                                   scratch.err, nullptr, stream),
+                                   scratch.err, nullptr, stream, d.pdl != 0),
               "decode_chunk (state seal)");
 }
 
@@ -366,7 +372,7 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
     d.stream_states = ptrs.data();
     d.workspace = scratch.workspace;
     CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk_batched");
-    CTC_CUDA_OK(ctc::ctc_seal_states(nullptr, words, ptrs.data(), n, scratch.err, nullptr, stream),
+    CTC_CUDA_OK(ctc::ctc_seal_states(nullptr, words, ptrs.data(), n, scratch.err, nullptr, stream, d.pdl != 0),
                 "decode_chunk_batched (state seal)");
   }
 }

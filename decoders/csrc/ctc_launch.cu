@@ -1,6 +1,7 @@
 // Torch-free launchers for the CTC prefix beam search kernels (decoders/include/ctc_kernels.cuh).
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "ctc_kernels.cuh"
 #include "ctc_launch.h"
@@ -10,6 +11,29 @@ namespace ctc {
 
 namespace {
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
+
+// One launch, plain or overlapped (pdl: the programmatic-serialization attribute, so the kernel may start while the
+// one before it in the stream runs; every kernel launched so waits on that one first, ctc_kernels.cuh
+// wait_prior_grid_then_release_next). Returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(Params...),
+                          Args&&... args) {
+  if (!pdl) {
+    kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+    return cudaGetLastError();
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 template <int NT, typename T>
 cudaError_t launch_decode(const FrameArgs<T>& fa, int t0, int tile_len, int advance, cudaStream_t stream) {
@@ -120,22 +144,25 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const int advance = t0 + tile_len >= d.T ? d.T : 0;
     fa.fused_check = fused && t0 == 0 ? 1 : 0;  // the first tile carries the check; later ones read its verdict
     fa.zero_rows = zero && t0 == 0 ? 1 : 0;
+    const bool pdl = d.pdl != 0;
     if (fused || zero) {
       const dim3 grid(tile_len + (fa.fused_check ? kCheckParts : 0) + fa.zero_rows, d.rows);
-      if (d.prepass_warp_tau)
-        ctc_prepass_kernel<T, true, true><<<grid, kPrepassThreads, prepass_smem, stream>>>(fa, t0);
-      else
-        ctc_prepass_kernel<T, false, true><<<grid, kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+      err = d.prepass_warp_tau
+                ? launch_kernel(pdl, grid, kPrepassThreads, prepass_smem, stream, ctc_prepass_kernel<T, true, true>, fa, t0)
+                : launch_kernel(pdl, grid, kPrepassThreads, prepass_smem, stream, ctc_prepass_kernel<T, false, true>, fa,
+                                t0);
     } else if (d.prepass_warp_tau) {
-      ctc_prepass_kernel<T, true><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+      err = launch_kernel(pdl, dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream,
+                          ctc_prepass_kernel<T, true>, fa, t0);
     } else {
-      ctc_prepass_kernel<T><<<dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream>>>(fa, t0);
+      err = launch_kernel(pdl, dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream, ctc_prepass_kernel<T>,
+                          fa, t0);
     }
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (err != cudaSuccess) return err;
     cudaError_t err2;
     if (fused || zero) {
-      ctc_decode_warp_kernel<T, false, true, true, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
-      err2 = cudaGetLastError();
+      err2 = launch_kernel(pdl, d.rows, 32, 0, stream, ctc_decode_warp_kernel<T, false, true, true, true>, fa, t0,
+                           tile_len, advance);
     } else if (warp) {  // one warp per row
       const size_t meta = fa.paged_smem ? (size_t)3 * d.num_pages * sizeof(int32_t) : 0;
       if (fa.paged_smem) {  // opt-in experiment: its own instantiation
@@ -145,15 +172,16 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)meta)) !=
                             cudaSuccess)
           return err2;
-        ctc_decode_warp_kernel<T, true><<<d.rows, 32, meta, stream>>>(fa, t0, tile_len, advance);
+        err2 = launch_kernel(pdl, d.rows, 32, meta, stream, ctc_decode_warp_kernel<T, true>, fa, t0, tile_len, advance);
+      } else if (d.rounds_select == 2) {
+        err2 = launch_kernel(pdl, d.rows, 32, 0, stream, ctc_decode_warp_kernel<T, false, true, true>, fa, t0,
+                             tile_len, advance);
+      } else if (d.rounds_select) {
+        err2 = launch_kernel(pdl, d.rows, 32, 0, stream, ctc_decode_warp_kernel<T, false, true>, fa, t0, tile_len,
+                             advance);
+      } else {
+        err2 = launch_kernel(pdl, d.rows, 32, 0, stream, ctc_decode_warp_kernel<T, false>, fa, t0, tile_len, advance);
       }
-      else if (d.rounds_select == 2)
-        ctc_decode_warp_kernel<T, false, true, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
-      else if (d.rounds_select)
-        ctc_decode_warp_kernel<T, false, true><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
-      else
-        ctc_decode_warp_kernel<T, false><<<d.rows, 32, 0, stream>>>(fa, t0, tile_len, advance);
-      err2 = cudaGetLastError();
     } else {  // block width: the candidate list (C <= 2*beam+1) must fit one element per thread
       err2 = d.beam <= 16   ? launch_decode<128, T>(fa, t0, tile_len, advance, stream)
              : d.beam <= 32 ? launch_decode<256, T>(fa, t0, tile_len, advance, stream)
@@ -247,17 +275,17 @@ cudaError_t ctc_check_states(int32_t* state, int64_t state_row_words, int32_t* c
 }
 
 cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
-                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream) {
+                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream, bool pdl) {
   if (rows < 1) return cudaSuccess;
   StateRefs refs;
   if (!make_refs(refs, state, state_row_words, stream_states, rows)) return cudaErrorInvalidValue;
+  const int do_stamp = stamp ? 1 : 0;
+  const StateStamp st = stamp ? *stamp : StateStamp{};
   if (narrow_state_check())
-    ctc_state_seal_kernel<256><<<rows, 256, 0, stream>>>(refs, state_row_words, err, stamp ? 1 : 0,
-                                                         stamp ? *stamp : StateStamp{});
-  else
-    ctc_state_seal_kernel<kStateCheckThreads><<<rows, kStateCheckThreads, 0, stream>>>(
-        refs, state_row_words, err, stamp ? 1 : 0, stamp ? *stamp : StateStamp{});
-  return cudaGetLastError();
+    return launch_kernel(pdl, rows, 256, 0, stream, ctc_state_seal_kernel<256>, refs, state_row_words, err, do_stamp,
+                         st);
+  return launch_kernel(pdl, rows, kStateCheckThreads, 0, stream, ctc_state_seal_kernel<kStateCheckThreads>, refs,
+                       state_row_words, err, do_stamp, st);
 }
 
 }  // namespace ctc

@@ -55,6 +55,10 @@ struct DecodeLaunch {
   // by the op): the launcher zeroes them, in the first tile's pre-pass launch where the one-warp kernel's multi-winner
   // form runs (ctc_kernels.cuh "Fused state check"), else with a memset before it. Not with stream_states or err.
   int zero_rows = 0;
+  // 1: the pre-pass and one-warp decode launches are overlapped launches (programmatic dependent launch: each may
+  // start while the kernel before it runs and waits on it in its first instruction; ctc_kernels.cuh
+  // wait_prior_grid_then_release_next). BEAMDEC_CTC_PDL, read by the op. The block kernel launches plainly.
+  int pdl = 0;
 };
 
 constexpr int kPagedSmemMaxPages = 4096;  // 48 KiB of shared memory
@@ -91,8 +95,9 @@ cudaError_t ctc_input_check(const void* log_probs, bool half, int64_t b_stride, 
 // refused in `err` when given); with `stamp` it first writes the stamp of freshly zeroed rows.
 cudaError_t ctc_check_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
                              const StateStamp& want, int32_t* err, cudaStream_t stream);
+// pdl: the seal as an overlapped launch (DecodeLaunch::pdl).
 cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
-                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream);
+                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream, bool pdl = false);
 
 }  // namespace ctc
 }  // namespace beamdec
