@@ -40,10 +40,11 @@ int kernel_choice() {
   return v == "block" ? 1 : v == "warp" ? 2 : 0;
 }
 
-// BEAMDEC_CTC_PDL unset or =1: the pre-pass, one-warp decode and seal launches are overlapped launches (programmatic
-// dependent launch: each may start while the kernel before it runs, and waits on it in its first instruction;
-// ctc_kernels.cuh wait_prior_grid_then_release_next); =0: plain launches. The same reads and writes in the same order.
-bool overlapped_launches() { return env_switch("BEAMDEC_CTC_PDL", {"1", "0"}) != "0"; }
+// BEAMDEC_CTC_PDL=1 (opt-in; written in session 28 and compiled, not yet run on a GPU): the pre-pass, one-warp decode
+// and seal launches are overlapped launches (programmatic dependent launch: each may start while the kernel before it
+// runs, and waits on it in its first instruction; ctc_kernels.cuh wait_prior_grid_then_release_next); unset or =0:
+// plain launches. The same reads and writes in the same order.
+bool overlapped_launches() { return env_switch("BEAMDEC_CTC_PDL", {"0", "1"}) == "1"; }
 
 ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank, int64_t max_len, int64_t page_size,
                               int64_t num_pages) {

@@ -87,6 +87,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.row_err = d.err;
   fa.fused_check = 0;
   fa.zero_rows = 0;
+  fa.pdl = 0;
   fa.err_out = nullptr;
   fa.want = d.want;
   fa.states.base = d.state;
@@ -144,13 +145,14 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const int advance = t0 + tile_len >= d.T ? d.T : 0;
     fa.fused_check = fused && t0 == 0 ? 1 : 0;  // the first tile carries the check; later ones read its verdict
     fa.zero_rows = zero && t0 == 0 ? 1 : 0;
+    fa.pdl = d.pdl ? 1 : 0;  // the kernels' wait runs only in overlapped launches
     const bool pdl = d.pdl != 0;
     if (fused || zero) {
       const dim3 grid(tile_len + (fa.fused_check ? kCheckParts : 0) + fa.zero_rows, d.rows);
-      err = d.prepass_warp_tau
-                ? launch_kernel(pdl, grid, kPrepassThreads, prepass_smem, stream, ctc_prepass_kernel<T, true, true>, fa, t0)
-                : launch_kernel(pdl, grid, kPrepassThreads, prepass_smem, stream, ctc_prepass_kernel<T, false, true>, fa,
-                                t0);
+      err = d.prepass_warp_tau ? launch_kernel(pdl, grid, kPrepassThreads, prepass_smem, stream,
+                                               ctc_prepass_kernel<T, true, true>, fa, t0)
+                               : launch_kernel(pdl, grid, kPrepassThreads, prepass_smem, stream,
+                                               ctc_prepass_kernel<T, false, true>, fa, t0);
     } else if (d.prepass_warp_tau) {
       err = launch_kernel(pdl, dim3(tile_len, d.rows), kPrepassThreads, prepass_smem, stream,
                           ctc_prepass_kernel<T, true>, fa, t0);
@@ -283,9 +285,9 @@ cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* co
   const StateStamp st = stamp ? *stamp : StateStamp{};
   if (narrow_state_check())
     return launch_kernel(pdl, rows, 256, 0, stream, ctc_state_seal_kernel<256>, refs, state_row_words, err, do_stamp,
-                         st);
+                         st, pdl ? 1 : 0);
   return launch_kernel(pdl, rows, kStateCheckThreads, 0, stream, ctc_state_seal_kernel<kStateCheckThreads>, refs,
-                       state_row_words, err, do_stamp, st);
+                       state_row_words, err, do_stamp, st, pdl ? 1 : 0);
 }
 
 }  // namespace ctc

@@ -109,6 +109,8 @@ struct FrameArgs {
   // off): the pre-pass launch carries one more block per row that zeroes it (the state-free pre-pass; see "Fused state
   // check")
   int zero_rows;
+  // 1: this launch is an overlapped one (BEAMDEC_CTC_PDL=1, opt-in): wait_prior_grid_then_release_next runs
+  int pdl;
   unsigned long long* check_sums;
   int32_t* check_fields;
   int32_t* err_out;
@@ -205,16 +207,19 @@ __device__ __forceinline__ int block_ordered_gather(KeyAt key_at, int n, uint32_
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Overlapped launches (programmatic dependent launch, sm_90+; the launcher's BEAMDEC_CTC_PDL, ctc_launch.cu): a kernel
-// launched with the programmatic-serialization attribute may start while the kernel before it in the stream still
-// runs, so each kernel that can be launched so waits first for the grid before it to complete and its writes to be
-// visible (griddepcontrol.wait: a no-op for a plain launch), and only then lets the next kernel start early
+// Overlapped launches (programmatic dependent launch, sm_90+; opt-in BEAMDEC_CTC_PDL=1, ctc_launch.cu; written in
+// session 28 and compiled, not yet run on a GPU): a kernel launched with the programmatic-serialization attribute may
+// start while the kernel before it in the stream still runs, so such a launch (`on`) first waits for the grid before
+// it to complete and its writes to be visible (griddepcontrol.wait), and only then lets the next kernel start early
 // (launch_dependents: that kernel's blocks get resident and wait on this grid in turn). No kernel reads or writes
-// memory before the wait, so the order of every read and write is the plain launches'.
-__device__ __forceinline__ void wait_prior_grid_then_release_next() {
+// memory before the wait, so the order of every read and write is the plain launches'. Plain launches (`on` = 0, the
+// default) execute neither instruction.
+__device__ __forceinline__ void wait_prior_grid_then_release_next(int on) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (on) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
 #endif
 }
 
@@ -308,7 +313,7 @@ constexpr int kPrepassFastCap = 512;     // candidates at or above the threshold
 // each row zeroes it.
 template <typename T, bool kWarpTau = false, bool kStateFree = false>
 __global__ void __launch_bounds__(kPrepassThreads) ctc_prepass_kernel(FrameArgs<T> a, int t0) {
-  wait_prior_grid_then_release_next();
+  wait_prior_grid_then_release_next(a.pdl);
   constexpr int NT = kPrepassThreads;
   extern __shared__ uint32_t s_keys[];  // (V) when cached
   __shared__ uint32_t s_hist[256];
@@ -1046,7 +1051,7 @@ __device__ __forceinline__ void warp_copy_runs(E* base, int64_t stride, const in
 // here first, from the pre-pass launch's check parts; the pre-pass's bad-value marks come in its counts.
 template <typename T, bool kOptIn, bool kSelect = false, bool kMulti = false, bool kStateFree = false>
 __global__ void __launch_bounds__(32) ctc_decode_warp_kernel(FrameArgs<T> a, int t0, int tile_len, int advance_frames) {
-  wait_prior_grid_then_release_next();
+  wait_prior_grid_then_release_next(a.pdl);
   constexpr unsigned kFull = 0xFFFFFFFFu;
   __shared__ WarpShared s;
   const int row = blockIdx.x, lane = threadIdx.x;
@@ -1664,8 +1669,8 @@ ctc_state_check_kernel(StateRefs states, int64_t words, StateStamp want, int32_t
 // writes the stamp words of freshly zeroed rows (ctc_init_state).
 template <int NT>
 __global__ void __launch_bounds__(NT)
-ctc_state_seal_kernel(StateRefs states, int64_t words, const int32_t* err, int do_stamp, StateStamp stamp) {
-  wait_prior_grid_then_release_next();
+ctc_state_seal_kernel(StateRefs states, int64_t words, const int32_t* err, int do_stamp, StateStamp stamp, int pdl) {
+  wait_prior_grid_then_release_next(pdl);
   __shared__ typename cub::BlockReduce<unsigned long long, NT>::TempStorage tmp;
   const int row = blockIdx.x;
   if (err && err[(int64_t)row * kStateErrorWords] != 0) return;  // block-uniform
