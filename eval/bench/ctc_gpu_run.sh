@@ -14,7 +14,8 @@
 # eval.bench.ctc_bench arguments, e.g. "--no-streaming --repeats 20"), AB_ENVS (';'-separated environment settings:
 # the bench runs once per entry, run name suffixed by the entry's index, e.g. "BEAMDEC_CTC_KERNEL=block;"),
 # AB_IN_PROCESS (switches for ctc_bench --ab-env: the A/B interleaved per repeat in one process, e.g.
-# "BEAMDEC_CTC_ROUNDS=branch BEAMDEC_CTC_PREPASS=rank"), NCU_SHAPES ("B:T:V:beam ..." profiled shapes, default "1:200:5000:10 16:200:5000:10 64:200:5000:10"),
+# "BEAMDEC_CTC_ROUNDS=branch BEAMDEC_CTC_PREPASS=rank"; several arms separated by ';', each measured beside the
+# defaults, e.g. "BEAMDEC_CTC_CHECK=separate;BEAMDEC_CTC_ZERO=memset BEAMDEC_CTC_FILL=torch"), NCU_SHAPES ("B:T:V:beam ..." profiled shapes, default "1:200:5000:10 16:200:5000:10 64:200:5000:10"),
 # GPU_TESTS_THEN_K (a -k expression run as a second pytest process after GPU_TESTS_K's: new forms' tests apart),
 # GPU_TESTS_K (a pytest -k expression for the gpu tests: GPU_TESTS is split on spaces, so an expression with spaces
 # there fails, as in session 19's first call), TESTS_TIMEOUT_S (300: the gpu tests stage's cap), NCU_SET (full), "nsys" in STAGES: Nsight Systems timelines of offline B=1 and one 16-frame stream, SANITIZERS (memcheck racecheck synccheck).
