@@ -408,10 +408,12 @@ def ctc_beam_search(
 
 
 def _read_back(packed: torch.Tensor) -> torch.Tensor:
-    """The call's one device->host copy. BEAMDEC_CTC_READBACK=pinned (opt-in, session 27, not yet run on a GPU):
-    into a fresh page-locked tensor from torch's caching host allocator, asynchronously, then the stream is
-    synchronised (a pageable `.cpu()` copies through a driver staging buffer); unset or =pageable: `.cpu()`. The
-    returned tensor is the caller's own either way (the result's scores / lengths are views of it)."""
+    """The call's one device->host copy. BEAMDEC_CTC_READBACK=pinned (opt-in): into a fresh page-locked tensor from
+    torch's caching host allocator, asynchronously, then the stream is synchronised (a pageable `.cpu()` copies through
+    a driver staging buffer); unset or =pageable: `.cpu()`. The returned tensor is the caller's own either way (the
+    result's scores / lengths are views of it). Session 28 (H100, gpu tests passed; in-process A/B): API time within
+    the spread of an arm that changes nothing, and every result a caller keeps would hold page-locked memory, so not
+    the default."""
     form = os.environ.get("BEAMDEC_CTC_READBACK", "")
     if form not in ("", "pageable", "pinned"):
         raise ValueError(f"BEAMDEC_CTC_READBACK must be one of pageable, pinned (or unset), got '{form}'")

@@ -6,7 +6,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from reports.tables import _ab_base_label, _group_key, _group_text, ab_arm_envs, ab_arm_rows, ok_rows, row_labels, side_by_side_pairs
+from reports.tables import (_ab_base_label, _group_key, _group_text, ab_arm_envs, ab_arm_rows, ok_rows, row_labels,
+                            side_by_side_pairs)
 
 
 def _pyplot():
@@ -212,7 +213,7 @@ def side_by_side_series(rows: Sequence[Any], ours: str, theirs: str, by: Optiona
     pairs = [p for p in all_pairs if p.ratio is not None]
     envs = ab_arm_envs(rows)  # a run of several arms: the first is drawn, the A/B table lists them all
     arms = ab_arm_rows(rows, [p.ours for p in pairs], envs[0] if envs else None)
-    drawn = sorted({a.params["ab_env"] for a in arms if a is not None})
+    drawn = envs[0] if any(a is not None for a in arms) else ""
     return {
         "names": _varying_names(by, pairs) if pairs else [],
         "ours": [p.ours.rtfx_decoder for p in pairs],
@@ -220,9 +221,9 @@ def side_by_side_series(rows: Sequence[Any], ours: str, theirs: str, by: Optiona
         "ratio": [p.ratio for p in pairs],
         "arm": [None if a is None else a.rtfx_decoder for a in arms],
         "arm_ratio": [None if a is None else a.rtfx_decoder / p.theirs.rtfx_decoder for a, p in zip(arms, pairs)],
-        "arm_name": "; ".join(drawn) + (f" (1 of {len(envs)} arms; all in the A/B table)" if drawn and len(envs) > 1
-                                         else ""),
-        # groups not drawn: no competitor RTFx, and not an A/B arm's row (drawn beside its defaults row, or in the table)
+        "arm_name": drawn + (f" (1 of {len(envs)} arms; all in the A/B table)" if drawn and len(envs) > 1 else ""),
+        # groups not drawn: no competitor RTFx, and not an A/B arm's row (drawn beside its defaults row, or in the
+        # A/B table)
         "unpaired": sum(1 for p in all_pairs if p.ratio is None and _ab_base_label(p.ours) is None),
         "boundaries": sorted({p.ours.boundary for p in pairs}),
     }

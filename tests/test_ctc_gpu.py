@@ -677,6 +677,11 @@ def _launched(fn) -> list[str]:
     return [e.name for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
 
 
+def _short(name: str) -> str:
+    """A kernel's name without its return type, namespaces and template arguments."""
+    return name.split("(")[0].split("<")[0].replace("void ", "").split("::")[-1]
+
+
 @pytest.mark.parametrize("earlier", [False, True])
 def test_gpu_default_launches_are_the_fewer_ones(ops, earlier, monkeypatch):
     """What the defaults launch since session 28 (unset switches), and what the earlier forms add back: one stream's
@@ -694,14 +699,14 @@ def test_gpu_default_launches_are_the_fewer_ones(ops, earlier, monkeypatch):
     st = dec.create_state(1, V, device="cuda")
     dec.decode_chunk(lp[:1, :4], state=st)
     names = _launched(lambda: dec.decode_chunk(lp[:1, 4:], state=st))
-    kernels = [n.split("(")[0].split("<")[0].replace("void ", "").split("::")[-1] for n in names]
+    kernels = [_short(n) for n in names]
     want = ["ctc_prepass_kernel", "ctc_decode_warp_kernel", "ctc_state_seal_kernel"]
     assert kernels == (["ctc_state_check_kernel"] + want if earlier else want), names
     store = cfg.storage_args(16)
     lengths = torch.tensor([16, 9], dtype=torch.int32).cuda()  # copied before the profiled call
     names = _launched(lambda: ops.ctc_decode_offline(lp, lengths, beam, 0, 1.0, 2, 16, *store))
     ours = [n for n in names if "beamdec" in n or "ctc_" in n]
-    assert [n.split("(")[0].split("<")[0].replace("void ", "").split("::")[-1] for n in ours] == [
+    assert [_short(n) for n in ours] == [
         "ctc_prepass_kernel", "ctc_decode_warp_kernel", "ctc_finalize_kernel"], names
     others = [n for n in names if n not in ours]  # the earlier forms' zeroing and -1 fill: torch fills or memsets
     if earlier:

@@ -87,7 +87,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
   fa.row_err = d.err;
   fa.fused_check = 0;
   fa.zero_rows = 0;
-  fa.pdl = 0;
+  fa.pdl = d.pdl ? 1 : 0;  // the kernels' wait runs only in overlapped launches
   fa.err_out = nullptr;
   fa.want = d.want;
   fa.states.base = d.state;
@@ -137,6 +137,7 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
                                               stream)) != cudaSuccess) {
     return err;
   }
+  const bool pdl = fa.pdl != 0;
   if (d.T == 0) {  // nothing to decode; frame counters stay (T == 0 advances nothing)
     return cudaSuccess;
   }
@@ -145,8 +146,6 @@ cudaError_t decode_frames(const DecodeLaunch& d, cudaStream_t stream) {
     const int advance = t0 + tile_len >= d.T ? d.T : 0;
     fa.fused_check = fused && t0 == 0 ? 1 : 0;  // the first tile carries the check; later ones read its verdict
     fa.zero_rows = zero && t0 == 0 ? 1 : 0;
-    fa.pdl = d.pdl ? 1 : 0;  // the kernels' wait runs only in overlapped launches
-    const bool pdl = d.pdl != 0;
     if (fused || zero) {
       const dim3 grid(tile_len + (fa.fused_check ? kCheckParts : 0) + fa.zero_rows, d.rows);
       err = d.prepass_warp_tau ? launch_kernel(pdl, grid, kPrepassThreads, prepass_smem, stream,
