@@ -718,8 +718,9 @@ def test_gpu_default_launches_are_the_fewer_ones(ops, earlier, monkeypatch):
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("chunk", [1, 7, 16, 200])  # 200: two tiles in one call
 def test_gpu_overlapped_launches_equal_plain_launches(ops, paged, chunk, monkeypatch):
-    """BEAMDEC_CTC_PDL (unset / =1: the pre-pass, one-warp decode and seal as overlapped launches, each waiting on the
-    kernel before it in its first instruction; =0: plain launches): every state word equal after every chunk, one
+    """BEAMDEC_CTC_PDL (=1: the pre-pass, one-warp decode and seal as overlapped launches, each waiting on the kernel
+    before it in its first instruction; =0: plain launches; unset: the streaming ops overlapped, the offline ops
+    plain, so both are covered by these two forms): every state word equal after every chunk, one
     state and separate states in one batched call (5 streams: the one-warp kernel; 70: the block kernel after an
     overlapped pre-pass), a corrupted row refused alike, and the offline raw and packed ops' outputs equal, float and
     half, the one-warp and the block kernel."""

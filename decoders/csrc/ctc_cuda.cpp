@@ -40,14 +40,22 @@ int kernel_choice() {
   return v == "block" ? 1 : v == "warp" ? 2 : 0;
 }
 
-// BEAMDEC_CTC_PDL=1 (opt-in; written in session 28 and compiled, not yet run on a GPU): the pre-pass, one-warp decode
-// and seal launches are overlapped launches (programmatic dependent launch: each may start while the kernel before it
-// runs, and waits on it in its first instruction; ctc_kernels.cuh wait_prior_grid_then_release_next); unset or =0:
-// plain launches. The same reads and writes in the same order.
-bool overlapped_launches() { return env_switch("BEAMDEC_CTC_PDL", {"0", "1"}) == "1"; }
+// BEAMDEC_CTC_PDL: overlapped launches (programmatic dependent launch: the pre-pass, one-warp decode and seal may each
+// start while the kernel before it runs, and wait on it in their first instruction; ctc_kernels.cuh
+// wait_prior_grid_then_release_next). Unset or =stream (the default since session 29): the streaming ops' launches
+// overlapped, the offline ops' plain; =1: every launch overlapped; =0: every launch plain. The same reads and writes in
+// the same order. Measured on the H100 (session 29, one call, in-process against =0, reports/measurements/README.md
+// "Session 29"): one stream 3.82-3.92 us per frame instead of 4.06-4.19 (-5 to -7 %), 256 stream rows -4 to -5 %; the
+// offline ops at B = 16 with V <= 1,000 +9 to +13 % slower overlapped (B = 1 and 4 -1 to -3 %, B = 16 / 64 at V 5,000
+// equal), hence plain there.
+bool overlapped_launches(bool streaming) {
+  const std::string v = env_switch("BEAMDEC_CTC_PDL", {"stream", "0", "1"});
+  return v == "1" || (v != "0" && streaming);
+}
 
+// streaming: a decode_chunk op's launch (the streaming default of BEAMDEC_CTC_PDL), else an offline op's
 ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank, int64_t max_len, int64_t page_size,
-                              int64_t num_pages) {
+                              int64_t num_pages, bool streaming) {
   ctc::DecodeLaunch d{};
   d.log_probs = lp.data_ptr();
   d.half = lp.scalar_type() == at::kHalf;
@@ -64,7 +72,7 @@ ctc::DecodeLaunch make_launch(const at::Tensor& lp, int64_t beam, int64_t blank,
   d.num_pages = (int)num_pages;
   d.kernel = kernel_choice();
   d.paged_smem = env_switch("BEAMDEC_CTC_PAGED_SMEM", {"0", "1"}) == "1" ? 1 : 0;
-  d.pdl = overlapped_launches() ? 1 : 0;
+  d.pdl = overlapped_launches(streaming) ? 1 : 0;
   // the multi-winner rounds are the default since 2026-12-07 (H100, one call, in-process A/B against the select form:
   // kernel time -15 to -44 % at OASR's 12 offline shapes, one stream -18 to -20 %); =select / =branch give the earlier
   // forms (the select form and the warp-threshold pre-pass were the defaults from 2026-12-06); =rank the earlier
@@ -174,7 +182,7 @@ static void decode_fresh_rows(const at::Tensor& lp, const int32_t* lengths, at::
                               int64_t blank_id, double blank_skip_threshold, int64_t max_seq_len, int64_t page_size,
                               int64_t num_pages, cudaStream_t stream, bool zero_rows) {
   at::Tensor ws = workspace(lp, (int)lp.size(0), beam_size, lp.size(2));
-  ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages);
+  ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages, false);
   d.lengths = lengths;
   d.blank_skip_threshold = (float)blank_skip_threshold;
   d.state = state.data_ptr<int32_t>();
@@ -302,7 +310,7 @@ void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
   c10::cuda::CUDAGuard guard(log_probs.device());
   at::Tensor lp = log_probs.stride(2) == 1 ? log_probs : log_probs.contiguous();
   at::Tensor mask;
-  ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages);
+  ctc::DecodeLaunch d = make_launch(lp, beam_size, blank_id, max_seq_len, page_size, num_pages, true);
   if (speech_mask) {
     mask = speech_mask->contiguous();
     d.mask = mask.data_ptr<bool>();
@@ -359,7 +367,7 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
   for (int64_t g0 = 0; g0 < N; g0 += group) {  // one launch pair per tile per group of streams
     const int n = (int)std::min<int64_t>(group, N - g0);
     at::Tensor part = lp.narrow(0, g0, n);
-    ctc::DecodeLaunch d = make_launch(part, beam_size, blank_id, max_seq_len, page_size, num_pages);
+    ctc::DecodeLaunch d = make_launch(part, beam_size, blank_id, max_seq_len, page_size, num_pages, true);
     if (speech_mask) {
       d.mask = mask.data_ptr<bool>() + g0 * mask.stride(0);
       d.mask_b_stride = mask.stride(0);

@@ -57,8 +57,8 @@ struct DecodeLaunch {
   int zero_rows = 0;
   // 1: the pre-pass and one-warp decode launches are overlapped launches (programmatic dependent launch: each may
   // start while the kernel before it runs and waits on it in its first instruction; ctc_kernels.cuh
-  // wait_prior_grid_then_release_next). BEAMDEC_CTC_PDL=1, read by the op; opt-in, not yet run on a GPU. The block
-  // kernel launches plainly.
+  // wait_prior_grid_then_release_next). Read by the op from BEAMDEC_CTC_PDL (ctc_cuda.cpp overlapped_launches: the
+  // streaming ops' launches by default since session 29, the offline ops' plain). The block kernel launches plainly.
   int pdl = 0;
 };
 

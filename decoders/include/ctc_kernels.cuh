@@ -109,7 +109,7 @@ struct FrameArgs {
   // off): the pre-pass launch carries one more block per row that zeroes it (the state-free pre-pass; see "Fused state
   // check")
   int zero_rows;
-  // 1: this launch is an overlapped one (BEAMDEC_CTC_PDL=1, opt-in): wait_prior_grid_then_release_next runs
+  // 1: this launch is an overlapped one (BEAMDEC_CTC_PDL; the streaming ops' default): wait_prior_grid_then_release_next runs
   int pdl;
   unsigned long long* check_sums;
   int32_t* check_fields;
@@ -207,13 +207,14 @@ __device__ __forceinline__ int block_ordered_gather(KeyAt key_at, int n, uint32_
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Overlapped launches (programmatic dependent launch, sm_90+; opt-in BEAMDEC_CTC_PDL=1, ctc_launch.cu; written in
-// session 28 and compiled, not yet run on a GPU): a kernel launched with the programmatic-serialization attribute may
-// start while the kernel before it in the stream still runs, so such a launch (`on`) first waits for the grid before
-// it to complete and its writes to be visible (griddepcontrol.wait), and only then lets the next kernel start early
-// (launch_dependents: that kernel's blocks get resident and wait on this grid in turn). No kernel reads or writes
-// memory before the wait, so the order of every read and write is the plain launches'. Plain launches (`on` = 0, the
-// default) execute neither instruction.
+// Overlapped launches (programmatic dependent launch, sm_90+; BEAMDEC_CTC_PDL, ctc_cuda.cpp overlapped_launches;
+// written in session 28, run on the H100 in session 29 and the streaming ops' default since: one stream -5 to -7 % per
+// frame; the offline ops at B = 16 and V <= 1,000 +9 to +13 %, so they stay plain): a kernel launched with the
+// programmatic-serialization attribute may start while the kernel before it in the stream still runs, so such a
+// launch (`on`) first waits for the grid before it to complete and its writes to be visible (griddepcontrol.wait), and
+// only then lets the next kernel start early (launch_dependents: that kernel's blocks get resident and wait on this
+// grid in turn). No kernel reads or writes memory before the wait, so the order of every read and write is the plain
+// launches'. Plain launches (`on` = 0) execute neither instruction.
 __device__ __forceinline__ void wait_prior_grid_then_release_next(int on) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (on) {

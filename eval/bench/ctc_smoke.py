@@ -5,7 +5,8 @@ default), float16 input, the opt-in shared-memory page metadata, streaming (sing
 both kernels, and the streaming state check/seal kernels including a refused (corrupted) row, with the state check
 fused (the default) and in its own launch (BEAMDEC_CTC_CHECK=separate), and the offline calls with the default
 launches (the finalize kernel's own padding, the rows zeroed in the pre-pass launch) and the earlier ones
-(BEAMDEC_CTC_FILL=torch BEAMDEC_CTC_ZERO=memset), and last the opt-in overlapped launches (BEAMDEC_CTC_PDL=1).
+(BEAMDEC_CTC_FILL=torch BEAMDEC_CTC_ZERO=memset); the streaming calls with overlapped launches (the default) and plain
+(BEAMDEC_CTC_PDL=0), the offline calls plain (the default) and overlapped (BEAMDEC_CTC_PDL=1).
 Every GPU result is compared with the CPU reference; any mismatch raises.
 
     compute-sanitizer --tool memcheck  python -m eval.bench.ctc_smoke
@@ -141,10 +142,11 @@ def main() -> None:
                 cfg = CtcBeamSearchConfig(beam_size=beam, nbest=3, paged=paged, page_size=4)
                 _same(ctc_beam_search(lp, lengths, cfg), ctc_beam_search(lp_cpu, lengths, cfg),
                       f"fill=torch zero=memset {kernel} paged={paged}")
-    # overlapped launches (opt-in BEAMDEC_CTC_PDL=1, not yet run on a GPU at commit time): last, so an error there
-    # leaves every result above standing
-    with _env(BEAMDEC_CTC_PDL="1"):
+    # the streaming calls with plain launches (their default is overlapped: the runs above), the offline calls
+    # overlapped (their default is plain)
+    with _env(BEAMDEC_CTC_PDL="0"):
         _streaming(lp, lp_cpu, "fused")
+    with _env(BEAMDEC_CTC_PDL="1"):
         for kernel, beam in (("warp", 10), ("block", 40)):
             with _env(BEAMDEC_CTC_KERNEL=kernel):
                 cfg = CtcBeamSearchConfig(beam_size=beam, nbest=3)
