@@ -109,7 +109,8 @@ struct FrameArgs {
   // off): the pre-pass launch carries one more block per row that zeroes it (the state-free pre-pass; see "Fused state
   // check")
   int zero_rows;
-  // 1: this launch is an overlapped one (BEAMDEC_CTC_PDL; the streaming ops' default): wait_prior_grid_then_release_next runs
+  // 1: this launch is an overlapped one (BEAMDEC_CTC_PDL; the streaming ops' default):
+  // wait_prior_grid_then_release_next runs
   int pdl;
   unsigned long long* check_sums;
   int32_t* check_fields;
