@@ -34,17 +34,18 @@ ALL_COMPONENTS = ("ctc", "wfst")
 
 _lock = threading.Lock()
 _loaded: dict[tuple, object] = {}
-# The per-call path (every decode call asks for the ops): the loaded module by what selects a build without asking
-# the driver, so a call costs two environment reads and a dict lookup, not a device-capability query (session 28:
-# load_extension took ~20 % of one CUDA stream's chunk call on the host, by cProfile on the H100 host).
-_by_env: dict[tuple, object] = {}
+# The per-call path (every decode call asks for the ops): torch.ops.beamdec once a build is loaded, with no environment
+# read, driver query or lock. A process holds one build: torch lets one library define the `beamdec` namespace, and
+# loading a second build (other components, the CPU-only build) aborts the process (checked on torch 2.x: "Only a
+# single TORCH_LIBRARY can be used to register the namespace", then terminate). Session 28 measured the driver query
+# at ~20 % of one CUDA stream's chunk call on the H100 host; session 30 the two environment reads and the device
+# lookup that replaced it at ~4 us of a ~10 us Python path on this project's 2-core CPU machine.
+_ns = None
 
 
-def _env_key() -> tuple:
-    """What selects the build without a driver query: the two environment switches and, once CUDA is initialised,
-    the current device (a host with GPUs of two architectures gets one build per architecture, as before)."""
-    dev = torch.cuda.current_device() if torch.cuda.is_initialized() else -1
-    return os.environ.get("BEAMDEC_COMPONENTS"), os.environ.get("BEAMDEC_FORCE_CPU"), dev
+def _build_key() -> tuple:
+    """What selects a build: the components and the CUDA architectures (None: the CPU-only build)."""
+    return _components(), _cuda_arch()
 
 
 def _components() -> tuple[str, ...]:
@@ -59,10 +60,12 @@ def _components() -> tuple[str, ...]:
 
 
 def _cuda_arch() -> str | None:
+    """The architectures of every visible GPU, e.g. "9.0" or "8.0;9.0" (one build serves all of a process's devices:
+    it can load only one), or None for the CPU-only build."""
     if os.environ.get("BEAMDEC_FORCE_CPU") == "1" or not torch.cuda.is_available():
         return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"{major}.{minor}"
+    caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    return ";".join(f"{major}.{minor}" for major, minor in caps)
 
 
 def _sources(components: tuple[str, ...], with_cuda: bool) -> list[Path]:
@@ -110,19 +113,24 @@ def _say(text: str) -> None:
 
 
 def load_extension(verbose: bool | None = None):
-    """Build (once) and load the extension; returns the loaded module. Ops live in `torch.ops.beamdec`."""
-    fast = _env_key()
-    module = _by_env.get(fast)
-    if module is not None:
-        return module
+    """Build (once) and load the extension; returns the loaded module. Ops live in `torch.ops.beamdec`.
+
+    A process holds one build (see `_ns`): once one is loaded, switches that now select another (BEAMDEC_COMPONENTS,
+    BEAMDEC_FORCE_CPU) are a one-line ValueError instead of a second load that would abort the process."""
+    key = _build_key()
+    if _loaded:
+        if key in _loaded:
+            return _loaded[key]
+        (have,) = _loaded
+        raise ValueError(f"this process has loaded the beamdec build for components={','.join(have[0])} "
+                         f"cuda={have[1] or 'none'}; the environment now selects components={','.join(key[0])} "
+                         f"cuda={key[1] or 'none'} (BEAMDEC_COMPONENTS / BEAMDEC_FORCE_CPU), and torch registers the "
+                         f"beamdec ops once per process: set them before the first decode, or start a new process")
     from torch.utils import cpp_extension
 
-    components = _components()
-    arch = _cuda_arch()
-    key = (components, arch)
+    components, arch = key
     with _lock:
         if key in _loaded:
-            _by_env[_env_key()] = _loaded[key]
             return _loaded[key]
         with_cuda = arch is not None
         defines = [f"-DBEAMDEC_WITH_{c.upper()}" for c in components]
@@ -135,9 +143,9 @@ def load_extension(verbose: bool | None = None):
         cuda_flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", *defines]
         sources = _sources(components, with_cuda)
         if with_cuda:
-            # sm_XY machine code for the device we run on, plus PTX for newer chips.
+            # sm_XY machine code for every visible device's architecture, plus PTX for newer chips.
             os.environ["TORCH_CUDA_ARCH_LIST"] = f"{arch}+PTX"
-        tag = "cuda" + arch.replace(".", "") if with_cuda else "cpu"
+        tag = "cuda" + arch.replace(".", "").replace(";", "_") if with_cuda else "cpu"
         digest = _digest(sources, cflags + cuda_flags + [tag])
         name = f"beamdec_{tag}_{'_'.join(components)}_{digest}"
         cache = Path(os.environ.get("BEAMDEC_CACHE_DIR", Path.home() / ".cache" / "beamdec")) / name
@@ -166,11 +174,14 @@ def load_extension(verbose: bool | None = None):
         if building:
             _say(f"building beamdec extension: done in {time.perf_counter() - t0:.0f} s")
         _loaded[key] = module
-        _by_env[_env_key()] = module  # after the build: _cuda_arch may have initialised CUDA
         return module
 
 
 def ops():
-    """The `torch.ops.beamdec` namespace, building the extension on first use."""
-    load_extension()
-    return torch.ops.beamdec
+    """The `torch.ops.beamdec` namespace, building the extension on first use (the per-call path: see `_ns`)."""
+    global _ns
+    ns = _ns
+    if ns is None:
+        load_extension()
+        ns = _ns = torch.ops.beamdec
+    return ns

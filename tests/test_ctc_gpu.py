@@ -685,12 +685,14 @@ def _short(name: str) -> str:
 @pytest.mark.parametrize("earlier", [False, True])
 def test_gpu_default_launches_are_the_fewer_ones(ops, earlier, monkeypatch):
     """What the defaults launch since session 28 (unset switches), and what the earlier forms add back: one stream's
-    chunk call on the one-warp kernel runs pre-pass, decode, seal (=separate adds the check kernel first); the raw
-    offline op runs pre-pass, decode, finalize (=memset / =torch add a zeroing and a -1 fill before them)."""
-    for k in ("BEAMDEC_CTC_CHECK", "BEAMDEC_CTC_FILL", "BEAMDEC_CTC_ZERO", "BEAMDEC_CTC_KERNEL", "BEAMDEC_CTC_ROUNDS"):
+    chunk call on the one-warp kernel runs pre-pass, decode, seal (=separate adds the check kernel first; the seal a
+    cluster per row since session 30 on sm_90, =block one block per row); the raw offline op runs pre-pass, decode,
+    finalize (=memset / =torch add a zeroing and a -1 fill before them)."""
+    for k in ("BEAMDEC_CTC_CHECK", "BEAMDEC_CTC_FILL", "BEAMDEC_CTC_ZERO", "BEAMDEC_CTC_KERNEL", "BEAMDEC_CTC_ROUNDS",
+              "BEAMDEC_CTC_SEAL", "BEAMDEC_CTC_CHECK_THREADS"):
         monkeypatch.delenv(k, raising=False)
     if earlier:
-        for k, v in {**_EARLIER_LAUNCHES, "BEAMDEC_CTC_CHECK": "separate"}.items():
+        for k, v in {**_EARLIER_LAUNCHES, "BEAMDEC_CTC_CHECK": "separate", "BEAMDEC_CTC_SEAL": "block"}.items():
             monkeypatch.setenv(k, v)
     V, beam = 50, 8
     lp = random_log_probs(2, 16, V, seed=5).cuda()
@@ -700,7 +702,9 @@ def test_gpu_default_launches_are_the_fewer_ones(ops, earlier, monkeypatch):
     dec.decode_chunk(lp[:1, :4], state=st)
     names = _launched(lambda: dec.decode_chunk(lp[:1, 4:], state=st))
     kernels = [_short(n) for n in names]
-    want = ["ctc_prepass_kernel", "ctc_decode_warp_kernel", "ctc_state_seal_kernel"]
+    cluster = torch.cuda.get_device_capability()[0] >= 9 and not earlier
+    want = ["ctc_prepass_kernel", "ctc_decode_warp_kernel",
+            "ctc_state_seal_cluster_kernel" if cluster else "ctc_state_seal_kernel"]
     assert kernels == (["ctc_state_check_kernel"] + want if earlier else want), names
     store = cfg.storage_args(16)
     lengths = torch.tensor([16, 9], dtype=torch.int32).cuda()  # copied before the profiled call
@@ -764,9 +768,62 @@ def test_gpu_overlapped_launches_equal_plain_launches(ops, paged, chunk, monkeyp
             assert torch.equal(a, b), (beam, half)
 
 
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("chunk", [1, 16, 200])  # 200: two tiles in one call
+def test_gpu_cluster_seal_equals_block_seal(ops, paged, chunk, monkeypatch):
+    """BEAMDEC_CTC_SEAL (unset / =cluster: up to 16 rows sealed by a cluster of 8 blocks per row on sm_90; =block: one
+    1,024-thread block per row) writes the same checksum words: every state word equal after every chunk for one state
+    of 5 rows (clusters) and of 20 (one block per row either way), a corrupted row left alone by both, separate states
+    in one batched call (5 streams: clusters; 20: blocks), rows sealed by one form decoded and finalized under the
+    other, and a flipped token word (only the checksum sees it) refused after either form's seal."""
+    V, T = 90, 230
+    cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, max_seq_len=256)
+    dec = CtcStreamingDecoder(cfg)
+    monkeypatch.delenv("BEAMDEC_CTC_CHECK_THREADS", raising=False)
+    for rows in (5, 20):
+        lp = random_log_probs(rows, T, V, seed=chunk + 3 * paged + rows).cuda()
+        made = {}
+        for form in ("cluster", "block"):
+            monkeypatch.setenv("BEAMDEC_CTC_SEAL", form)
+            made[form] = dec.create_state(rows, V, device="cuda")
+        for t0 in range(0, T, chunk):
+            if t0 == 2 * chunk:  # a row refused from here on: both forms must leave it as it is
+                for form in ("cluster", "block"):
+                    made[form].tensor[3, 3] = 100000
+            for form in ("cluster", "block"):
+                monkeypatch.setenv("BEAMDEC_CTC_SEAL", form)
+                dec.decode_chunk(lp[:, t0:t0 + chunk], state=made[form])
+            assert torch.equal(made["cluster"].tensor, made["block"].tensor), (rows, t0)
+    for n in (5, 20):
+        xs = random_log_probs(n, 48, V, seed=n).cuda()
+        sep = {}
+        for form in ("cluster", "block"):
+            monkeypatch.setenv("BEAMDEC_CTC_SEAL", form)
+            sep[form] = [dec.create_state(1, V, device="cuda") for _ in range(n)]
+            for t0 in range(0, 48, 16):
+                dec.decode_chunk_batch(xs[:, t0:t0 + 16], sep[form])
+        for a, b in zip(sep["cluster"], sep["block"]):
+            assert torch.equal(a.tensor, b.tensor), n
+    lp = random_log_probs(2, 48, V, seed=9).cuda()
+    mixed = CtcBeamSearchConfig(beam_size=6, nbest=2, max_seq_len=2048, blank_skip_threshold=1.0, paged=paged)
+    mdec = CtcStreamingDecoder(mixed)
+    st = mdec.create_state(2, V, device="cuda")
+    for i, form in enumerate(("cluster", "block", "cluster")):
+        monkeypatch.setenv("BEAMDEC_CTC_SEAL", form)
+        mdec.decode_chunk(lp[:, 16 * i:16 * (i + 1)], state=st)
+    assert_results_match(mdec.finalize(st), ctc_beam_search(lp.cpu(), torch.tensor([48, 48]), mixed))
+    for form in ("cluster", "block"):
+        monkeypatch.setenv("BEAMDEC_CTC_SEAL", form)
+        st = mdec.create_state(2, V, device="cuda")
+        mdec.decode_chunk(lp[:, :16], state=st)
+        st.tensor[1, st.tensor.shape[1] - 1] ^= 1
+        with pytest.raises(ValueError, match="row 1: .*checksum"):
+            mdec.finalize(st)
+
+
 @pytest.mark.parametrize("name,bad", [("BEAMDEC_CTC_CHECK", "fuse"), ("BEAMDEC_CTC_FILL", "kernel"),
                                       ("BEAMDEC_CTC_ZERO", "pre-pass"), ("BEAMDEC_CTC_READBACK", "pin"),
-                                      ("BEAMDEC_CTC_PDL", "2")])
+                                      ("BEAMDEC_CTC_PDL", "2"), ("BEAMDEC_CTC_SEAL", "blocks")])
 def test_gpu_launch_saver_switches_are_checked(ops, name, bad, monkeypatch):
     """Session 27's switches take their listed values (or unset); anything else is a one-line error from the op that
     reads it (decode_chunk for the check, the offline call for the fill, the zeroing and the read-back)."""
@@ -775,7 +832,7 @@ def test_gpu_launch_saver_switches_are_checked(ops, name, bad, monkeypatch):
     lp = torch.randn(1, 5, 7).log_softmax(-1).cuda()
     monkeypatch.setenv(name, bad)
     with pytest.raises(ValueError, match=f"{name} must be one of .*got '{bad}'") as e:
-        if name == "BEAMDEC_CTC_CHECK":
+        if name in ("BEAMDEC_CTC_CHECK", "BEAMDEC_CTC_SEAL"):
             dec.decode_chunk(lp, state=st)
         else:
             ctc_beam_search(lp, torch.tensor([5]).cuda(), dec.config)

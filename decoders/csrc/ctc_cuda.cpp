@@ -104,6 +104,11 @@ bool finalize_pads() { return env_switch("BEAMDEC_CTC_FILL", {"finalize", "torch
 // elsewhere); =memset: zeroed by a fill / memset before the decode. The same outputs.
 bool zero_in_prepass() { return env_switch("BEAMDEC_CTC_ZERO", {"prepass", "memset"}) != "memset"; }
 
+// BEAMDEC_CTC_SEAL unset or =cluster: the streaming ops seal up to 16 rows on sm_90 and newer with a cluster of 8 blocks
+// per row (ctc_kernels.cuh ctc_state_seal_cluster_kernel; written in session 30); =block: one 1,024-thread block per
+// row, the form before. The same checksum words.
+bool cluster_seal() { return env_switch("BEAMDEC_CTC_SEAL", {"cluster", "block"}) != "block"; }
+
 at::Tensor workspace(const at::Tensor& like, int rows, int64_t beam, int64_t V) {
   const size_t bytes = ctc::ctc_prepass_workspace_bytes(rows, (int)beam, (int)V);
   return at::empty({(int64_t)bytes}, like.options().dtype(at::kByte));
@@ -326,7 +331,7 @@ void ctc_decode_chunk_cuda(at::Tensor& state, const at::Tensor& log_probs,
   d.workspace = scratch.workspace;
   CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk");
   CTC_CUDA_OK(ctc::ctc_seal_states(state.data_ptr<int32_t>(), state.size(1), nullptr, (int)state.size(0),
-                                   scratch.err, nullptr, stream, d.pdl != 0),
+                                   scratch.err, nullptr, stream, d.pdl != 0, cluster_seal()),
               "decode_chunk (state seal)");
 }
 
@@ -364,6 +369,7 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
   auto stream = at::cuda::getCurrentCUDAStream();
   const ctc::StateStamp want = cuda_stamp(beam_size, blank_id, lp.size(2), max_seq_len, page_size, num_pages);
   const int fused = fused_state_check() ? 1 : 0;
+  const bool seal = cluster_seal();
   for (int64_t g0 = 0; g0 < N; g0 += group) {  // one launch pair per tile per group of streams
     const int n = (int)std::min<int64_t>(group, N - g0);
     at::Tensor part = lp.narrow(0, g0, n);
@@ -381,7 +387,7 @@ void ctc_decode_chunk_batched_cuda(at::TensorList states, const at::Tensor& log_
     d.stream_states = ptrs.data();
     d.workspace = scratch.workspace;
     CTC_CUDA_OK(ctc::ctc_decode_frames(d, stream), "decode_chunk_batched");
-    CTC_CUDA_OK(ctc::ctc_seal_states(nullptr, words, ptrs.data(), n, scratch.err, nullptr, stream, d.pdl != 0),
+    CTC_CUDA_OK(ctc::ctc_seal_states(nullptr, words, ptrs.data(), n, scratch.err, nullptr, stream, d.pdl != 0, seal),
                 "decode_chunk_batched (state seal)");
   }
 }

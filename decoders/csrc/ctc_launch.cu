@@ -14,25 +14,41 @@ size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
 // One launch, plain or overlapped (pdl: the programmatic-serialization attribute, so the kernel may start while the
 // one before it in the stream runs; every kernel launched so waits on that one first, ctc_kernels.cuh
-// wait_prior_grid_then_release_next). Returns the launch's error.
+// wait_prior_grid_then_release_next), and with `cluster` > 0 as thread-block clusters of that many blocks (sm_90).
+// Returns the launch's error.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel(bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(Params...),
-                          Args&&... args) {
-  if (!pdl) {
+cudaError_t launch_kernel_ex(bool pdl, unsigned cluster, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             void (*kernel)(Params...), Args&&... args) {
+  if (!pdl && cluster == 0) {
     kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
     return cudaGetLastError();
   }
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(Params...),
+                          Args&&... args) {
+  return launch_kernel_ex(pdl, 0, grid, block, smem, stream, kernel, std::forward<Args>(args)...);
 }
 
 template <int NT, typename T>
@@ -276,7 +292,7 @@ cudaError_t ctc_check_states(int32_t* state, int64_t state_row_words, int32_t* c
 }
 
 cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
-                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream, bool pdl) {
+                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream, bool pdl, bool cluster) {
   if (rows < 1) return cudaSuccess;
   StateRefs refs;
   if (!make_refs(refs, state, state_row_words, stream_states, rows)) return cudaErrorInvalidValue;
@@ -285,6 +301,15 @@ cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* co
   if (narrow_state_check())
     return launch_kernel(pdl, rows, 256, 0, stream, ctc_state_seal_kernel<256>, refs, state_row_words, err, do_stamp,
                          st, pdl ? 1 : 0);
+  if (cluster && !do_stamp && rows <= kClusterSealMaxRows) {
+    int device = 0, major = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess) return e;
+    if (major >= 9)
+      return launch_kernel_ex(pdl, kSealParts, rows * kSealParts, kSealClusterThreads, 0, stream,
+                              ctc_state_seal_cluster_kernel, refs, state_row_words, err, pdl ? 1 : 0);
+  }
   return launch_kernel(pdl, rows, kStateCheckThreads, 0, stream, ctc_state_seal_kernel<kStateCheckThreads>, refs,
                        state_row_words, err, do_stamp, st, pdl ? 1 : 0);
 }

@@ -96,9 +96,12 @@ cudaError_t ctc_input_check(const void* log_probs, bool half, int64_t b_stride, 
 // refused in `err` when given); with `stamp` it first writes the stamp of freshly zeroed rows.
 cudaError_t ctc_check_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
                              const StateStamp& want, int32_t* err, cudaStream_t stream);
-// pdl: the seal as an overlapped launch (DecodeLaunch::pdl).
+// pdl: the seal as an overlapped launch (DecodeLaunch::pdl). cluster: up to kClusterSealMaxRows rows without a stamp
+// on sm_90 and newer, each row's checksum summed by a cluster of kSealParts blocks (ctc_state_seal_cluster_kernel);
+// elsewhere, and with false, one block per row. The same checksum words either way.
 cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* const* stream_states, int rows,
-                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream, bool pdl = false);
+                            const int32_t* err, const StateStamp* stamp, cudaStream_t stream, bool pdl = false,
+                            bool cluster = false);
 
 }  // namespace ctc
 }  // namespace beamdec

@@ -56,6 +56,7 @@
 // No device->host synchronisation anywhere; the streaming counters live in the state header.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -1684,6 +1685,47 @@ ctc_state_seal_kernel(StateRefs states, int64_t words, const int32_t* err, int d
     w[kHdrChecksumLo] = (int32_t)(uint32_t)(h & 0xFFFFFFFFull);
     w[kHdrChecksumHi] = (int32_t)(uint32_t)(h >> 32);
   }
+}
+
+// The seal of a few rows as thread-block clusters (sm_90; the streaming ops' default there for <= kClusterSealMaxRows
+// rows, BEAMDEC_CTC_SEAL=block for the kernel above; written in session 30). One cluster of kSealParts blocks per row,
+// each summing the checksum terms of an eighth of the row (the sum is mod 2^64, so parts add, as the fused check's
+// parts do); rank 0 adds the parts through distributed shared memory and writes the checksum words, and the second
+// cluster barrier keeps every block resident until it has read them. Why: the one-block seal of a 41 KB row (beam
+// 10, max_seq_len 2,048) is ~10,000 mix64 terms on one SM, ~1.6 us of issue alone at 1,024 threads, plus three rounds
+// of loads; spread over eight SMs each block has ~5 terms per thread and one round of loads. Rows refused by `err`
+// are skipped by the whole cluster (the test is the same for its blocks), no stamping (the ops seal freshly stamped
+// rows with the kernel above). The same checksum words as ctc_state_seal_kernel.
+constexpr int kSealParts = 8;            // blocks per row: the portable cluster size limit
+constexpr int kSealClusterThreads = 256;
+constexpr int kClusterSealMaxRows = 16;  // 128 blocks; above that one block per row fills the GPU already
+
+__global__ void __launch_bounds__(kSealClusterThreads)
+ctc_state_seal_cluster_kernel(StateRefs states, int64_t words, const int32_t* err, int pdl) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  wait_prior_grid_then_release_next(pdl);
+  __shared__ typename cub::BlockReduce<unsigned long long, kSealClusterThreads>::TempStorage tmp;
+  __shared__ unsigned long long part_sum;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int part = (int)cluster.block_rank();
+  const int row = (int)(blockIdx.x / kSealParts);
+  if (err && err[(int64_t)row * kStateErrorWords] != 0) return;  // cluster-uniform: no block waits on a barrier
+  int32_t* w = states.row(row);
+  const int64_t per = (words + kSealParts - 1) / kSealParts;
+  const int64_t lo = min(words, (int64_t)part * per), hi = min(words, lo + per);
+  const unsigned long long sum = block_checksum_terms<kSealClusterThreads, true>(w, lo, hi, tmp);
+  if (threadIdx.x == 0) part_sum = sum;
+  cluster.sync();
+  if (part == 0 && threadIdx.x == 0) {
+    unsigned long long h = checksum_seed(words);
+    for (int p = 0; p < kSealParts; ++p) h += *cluster.map_shared_rank(&part_sum, p);
+    w[kHdrChecksumLo] = (int32_t)(uint32_t)(h & 0xFFFFFFFFull);
+    w[kHdrChecksumHi] = (int32_t)(uint32_t)(h >> 32);
+  }
+  cluster.sync();  // rank 0 has read every block's part_sum
+#else
+  __trap();  // the launcher selects this kernel on sm_90 and newer only
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------

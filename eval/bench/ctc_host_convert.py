@@ -4,6 +4,10 @@ op makes the buffer, so no GPU is needed. A diagnostic of the API rows' overhead
 api vs kernel boundary), not a benchmark: it writes no result rows.
 
     python -m eval.bench.ctc_host_convert [--shapes 16:50:1 1:200:1 64:200:1 16:50:4] [--calls 1000] [--repeats 5]
+
+`--chunk-path` times instead the Python a streaming `decode_chunk` call runs before its op (the argument checks and
+the ops lookup; one 16-frame chunk of V 5,000, beam 10), with the op replaced by a no-op: on one CUDA stream that is
+latency before the chunk's first launch, so in the one-stream rows it is paid once per timed region.
 """
 from __future__ import annotations
 
@@ -19,13 +23,44 @@ def main(argv: list[str] | None = None) -> int:
                    help="B:T:nbest (V 1000, beam 10)")
     p.add_argument("--calls", type=positive, default=1000)
     p.add_argument("--repeats", type=positive, default=5)
+    p.add_argument("--chunk-path", action="store_true", help="time decode_chunk's Python path (op stubbed) instead")
     args = p.parse_args(argv)
     import torch
 
     import decoders.ctc as ctc
     from eval.metrics import clock_s  # the harness's clock (one measurement path)
 
+    def best_us(fn) -> float:
+        for _ in range(args.calls // 5):
+            fn()
+        best = float("inf")
+        for _ in range(args.repeats):
+            t0 = clock_s()
+            for _ in range(args.calls):
+                fn()
+            best = min(best, (clock_s() - t0) / args.calls * 1e6)
+        return best
+
     ops = ctc.load_ops()
+    if args.chunk_path:
+        dec = ctc.CtcStreamingDecoder(ctc.CtcBeamSearchConfig(beam_size=10))
+        st = dec.create_state(1, 5000)
+        lp = torch.randn(1, 16, 5000, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
+
+        class NoOp:  # the namespace's stand-in: the op call itself is not what this times
+            def ctc_decode_chunk(self, *a):
+                return None
+
+        real, noop = ctc.load_ops, NoOp()
+        ctc.load_ops = lambda: noop
+        try:
+            body = best_us(lambda: dec.decode_chunk(lp, state=st))
+        finally:
+            ctc.load_ops = real
+        lookup = best_us(ctc.load_ops)
+        print(f"decode_chunk's Python path (op stubbed): {body + lookup:.2f} us per call (checks and call "
+              f"{body:.2f}, load_ops {lookup:.2f}; best of {args.repeats} x {args.calls})")
+        return 0
     for spec in args.shapes:
         try:
             B, T, nbest = (positive(x) for x in spec.split(":"))
@@ -39,15 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         L = T + (T & 1)
         packed = ops.ctc_decode_offline_packed(lp, lens, beam, 0, 1.0, nbest, L, *cfg.storage_args(L),
                                                ctc._VALUE_SAMPLE_FRAMES)
-        convert = lambda: ctc._packed_result(packed, B, L, lens, T, V, cfg, 2)  # noqa: E731
-        for _ in range(args.calls // 5):
-            convert()
-        best = float("inf")
-        for _ in range(args.repeats):
-            t0 = clock_s()
-            for _ in range(args.calls):
-                convert()
-            best = min(best, (clock_s() - t0) / args.calls * 1e6)
+        best = best_us(lambda: ctc._packed_result(packed, B, L, lens, T, V, cfg, 2))
         print(f"B={B} T={T} nbest={nbest}: {best:.1f} us per call (best of {args.repeats} x {args.calls})")
     return 0
 

@@ -6,7 +6,8 @@ both kernels, and the streaming state check/seal kernels including a refused (co
 fused (the default) and in its own launch (BEAMDEC_CTC_CHECK=separate), and the offline calls with the default
 launches (the finalize kernel's own padding, the rows zeroed in the pre-pass launch) and the earlier ones
 (BEAMDEC_CTC_FILL=torch BEAMDEC_CTC_ZERO=memset); the streaming calls with overlapped launches (the default) and plain
-(BEAMDEC_CTC_PDL=0), the offline calls plain (the default) and overlapped (BEAMDEC_CTC_PDL=1).
+(BEAMDEC_CTC_PDL=0), the offline calls plain (the default) and overlapped (BEAMDEC_CTC_PDL=1); the streaming seal as
+a cluster per row (the default on sm_90) and as one block per row (BEAMDEC_CTC_SEAL=block).
 Every GPU result is compared with the CPU reference; any mismatch raises.
 
     compute-sanitizer --tool memcheck  python -m eval.bench.ctc_smoke
@@ -145,6 +146,9 @@ def main() -> None:
     # the streaming calls with plain launches (their default is overlapped: the runs above), the offline calls
     # overlapped (their default is plain)
     with _env(BEAMDEC_CTC_PDL="0"):
+        _streaming(lp, lp_cpu, "fused")
+    # the seal as one block per row (the default since session 30 on sm_90: a cluster of 8 blocks per row up to 16 rows)
+    with _env(BEAMDEC_CTC_SEAL="block"):
         _streaming(lp, lp_cpu, "fused")
     with _env(BEAMDEC_CTC_PDL="1"):
         for kernel, beam in (("warp", 10), ("block", 40)):
