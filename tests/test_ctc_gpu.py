@@ -719,6 +719,38 @@ def test_gpu_default_launches_are_the_fewer_ones(ops, earlier, monkeypatch):
         assert not others, names
 
 
+def _states_equal_under_switch(monkeypatch, name, forms, dec, lp, chunk, batched):
+    """Decodes `lp` (rows >= 4) chunk by chunk into one state per value of switch `name`, row 3 corrupted after two
+    chunks (refused from then on: every form must leave it as it is), then for each n in `batched` n separate streams
+    per form through decode_chunk_batch (48 frames of random input); every state word equal across the forms after
+    every chunk."""
+    V = lp.shape[2]
+    made = {}
+    for form in forms:
+        monkeypatch.setenv(name, form)
+        made[form] = dec.create_state(lp.shape[0], V, device="cuda")
+    for t0 in range(0, lp.shape[1], chunk):
+        if t0 == 2 * chunk:
+            for form in forms:
+                made[form].tensor[3, 3] = 100000
+        for form in forms:
+            monkeypatch.setenv(name, form)
+            dec.decode_chunk(lp[:, t0:t0 + chunk], state=made[form])
+        for form in forms[1:]:
+            assert torch.equal(made[forms[0]].tensor, made[form].tensor), (form, lp.shape[0], t0)
+    for n in batched:
+        xs = random_log_probs(n, 48, V, seed=n).cuda()
+        sep = {}
+        for form in forms:
+            monkeypatch.setenv(name, form)
+            sep[form] = [dec.create_state(1, V, device="cuda") for _ in range(n)]
+            for t0 in range(0, 48, 16):
+                dec.decode_chunk_batch(xs[:, t0:t0 + 16], sep[form])
+        for form in forms[1:]:
+            for a, b in zip(sep[forms[0]], sep[form]):
+                assert torch.equal(a.tensor, b.tensor), (form, n)
+
+
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("chunk", [1, 7, 16, 200])  # 200: two tiles in one call
 def test_gpu_overlapped_launches_equal_plain_launches(ops, paged, chunk, monkeypatch):
@@ -732,28 +764,7 @@ def test_gpu_overlapped_launches_equal_plain_launches(ops, paged, chunk, monkeyp
     lp = random_log_probs(5, T, V, seed=chunk + 7 * paged).cuda()
     cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, max_seq_len=256)
     dec = CtcStreamingDecoder(cfg)
-    made = {}
-    for form in ("0", "1"):
-        monkeypatch.setenv("BEAMDEC_CTC_PDL", form)
-        made[form] = dec.create_state(5, V, device="cuda")
-    for t0 in range(0, T, chunk):
-        if t0 == 2 * chunk:  # a row refused from here on: both forms must leave it as it is
-            for form in ("0", "1"):
-                made[form].tensor[3, 3] = 100000
-        for form in ("0", "1"):
-            monkeypatch.setenv("BEAMDEC_CTC_PDL", form)
-            dec.decode_chunk(lp[:, t0:t0 + chunk], state=made[form])
-        assert torch.equal(made["0"].tensor, made["1"].tensor), t0
-    for n in (5, 70):
-        xs = random_log_probs(n, 48, V, seed=n).cuda()
-        sep = {}
-        for form in ("0", "1"):
-            monkeypatch.setenv("BEAMDEC_CTC_PDL", form)
-            sep[form] = [dec.create_state(1, V, device="cuda") for _ in range(n)]
-            for t0 in range(0, 48, 16):
-                dec.decode_chunk_batch(xs[:, t0:t0 + 16], sep[form])
-        for a, b in zip(sep["0"], sep["1"]):
-            assert torch.equal(a.tensor, b.tensor), n
+    _states_equal_under_switch(monkeypatch, "BEAMDEC_CTC_PDL", ("0", "1"), dec, lp, chunk, (5, 70))
     lengths = torch.tensor([T, 0, 1, T // 2, T], dtype=torch.int32).cuda()
     for beam, half in ((10, False), (10, True), (40, False)):
         c = CtcBeamSearchConfig(beam_size=beam, nbest=3, paged=paged, page_size=4, max_seq_len=T)
@@ -780,30 +791,9 @@ def test_gpu_cluster_seal_equals_block_seal(ops, paged, chunk, monkeypatch):
     cfg = CtcBeamSearchConfig(beam_size=10, nbest=3, paged=paged, page_size=4, max_seq_len=256)
     dec = CtcStreamingDecoder(cfg)
     monkeypatch.delenv("BEAMDEC_CTC_CHECK_THREADS", raising=False)
-    for rows in (5, 20):
+    for rows, batched in ((5, (5,)), (20, (20,))):
         lp = random_log_probs(rows, T, V, seed=chunk + 3 * paged + rows).cuda()
-        made = {}
-        for form in ("cluster", "block"):
-            monkeypatch.setenv("BEAMDEC_CTC_SEAL", form)
-            made[form] = dec.create_state(rows, V, device="cuda")
-        for t0 in range(0, T, chunk):
-            if t0 == 2 * chunk:  # a row refused from here on: both forms must leave it as it is
-                for form in ("cluster", "block"):
-                    made[form].tensor[3, 3] = 100000
-            for form in ("cluster", "block"):
-                monkeypatch.setenv("BEAMDEC_CTC_SEAL", form)
-                dec.decode_chunk(lp[:, t0:t0 + chunk], state=made[form])
-            assert torch.equal(made["cluster"].tensor, made["block"].tensor), (rows, t0)
-    for n in (5, 20):
-        xs = random_log_probs(n, 48, V, seed=n).cuda()
-        sep = {}
-        for form in ("cluster", "block"):
-            monkeypatch.setenv("BEAMDEC_CTC_SEAL", form)
-            sep[form] = [dec.create_state(1, V, device="cuda") for _ in range(n)]
-            for t0 in range(0, 48, 16):
-                dec.decode_chunk_batch(xs[:, t0:t0 + 16], sep[form])
-        for a, b in zip(sep["cluster"], sep["block"]):
-            assert torch.equal(a.tensor, b.tensor), n
+        _states_equal_under_switch(monkeypatch, "BEAMDEC_CTC_SEAL", ("cluster", "block"), dec, lp, chunk, batched)
     lp = random_log_probs(2, 48, V, seed=9).cuda()
     mixed = CtcBeamSearchConfig(beam_size=6, nbest=2, max_seq_len=2048, blank_skip_threshold=1.0, paged=paged)
     mdec = CtcStreamingDecoder(mixed)
