@@ -10,13 +10,14 @@ CUDA device, the CUDA ops. Sources are picked by file name in `decoders/csrc/`:
   common_*.cpp|.cu         shared by every component
 
 The build is compiled on first use (JIT, `torch.utils.cpp_extension.load`), cached under
-`$BEAMDEC_CACHE_DIR` (default `~/.cache/beamdec`) by a hash of the sources, flags, GPU architecture and the Python
+`$BEAMDEC_CACHE_DIR` (default `~/.cache/beamdec`) by a hash of the sources, flags, GPU architectures and the Python
 environment (interpreter prefix and executable, Python version, torch version and its CUDA build), so two virtual
 environments on one machine keep one build each instead of rebuilding over each other's, and guarded by torch's own
 file lock so concurrent processes build once. A build (not a cache hit) says so on stderr, one line before and one
 after ("building beamdec extension (first use, ~1 min)..."), since it takes a minute on two cores. For development,
 `BEAMDEC_COMPONENTS=ctc` (comma-separated) builds a subset; each component's registrations in
-bindings.cpp are guarded by `BEAMDEC_WITH_<COMPONENT>`.
+bindings.cpp are guarded by `BEAMDEC_WITH_<COMPONENT>`. A process holds one build (torch registers the `beamdec`
+namespace once), so these switches are read when the first decode loads it.
 """
 from __future__ import annotations
 
