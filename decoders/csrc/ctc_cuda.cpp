@@ -24,12 +24,12 @@ namespace {
 std::string env_switch(const char* name, std::initializer_list<const char*> allowed) {
   const char* env = std::getenv(name);
   const std::string v = env ? env : "";
-  std::string list;
-  for (const char* a : allowed) {
+  if (v.empty()) return v;  // unset: the caller's default (every chunk call reads several switches)
+  for (const char* a : allowed)
     if (v == a) return v;
-    list += std::string(list.empty() ? "" : ", ") + a;
-  }
-  CTC_ARG_CHECK(v.empty(), std::string(name) + " must be one of " + list + " (or unset), got '" + v + "'");
+  std::string list;  // the error's list of values, built only on this path
+  for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+  CTC_ARG_CHECK(false, std::string(name) + " must be one of " + list + " (or unset), got '" + v + "'");
   return v;
 }
 
