@@ -57,6 +57,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from decoders import _ext
 from decoders.types import Hypothesis, check_prefix_search_options
 
 MAX_BEAM_SIZE = 128
@@ -204,9 +205,7 @@ def check_log_prob_values(log_probs: torch.Tensor, lengths: torch.Tensor, blank_
 
 
 def _ops():
-    from decoders._ext import ops
-
-    return ops()
+    return _ext.ops()
 
 
 def _register_fakes() -> None:
@@ -256,21 +255,17 @@ def _register_fakes() -> None:
             raise
 
 
-_loaded_ops = None  # torch.ops.beamdec once loaded and the fakes registered (the per-call path: no further work)
+_fakes_registered = False
 
 
 def load_ops():
     """Build/load the extension (CTC part) and register the fake kernels once; returns torch.ops.beamdec."""
-    global _loaded_ops
-    ops = _loaded_ops
-    if ops is None:
-        ops = _ops()
+    global _fakes_registered
+    ops = _ops()
+    if not _fakes_registered:
         _register_fakes()
-        _loaded_ops = ops
+        _fakes_registered = True
     return ops
-
-
-_LOG_PROB_DTYPES = (torch.float32, torch.float16)
 
 
 def _check_log_probs(log_probs: torch.Tensor, name: str = "log_probs") -> None:
@@ -278,7 +273,7 @@ def _check_log_probs(log_probs: torch.Tensor, name: str = "log_probs") -> None:
         raise ValueError(f"{name} must be a torch.Tensor (B, T, V), got {type(log_probs).__name__}")
     if log_probs.dim() != 3:
         raise ValueError(f"{name} must be 3-D (B, T, V), got shape {tuple(log_probs.shape)}")
-    if log_probs.dtype not in _LOG_PROB_DTYPES:
+    if log_probs.dtype not in (torch.float32, torch.float16):
         raise ValueError(f"{name} must be float32 or float16, got {log_probs.dtype}")
     if log_probs.shape[2] < 2:
         raise ValueError(f"{name}: vocabulary size V must be >= 2 (blank + one token), got {log_probs.shape[2]}")
@@ -494,16 +489,6 @@ class CtcStreamingDecoder:
     def __init__(self, config: Optional[CtcBeamSearchConfig] = None):
         self.config = config or CtcBeamSearchConfig()
         self.max_seq_len = self.config.max_seq_len or STREAMING_MAX_SEQ_LEN
-        self._words_for: tuple = ()
-        self._words = 0
-
-    def _row_words(self) -> int:
-        """The state row's width in int32 words for the config as it is now (recomputed only when it changed)."""
-        c = self.config
-        key = (c.beam_size, c.paged, c.page_size, c.num_pages)
-        if key != self._words_for:
-            self._words, self._words_for = self.state_bytes_per_stream // 4, key
-        return self._words
 
     @property
     def storage_args(self) -> tuple[int, int]:
@@ -542,7 +527,7 @@ class CtcStreamingDecoder:
         """Shape/dtype checks here, before the op, with the config in the message (the C++ checks name the
         argument too). `words`: the state row's width, when the caller checks many states."""
         if words is None:
-            words = self._row_words()
+            words = self.state_bytes_per_stream // 4
         t = getattr(state, "tensor", None)
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 2 or t.shape[1] != words:
             raise ValueError(f"{name} must be a CtcStreamState from create_state of a decoder with beam_size="
@@ -600,7 +585,7 @@ class CtcStreamingDecoder:
             if key in seen:
                 raise ValueError(f"states: entries {seen[key]} and {i} are the same state; each stream needs its own")
             seen[key] = i
-        words, device = self._row_words(), chunks.device
+        words, device = self.state_bytes_per_stream // 4, chunks.device
         for s in states:
             self._check_state(s, "states[i]", words)
             if s.tensor.device != device:
