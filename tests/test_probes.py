@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("name", ["barrier", "warp"])
+@pytest.mark.parametrize("name", ["barrier", "warp", "launch"])
 def test_probe_compiles_for_sm90(tmp_path, name):
     src = REPO / f"eval/bench/probes/{name}_probe.cu"
     proc = subprocess.run(["nvcc", "-std=c++17", "-O1", "-arch=sm_90", "-o", str(tmp_path / "probe"), str(src)],

@@ -5,6 +5,7 @@
 
 #include "ctc_kernels.cuh"
 #include "ctc_launch.h"
+#include "launch_ex.cuh"
 
 namespace beamdec {
 namespace ctc {
@@ -12,39 +13,7 @@ namespace ctc {
 namespace {
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
-// One launch, plain or overlapped (pdl: the programmatic-serialization attribute, so the kernel may start while the
-// one before it in the stream runs; every kernel launched so waits on that one first, ctc_kernels.cuh
-// wait_prior_grid_then_release_next), and with `cluster` > 0 as thread-block clusters of that many blocks (sm_90).
-// Returns the launch's error.
-template <typename... Params, typename... Args>
-cudaError_t launch_kernel_ex(bool pdl, unsigned cluster, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             void (*kernel)(Params...), Args&&... args) {
-  if (!pdl && cluster == 0) {
-    kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
-    return cudaGetLastError();
-  }
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster > 0) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster;
-    attr[n].val.clusterDim.y = 1;
-    attr[n++].val.clusterDim.z = 1;
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
+// One launch, plain or overlapped (include/launch_ex.cuh).
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, void (*kernel)(Params...),
                           Args&&... args) {

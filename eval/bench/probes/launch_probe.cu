@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "probe_check.h"
+#include "../../../decoders/include/launch_ex.cuh"  // the ops' own launch helper
 
 #include <algorithm>
 #include <chrono>
@@ -45,29 +46,7 @@ __global__ void k_work(P p, int pdl) {
 
 template <typename P>
 cudaError_t launch(const P& p, int grid, int cluster, bool pdl, cudaStream_t s) {
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster > 0) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster;
-    attr[n].val.clusterDim.y = 1;
-    attr[n++].val.clusterDim.z = 1;
-  }
-  if (n == 0) {
-    k_work<P><<<grid, 256, 0, s>>>(p, 0);
-    return cudaGetLastError();
-  }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = 256;
-  cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  return cudaLaunchKernelEx(&cfg, k_work<P>, p, pdl ? 1 : 0);
+  return beamdec::launch_kernel_ex(pdl, (unsigned)cluster, grid, 256, 0, s, k_work<P>, p, pdl ? 1 : 0);
 }
 
 static double median(std::vector<double> v) {
