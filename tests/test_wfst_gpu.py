@@ -471,3 +471,46 @@ def test_fused_max_equals_the_max_walk_and_cpu(monkeypatch, batch, epsilon):
                 assert fused.has_path == walk.has_path and fused.reached_final == walk.reached_final, key
             cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
             _assert_scores_near_cpu(cpu, fused, range(batch), (gi,))
+
+
+@pytest.mark.parametrize("batch", [1, 5, 40])
+@pytest.mark.parametrize("epsilon", [False, True])
+def test_arc_rounds_ahead_equal_one_round_and_cpu(monkeypatch, batch, epsilon):
+    """The persistent kernel's Max and Expand walks with 2 or 4 rounds of arcs scored ahead
+    (BEAMDEC_WFST_ARC_AHEAD; decoders/include/wfst_kernels.cuh warp_arc_rounds_ahead) against one round at a time and
+    the CPU: bit-equal scores, equal flags, words equal up to exactly tied paths. States of up to 130 emitting arcs (a
+    lone token walks 5 rounds: a partial group of 4 after a full one), arc counts that end mid-round, final and
+    redirected steps, -inf log-probs, fp16, boosts and multi-word arcs (the boosts are added after the scoring), a
+    frontier-capacity rescue, and the emit-slot and candidate forms."""
+    from wfst_testlib import with_multiword_arcs
+    rng = np.random.default_rng(1700 + batch + 7 * epsilon)
+    for gi in range(6):
+        g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 250)),
+                         num_tokens=int(rng.choice([3, 29])), max_emitting=int(rng.choice([8, 40, 130])),
+                         finals="none" if gi == 4 else "some", words_on_epsilon_cycles=False)
+        if gi == 5 and not epsilon:  # (extra words on an epsilon cycle could make it gain under the boosts)
+            g = with_multiword_arcs(rng, g)
+        cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0, 30.0])),
+                                max_active=int(rng.choice([40, 10000])), frontier_capacity=16 if gi == 3 else None)
+        lp, lengths = random_batch(rng, batch, g.num_tokens)
+        if gi == 2:
+            lp[:, ::2, 1:] = -math.inf
+        boosts = [{1: 1.5, 2: -0.75}] + [{}] * (batch - 1) if gi in (1, 5) else None
+        for dtype in (torch.float32, torch.float16):
+            x = lp.to(dtype)
+            cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
+            for slots in ("1", "0"):
+                monkeypatch.setenv("BEAMDEC_WFST_EMIT_SLOTS", slots)
+                monkeypatch.setenv("BEAMDEC_WFST_ARC_AHEAD", "1")
+                one = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+                for ahead in ("2", "4"):
+                    monkeypatch.setenv("BEAMDEC_WFST_ARC_AHEAD", ahead)
+                    res = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+                    key = (gi, str(dtype), slots, ahead)
+                    assert res.scores.tolist() == one.scores.tolist(), key
+                    assert res.overflow == one.overflow and res.has_path == one.has_path, key
+                    assert res.reached_final == one.reached_final, key
+                    assert sum(res.words[b] != one.words[b] for b in range(batch)) <= max(1, batch // 8), key
+                _assert_scores_near_cpu(cpu, one, range(batch), key)
+            monkeypatch.delenv("BEAMDEC_WFST_ARC_AHEAD")
+            monkeypatch.delenv("BEAMDEC_WFST_EMIT_SLOTS")

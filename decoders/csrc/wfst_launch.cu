@@ -82,6 +82,17 @@ int fused_max_mode() {
   return 0;
 }
 
+// Rounds of 32 arcs whose loads the persistent kernel's Max and Expand walks issue together
+// (wfst_kernels.cuh warp_arc_rounds_ahead; with more than one, the Expand walk also loads every arc's destination
+// with its label and weight): BEAMDEC_WFST_ARC_AHEAD=1 / 2 / 4, read per call; unset or anything else:
+// kernels::kArcRoundsAhead. The fused-max and single-cluster forms use kArcRoundsAhead.
+int arc_rounds_ahead() {
+  const char* env = std::getenv("BEAMDEC_WFST_ARC_AHEAD");
+  if (env && (std::strcmp(env, "1") == 0 || std::strcmp(env, "2") == 0 || std::strcmp(env, "4") == 0))
+    return env[0] - '0';
+  return kernels::kArcRoundsAhead;
+}
+
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
 // Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
 // default (session 23, reports/measurements/README.md). Measured on an H200 (2026-12-06, one call, small char compact
@@ -134,7 +145,11 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   };
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
-  return cooperative_launch<PersistentKernel<scalar_t, 0>>(kWalkBlock, grid, args, stream);
+  switch (arc_rounds_ahead()) {
+    case 2: return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
+    case 4: return cooperative_launch<PersistentKernel<scalar_t, 0, false, 4>>(kWalkBlock, grid, args, stream);
+    default: return cooperative_launch<PersistentKernel<scalar_t, 0, false, 1>>(kWalkBlock, grid, args, stream);
+  }
 }
 
 // Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures; `persistent`:

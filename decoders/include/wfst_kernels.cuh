@@ -49,6 +49,9 @@ constexpr uint32_t kNoCand = 0xffffffffu;  // payload of a slot set without a ca
 constexpr int kMaxProbes = 256;
 constexpr int kInitBlock = 512;
 constexpr int kWalkBlock = 256;
+// Rounds of 32 arcs whose loads a warp issues together in the Max and Expand walks (warp_arc_rounds_ahead); the
+// persistent kernel's is chosen per call (wfst_launch.cu arc_rounds_ahead), the per-kernel walks use this one.
+constexpr int kArcRoundsAhead = 1;
 
 enum Phase : int32_t { kDone = 0, kEmit = 1, kFinal = 2, kRedirect = 3 };
 // Emit slots: the mark of a slot value's emit payload (wfst_launch.cu emit_slots_shift leaves bit 31 free for it).
@@ -483,6 +486,79 @@ __device__ __forceinline__ void warp_arc_rounds(int32_t b, int32_t tok, float sc
   }
 }
 
+// warp_arc_rounds with the memory latency of K rounds overlapped: the loads of K consecutive rounds of 32 arcs are
+// issued together -- each arc's words (fetch_arc), then `score_arc(valid, const ArcItem&, phase, const ArcWords&)`
+// (no branches, atomics or volatile accesses: the loads that depend on the words) -- then
+// each round's dependent work runs in round order (`commit(valid, const ArcItem&, phase, const S& scored)`,
+// warp-synchronous like on_arc). A warp with several rounds -- a high-degree token at batch 1 (the small char HLG:
+// a step's slowest warp walks 3-4 rounds where the mean warp walks 1.5), dozens of tokens per warp at batch 200 --
+// otherwise pays one chain of dependent loads (arc, then log-prob) per round. The rounds are scored ahead
+// unconditionally (a lane past the end scores nothing: valid = false), so no branch separates their loads; the
+// commits of rounds past the end are skipped (warp-uniform). K = 1 is warp_arc_rounds' order exactly.
+// The words of one arc the walks read first: its label and weight, and with kDest its destination.
+struct ArcWords {
+  int32_t il;
+  float weight;
+  int32_t dest;
+};
+
+template <bool kDest>
+__device__ __forceinline__ ArcWords fetch_arc(const DeviceGraph& g, int32_t arc) {
+  ArcWords w;
+  w.weight = g.weight[arc];
+  w.dest = kDest ? g.dest[arc] : 0;
+  w.il = g.ilabel[arc];
+  return w;
+}
+
+template <int K, bool kDest, typename ScoreFn, typename CommitFn>
+__device__ __forceinline__ void warp_arc_rounds_ahead(const DeviceGraph& g, int32_t b, int32_t tok, float score,
+                                                      int32_t link, int32_t phase, int32_t begin, int32_t deg,
+                                                      ScoreFn score_arc, CommitFn commit) {
+  static_assert(K >= 1 && K <= 4, "1 to 4 rounds ahead");
+  const int lane = threadIdx.x & 31;
+  int incl = deg;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  const int excl = incl - deg;
+  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  using Scored = decltype(score_arc(false, ArcItem{}, 0, ArcWords{}));
+  for (int j0 = 0; j0 < total; j0 += 32 * K) {
+    ArcItem it[K];
+    int32_t ph[K];
+    ArcWords words[K];
+    Scored sc[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = j0 + 32 * k + lane;
+      int owner = 0;  // first thread whose inclusive count exceeds j (31 for j >= total: a valid thread to read)
+#pragma unroll
+      for (int step = 16; step; step >>= 1) {
+        const int v = __shfl_sync(0xffffffffu, incl, owner + step - 1);
+        if (v <= j) owner += step;
+      }
+      it[k].off = j - __shfl_sync(0xffffffffu, excl, owner);
+      it[k].arc = __shfl_sync(0xffffffffu, begin, owner) + it[k].off;
+      it[k].lane = __shfl_sync(0xffffffffu, b, owner);
+      it[k].tok = __shfl_sync(0xffffffffu, tok, owner);
+      it[k].score = __shfl_sync(0xffffffffu, score, owner);
+      it[k].link = __shfl_sync(0xffffffffu, link, owner);
+      ph[k] = __shfl_sync(0xffffffffu, phase, owner);
+    }
+    // every round's arc words first (a thread without an arc reads arc 0's), then the loads that depend on them
+#pragma unroll
+    for (int k = 0; k < K; ++k) words[k] = fetch_arc<kDest>(g, j0 + 32 * k + lane < total ? it[k].arc : 0);
+#pragma unroll
+    for (int k = 0; k < K; ++k) sc[k] = score_arc(j0 + 32 * k + lane < total, it[k], ph[k], words[k]);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (k == 0 || j0 + 32 * k < total) commit(j0 + 32 * k + lane < total, it[k], ph[k], sc[k]);
+  }
+}
+
 // The first arc a frontier token walks in `phase` (not the start closure): the final phase walks the state's final
 // arcs, the emitting and redirect phases start at its first arc. walk_token_arcs and the emit-slots Resolve (which
 // turns a slot's arc offset back into an arc) share it, so the two cannot disagree on where a phase's range begins.
@@ -493,10 +569,11 @@ __device__ __forceinline__ int32_t phase_arcs_begin(const DeviceGraph& g, int32_
 // Arc walk of the frontier tokens in `buf` given by the current items. kStart: the start token's epsilon arcs
 // (the start closure); else every token's arcs of its lane's phase. `on_token(lane, tok)` runs once per item.
 // skip_ready: lanes whose step max is already known (max_ready, fused max) walk no arcs.
-template <bool kStart, typename TokFn, typename ArcFn>
+// The arcs are walked by warp_arc_rounds_ahead<K, kDest>: `score_arc` and `commit` as there.
+template <bool kStart, int K, bool kDest, typename TokFn, typename ScoreFn, typename CommitFn>
 __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
-                                                int32_t buf, int32_t F, TokFn on_token, ArcFn on_arc,
-                                                bool skip_ready = false) {
+                                                int32_t buf, int32_t F, TokFn on_token, ScoreFn score_arc,
+                                                CommitFn commit, bool skip_ready = false) {
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) {
     int32_t begin = 0, deg = 0, link = -1, phase = kDone;
     float score = -INFINITY;
@@ -517,8 +594,35 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
         }
       }
     }
-    warp_arc_rounds(b, tok, score, link, phase, begin, deg, on_arc);
+    warp_arc_rounds_ahead<K, kDest>(g, b, tok, score, link, phase, begin, deg, score_arc, commit);
   });
+}
+
+// The word boosts of `arc` for `lane` added to `ll` (in the arc's word order, as the CPU reference adds them).
+__device__ __forceinline__ float add_word_boosts(const DeviceGraph& g, int32_t arc, float ll, const int32_t* boost_keys,
+                                                 const float* boost_values, int32_t boost_cap, int32_t lane) {
+  int32_t wb, we;
+  arc_word_range(g, arc, wb, we);
+  for (int32_t k = wb; k < we; ++k)
+    ll = __fadd_rn(ll, boost_lookup(boost_keys + (int64_t)lane * boost_cap, boost_values + (int64_t)lane * boost_cap,
+                                    boost_cap, g.words[k]));
+  return ll;
+}
+
+// Log-likelihood of taking an arc (its words `w`) on this step before word boosts: acoustic (emitting phase only, not
+// kEps) + weight, rounded as the CPU reference does. Written without branches: the log-prob is loaded for every arc (at column 0 for a
+// label that is not a token, and from `row` -- a valid row of the lane -- in every phase) and selected away where it
+// does not count, so the walks that score several rounds of arcs at once (warp_arc_rounds_ahead) issue all their loads
+// in one straight run; a branch between them would order each round's loads after the previous round's.
+template <typename scalar_t, bool kEps>
+__device__ __forceinline__ float arc_base_loglik(const SearchOptions& opt, const ArcWords& w, bool emit_phase,
+                                                 const scalar_t* row) {
+  float acoustic = 0.0f;
+  if constexpr (!kEps) {
+    const float x = load_lp(row + max(w.il, 0));
+    acoustic = emit_phase && w.il >= 0 ? __fmul_rn(x, opt.acoustic_scale) : 0.0f;
+  }
+  return __fadd_rn(acoustic, w.weight);
 }
 
 // Log-likelihood of taking `arc` on this step: acoustic (emitting phase only) + weight + word boosts.
@@ -533,14 +637,18 @@ __device__ __forceinline__ float arc_loglik(const DeviceGraph& g, const SearchOp
     if (il >= 0) acoustic = __fmul_rn(load_lp(row + il), opt.acoustic_scale);
   }
   float ll = __fadd_rn(acoustic, g.weight[arc]);
-  if (boost_cap > 0) {
-    int32_t wb, we;
-    arc_word_range(g, arc, wb, we);
-    for (int32_t k = wb; k < we; ++k)
-      ll = __fadd_rn(ll, boost_lookup(boost_keys + (int64_t)lane * boost_cap, boost_values + (int64_t)lane * boost_cap,
-                                      boost_cap, g.words[k]));
-  }
+  if (boost_cap > 0) ll = add_word_boosts(g, arc, ll, boost_keys, boost_values, boost_cap, lane);
   return ll;
+}
+
+// The log-prob row an arc of `a` reads in `phase` (the frame t row when emitting, the lane's first row otherwise:
+// any valid row, arc_base_loglik selects the value away), and the first row of its lane for a thread without an arc.
+template <typename scalar_t>
+__device__ __forceinline__ const scalar_t* arc_row(const scalar_t* lp, int32_t T, int32_t V, int32_t t, bool valid,
+                                                   const ArcItem& a, int32_t phase) {
+  // a.lane is a lane of the batch even without an arc (the walks' lane index starts at 0)
+  const int32_t frame = valid && phase == kEmit ? t : 0;
+  return lp + ((int64_t)a.lane * T + frame) * V;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -565,7 +673,7 @@ __device__ __forceinline__ void clear_claimed(const Workspace& ws, int32_t buf, 
 
 // Max: exact per-lane maximum of this step's candidate ends. Also clears the previous step's hash slots
 // (token i owns claims[i]), or a whole lane's table when its claims list overflowed.
-template <typename scalar_t>
+template <typename scalar_t, int K = kArcRoundsAhead>
 __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                          const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf, int32_t F,
                                          int32_t H, int32_t batch, const int32_t* boost_keys,
@@ -580,22 +688,23 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
       if (cur_max > ld_volatile(*p)) atomicMax(p, cur_max);
     }
   };
-  walk_token_arcs<false>(
+  walk_token_arcs<false, K, false>(
       g, ws, batch, buf, F,
       [&](int32_t b, int32_t tok) {
         if (!fused) clear_claim(ws, buf, F, H, b, tok);
       },
-      [&](bool valid, const ArcItem& a, int32_t phase) {
+      [&](bool valid, const ArcItem& a, int32_t phase, const ArcWords& w) -> float {
+        return arc_base_loglik<scalar_t, false>(opt, w, phase == kEmit, arc_row(lp, T, V, t, valid, a, phase));
+      },
+      [&](bool valid, const ArcItem& a, int32_t, float ll) {
         if (!valid) return;
-        const scalar_t* row = lp + ((int64_t)a.lane * T + (phase == kEmit ? t : 0)) * V;
-        const float end =
-            __fadd_rn(a.score, arc_loglik(g, opt, a.arc, phase, false, row, boost_keys, boost_values, boost_cap, a.lane));
+        if (boost_cap > 0) ll = add_word_boosts(g, a.arc, ll, boost_keys, boost_values, boost_cap, a.lane);
+        const uint32_t o = float_to_ordered(__fadd_rn(a.score, ll));
         if (a.lane != cur_lane) {
           flush();
           cur_lane = a.lane;
           cur_max = 0;
         }
-        const uint32_t o = float_to_ordered(end);
         if (o > cur_max) cur_max = o;
       },
       fused);
@@ -676,29 +785,47 @@ __device__ __forceinline__ void warp_take2(T* ca, bool pa, T* cb, bool pb, T& ia
   if (pb) ib = base_b + static_cast<T>(__popc(peers_b & below));
 }
 
-// One arc of the expansion (warp-synchronous: all 32 threads call it, valid = the thread has an arc). kEps: an
-// epsilon arc relaxed against the step's cutoff; else an arc of the step's phase against max - beam. Admits,
-// recombines by destination state in the lane's hash table (a new destination claims the next token of the
-// frontier `out`, written dead until a candidate wins it) and appends the candidate unless the slot already
-// holds a better one.
-template <typename scalar_t, bool kEps>
-__device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
-                                           const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t out,
-                                           int32_t F, int32_t C, int32_t H, const int32_t* boost_keys,
-                                           const float* boost_values, int32_t boost_cap, bool valid,
-                                           const ArcItem& a, int32_t phase) {
+// One arc of the expansion, in two parts: expand_arc_score (loads only: the arc's end and whether it is admitted)
+// and expand_arc_commit (warp-synchronous: all 32 threads call it, valid = the thread has an arc). kEps: an epsilon
+// arc relaxed against the step's cutoff; else an arc of the step's phase against max - beam. The commit recombines an
+// admitted arc by destination state in the lane's hash table (a new destination claims the next token of the frontier
+// `out`, written dead until a candidate wins it) and appends the candidate unless the slot already holds a better one.
+// kDestAhead: the score part also loads the arc's destination (for every arc, admitted or not: the walks that score
+// rounds ahead take it off the admitted arcs' chain of dependent loads).
+struct ArcScore {
+  float ll;      // arc_base_loglik (before word boosts)
+  float cutoff;  // the lane's admission threshold
+  int32_t dest;  // kDestAhead: the arc's destination
+};
+
+template <typename scalar_t, bool kEps, bool kDestAhead>
+__device__ __forceinline__ ArcScore expand_arc_score(const SearchOptions& opt, const Workspace& ws, const scalar_t* lp,
+                                                     int32_t T, int32_t V, int32_t t, bool valid, const ArcItem& a,
+                                                     int32_t phase, const ArcWords& w) {
+  const LaneState& L = ws.lanes[a.lane];  // a lane of the batch even without an arc
+  ArcScore r;
+  r.ll = arc_base_loglik<scalar_t, kEps>(opt, w, phase == kEmit, kEps ? lp : arc_row(lp, T, V, t, valid, a, phase));
+  // k2: cutoff = best - beam (float), admit iff end > cutoff.
+  r.cutoff = kEps ? L.cutoff : ordered_to_float(L.max_ord) - L.beam;
+  r.dest = kDestAhead ? w.dest : 0;
+  return r;
+}
+
+template <bool kEps, bool kDestAhead>
+__device__ __forceinline__ void expand_arc_commit(const DeviceGraph& g, Workspace& ws, int32_t out, int32_t F,
+                                                  int32_t C, int32_t H, const int32_t* boost_keys,
+                                                  const float* boost_values, int32_t boost_cap, bool valid,
+                                                  const ArcItem& a, int32_t phase, const ArcScore& sc) {
   LaneState* L = valid ? &ws.lanes[a.lane] : nullptr;
   const int64_t hrow = (int64_t)a.lane * H, frow = (int64_t)a.lane * F, crow = (int64_t)a.lane * C;
   HashSlot* table = hash_of(ws, out);  // the table of the frontier being built
-  bool admit = false;
   float end = 0.0f;
+  bool admit = false;
   if (valid) {
-    const scalar_t* row = kEps ? nullptr : lp + ((int64_t)a.lane * T + (phase == kEmit ? t : 0)) * V;
-    end = __fadd_rn(a.score,
-                    arc_loglik(g, opt, a.arc, phase, kEps, row, boost_keys, boost_values, boost_cap, a.lane));
-    // k2: cutoff = best - beam (float), admit iff end > cutoff.
-    const float cutoff = kEps ? L->cutoff : ordered_to_float(L->max_ord) - L->beam;
-    admit = end > cutoff;
+    const float ll = boost_cap > 0 ? add_word_boosts(g, a.arc, sc.ll, boost_keys, boost_values, boost_cap, a.lane)
+                                   : sc.ll;
+    end = __fadd_rn(a.score, ll);
+    admit = end > sc.cutoff;
   }
   // The admitted-arc path: the probe reads the whole 16-byte slot, so the dominance test needs no second load, and
   // the claim and candidate counters are taken in one warp step with both atomics in flight. A new destination is a
@@ -711,7 +838,7 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
   bool claimed = false;
   unsigned long long seen = 0ull;
   if (admit) {
-    dest = phase == kRedirect ? g.final_state : g.dest[a.arc];
+    dest = phase == kRedirect ? g.final_state : (kDestAhead ? sc.dest : g.dest[a.arc]);
     h = hash_insert_read(table + hrow, H, dest, claimed, seen);
     if (h < 0) {
       atomicOr(&L->overflow, kOverflowHash);
@@ -758,9 +885,21 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
   }
 }
 
+// The whole arc (score, then commit): the Resolve's epsilon expansions.
+template <typename scalar_t, bool kEps>
+__device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
+                                           const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t out,
+                                           int32_t F, int32_t C, int32_t H, const int32_t* boost_keys,
+                                           const float* boost_values, int32_t boost_cap, bool valid,
+                                           const ArcItem& a, int32_t phase) {
+  const ArcScore sc = expand_arc_score<scalar_t, kEps, false>(opt, ws, lp, T, V, t, valid, a, phase,
+                                                              fetch_arc<false>(g, valid ? a.arc : 0));
+  expand_arc_commit<kEps, false>(g, ws, out, F, C, H, boost_keys, boost_values, boost_cap, valid, a, phase, sc);
+}
+
 // Expand: the step's expansion of the frontier in `buf` into `out` (kStart: the start token's epsilon arcs,
 // `buf` = `out` = 0). The last block prepares the Resolve walk over the candidates.
-template <typename scalar_t, bool kStart>
+template <typename scalar_t, bool kStart, int K = kArcRoundsAhead>
 __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                             const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
                                             int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
@@ -769,14 +908,19 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
   // cleared by this walk, token by token; the Max walk of the one-table launchers does it otherwise.
   const bool clear = !kStart && ws.fused;
   if (clear) clear_claimed(ws, buf, F, H, batch);
-  walk_token_arcs<kStart>(g, ws, batch, buf, F,
-                          [&](int32_t b, int32_t tok) {
-                            if (clear) clear_claim(ws, buf, F, H, b, tok);
-                          },
-                          [&](bool valid, const ArcItem& a, int32_t phase) {
-                            expand_arc<scalar_t, kStart>(g, opt, ws, lp, T, V, t, out, F, C, H, boost_keys,
-                                                         boost_values, boost_cap, valid, a, phase);
-                          });
+  constexpr bool kDestAhead = K > 1;
+  walk_token_arcs<kStart, K, kDestAhead>(
+      g, ws, batch, buf, F,
+      [&](int32_t b, int32_t tok) {
+        if (clear) clear_claim(ws, buf, F, H, b, tok);
+      },
+      [&](bool valid, const ArcItem& a, int32_t phase, const ArcWords& w) {
+        return expand_arc_score<scalar_t, kStart, kDestAhead>(opt, ws, lp, T, V, t, valid, a, phase, w);
+      },
+      [&](bool valid, const ArcItem& a, int32_t phase, const ArcScore& sc) {
+        expand_arc_commit<kStart, kDestAhead>(g, ws, out, F, C, H, boost_keys, boost_values, boost_cap, valid, a,
+                                              phase, sc);
+      });
   const int32_t next = !kStart && ws.emit_slots ? kWalkClaims : kWalkCands;
   arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{next, t, false, false, !kStart});
 }
@@ -1005,7 +1149,7 @@ __global__ void __launch_bounds__(kWalkBlock)
 // vs 934 / 933, two processes each, equal WER). The barriers are not where a batch-1 step's time goes (the small
 // HLG's batch-1 Expand alone takes ~17 us for ~1,000 items, ncu in session 21), so this stays opt-in and the cluster
 // design with DSMEM hash tables it was the first step of was not built.
-template <typename scalar_t, int kFused, bool kCluster = false>
+template <typename scalar_t, int kFused, bool kCluster = false, int kAhead = kArcRoundsAhead>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
@@ -1042,11 +1186,11 @@ __global__ void __launch_bounds__(kWalkBlock)
     const int32_t buf = t & 1, out = buf ^ 1;
     // step_flags: written by the `prepare` before the last barrier, so every block reads the same value
     if (kFused == 0 || ld_volatile(ws.step_flags[0]) != 0) {
-      max_step<scalar_t>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
+      max_step<scalar_t, kAhead>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
       grid.sync();
     }
-    expand_step<scalar_t, false>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys, boost_values,
-                                 boost_cap);
+    expand_step<scalar_t, false, kAhead>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys, boost_values,
+                                         boost_cap);
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};
