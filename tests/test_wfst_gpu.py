@@ -477,13 +477,16 @@ def test_fused_max_equals_the_max_walk_and_cpu(monkeypatch, batch, epsilon):
 @pytest.mark.parametrize("epsilon", [False, True])
 def test_arc_rounds_ahead_equal_one_round_and_cpu(monkeypatch, batch, epsilon):
     """The persistent kernel's Max and Expand walks with 2 or 4 rounds of arcs scored ahead
-    (BEAMDEC_WFST_ARC_AHEAD; decoders/include/wfst_kernels.cuh warp_arc_rounds_ahead) against one round at a time and
+    (BEAMDEC_WFST_ARC_AHEAD; decoders/include/wfst_kernels.cuh warp_arc_rounds_ahead) and the Expand walk's
+    admitted-arc queue (BEAMDEC_WFST_ADMIT_QUEUE=1, alone and with 2 rounds ahead) against one round at a time and
     the CPU: bit-equal scores, equal flags, words equal up to exactly tied paths. States of up to 130 emitting arcs (a
     lone token walks 5 rounds: a partial group of 4 after a full one), arc counts that end mid-round, final and
     redirected steps, -inf log-probs, fp16, boosts and multi-word arcs (the boosts are added after the scoring), a
-    frontier-capacity rescue, and the emit-slot and candidate forms."""
+    frontier-capacity rescue, and the emit-slot and candidate forms. Lanes left flagged after the rescue (gi 3's
+    candidate form) are not compared: which candidates a full buffer drops depends on timing."""
     from wfst_testlib import with_multiword_arcs
     rng = np.random.default_rng(1700 + batch + 7 * epsilon)
+    forms = [("2", "0"), ("4", "0"), ("1", "1"), ("2", "1")]  # (rounds ahead, admitted-arc queue)
     for gi in range(6):
         g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 250)),
                          num_tokens=int(rng.choice([3, 29])), max_emitting=int(rng.choice([8, 40, 130])),
@@ -502,15 +505,20 @@ def test_arc_rounds_ahead_equal_one_round_and_cpu(monkeypatch, batch, epsilon):
             for slots in ("1", "0"):
                 monkeypatch.setenv("BEAMDEC_WFST_EMIT_SLOTS", slots)
                 monkeypatch.setenv("BEAMDEC_WFST_ARC_AHEAD", "1")
+                monkeypatch.setenv("BEAMDEC_WFST_ADMIT_QUEUE", "0")
                 one = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-                for ahead in ("2", "4"):
+                for ahead, queue in forms:
                     monkeypatch.setenv("BEAMDEC_WFST_ARC_AHEAD", ahead)
+                    monkeypatch.setenv("BEAMDEC_WFST_ADMIT_QUEUE", queue)
                     res = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-                    key = (gi, str(dtype), slots, ahead)
-                    assert res.scores.tolist() == one.scores.tolist(), key
-                    assert res.overflow == one.overflow and res.has_path == one.has_path, key
-                    assert res.reached_final == one.reached_final, key
-                    assert sum(res.words[b] != one.words[b] for b in range(batch)) <= max(1, batch // 8), key
-                _assert_scores_near_cpu(cpu, one, range(batch), key)
-            monkeypatch.delenv("BEAMDEC_WFST_ARC_AHEAD")
-            monkeypatch.delenv("BEAMDEC_WFST_EMIT_SLOTS")
+                    key = (gi, str(dtype), slots, ahead, queue)
+                    exact = [b for b in range(batch) if one.overflow[b] == 0 and res.overflow[b] == 0]
+                    if gi != 3:
+                        assert res.overflow == one.overflow and len(exact) == batch, key
+                    assert [res.scores[b] for b in exact] == [one.scores[b] for b in exact], key
+                    assert [res.has_path[b] for b in exact] == [one.has_path[b] for b in exact], key
+                    assert [res.reached_final[b] for b in exact] == [one.reached_final[b] for b in exact], key
+                    assert sum(res.words[b] != one.words[b] for b in exact) <= max(1, batch // 8), key
+                _assert_scores_near_cpu(cpu, one, [b for b in range(batch) if one.overflow[b] == 0], key)
+            for name in ("BEAMDEC_WFST_ARC_AHEAD", "BEAMDEC_WFST_ADMIT_QUEUE", "BEAMDEC_WFST_EMIT_SLOTS"):
+                monkeypatch.delenv(name)

@@ -93,6 +93,9 @@ int arc_rounds_ahead() {
   return kernels::kArcRoundsAhead;
 }
 
+// The Expand walk's admitted-arc queue (wfst_kernels.cuh AdmitQueue) in the persistent kernel: BEAMDEC_WFST_ADMIT_QUEUE=1,
+// read per call; off otherwise (with BEAMDEC_WFST_ARC_AHEAD=1 or 2).
+
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
 // Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
 // default (session 23, reports/measurements/README.md). Measured on an H200 (2026-12-06, one call, small char compact
@@ -145,10 +148,15 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   };
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
+  const bool queue = env_flag("BEAMDEC_WFST_ADMIT_QUEUE");
   switch (arc_rounds_ahead()) {
-    case 2: return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
+    case 2:
+      return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true>>(kWalkBlock, grid, args, stream)
+                   : cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
     case 4: return cooperative_launch<PersistentKernel<scalar_t, 0, false, 4>>(kWalkBlock, grid, args, stream);
-    default: return cooperative_launch<PersistentKernel<scalar_t, 0, false, 1>>(kWalkBlock, grid, args, stream);
+    default:
+      return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 1, true>>(kWalkBlock, grid, args, stream)
+                   : cooperative_launch<PersistentKernel<scalar_t, 0, false, 1>>(kWalkBlock, grid, args, stream);
   }
 }
 

@@ -811,22 +811,33 @@ __device__ __forceinline__ ArcScore expand_arc_score(const SearchOptions& opt, c
   return r;
 }
 
+// The admission of one scored arc: its end with the word boosts, and whether it beats the cutoff.
+__device__ __forceinline__ bool admit_arc(const DeviceGraph& g, const int32_t* boost_keys, const float* boost_values,
+                                          int32_t boost_cap, bool valid, const ArcItem& a, const ArcScore& sc,
+                                          float& end) {
+  end = 0.0f;
+  if (!valid) return false;
+  const float ll =
+      boost_cap > 0 ? add_word_boosts(g, a.arc, sc.ll, boost_keys, boost_values, boost_cap, a.lane) : sc.ll;
+  end = __fadd_rn(a.score, ll);
+  return end > sc.cutoff;
+}
+
 template <bool kEps, bool kDestAhead>
 __device__ __forceinline__ void expand_arc_commit(const DeviceGraph& g, Workspace& ws, int32_t out, int32_t F,
                                                   int32_t C, int32_t H, const int32_t* boost_keys,
                                                   const float* boost_values, int32_t boost_cap, bool valid,
-                                                  const ArcItem& a, int32_t phase, const ArcScore& sc) {
-  LaneState* L = valid ? &ws.lanes[a.lane] : nullptr;
+                                                  const ArcItem& a, int32_t phase, const ArcScore& sc);
+
+// An admitted arc's recombination (warp-synchronous: all 32 threads call it, `admit` = the thread has an admitted
+// arc of end `end`; `dest`: its destination when kDestAhead, else loaded here).
+template <bool kEps, bool kDestAhead>
+__device__ __forceinline__ void expand_admitted(const DeviceGraph& g, Workspace& ws, int32_t out, int32_t F, int32_t C,
+                                                int32_t H, bool admit, const ArcItem& a, int32_t phase, float end,
+                                                int32_t dest_ahead) {
+  LaneState* L = admit ? &ws.lanes[a.lane] : nullptr;
   const int64_t hrow = (int64_t)a.lane * H, frow = (int64_t)a.lane * F, crow = (int64_t)a.lane * C;
   HashSlot* table = hash_of(ws, out);  // the table of the frontier being built
-  float end = 0.0f;
-  bool admit = false;
-  if (valid) {
-    const float ll = boost_cap > 0 ? add_word_boosts(g, a.arc, sc.ll, boost_keys, boost_values, boost_cap, a.lane)
-                                   : sc.ll;
-    end = __fadd_rn(a.score, ll);
-    admit = end > sc.cutoff;
-  }
   // The admitted-arc path: the probe reads the whole 16-byte slot, so the dominance test needs no second load, and
   // the claim and candidate counters are taken in one warp step with both atomics in flight. A new destination is a
   // new token of the frontier being built, dead until a candidate wins it. A candidate is dropped when the slot's
@@ -838,7 +849,7 @@ __device__ __forceinline__ void expand_arc_commit(const DeviceGraph& g, Workspac
   bool claimed = false;
   unsigned long long seen = 0ull;
   if (admit) {
-    dest = phase == kRedirect ? g.final_state : (kDestAhead ? sc.dest : g.dest[a.arc]);
+    dest = phase == kRedirect ? g.final_state : (kDestAhead ? dest_ahead : g.dest[a.arc]);
     h = hash_insert_read(table + hrow, H, dest, claimed, seen);
     if (h < 0) {
       atomicOr(&L->overflow, kOverflowHash);
@@ -885,6 +896,28 @@ __device__ __forceinline__ void expand_arc_commit(const DeviceGraph& g, Workspac
   }
 }
 
+template <bool kEps, bool kDestAhead>
+__device__ __forceinline__ void expand_arc_commit(const DeviceGraph& g, Workspace& ws, int32_t out, int32_t F,
+                                                  int32_t C, int32_t H, const int32_t* boost_keys,
+                                                  const float* boost_values, int32_t boost_cap, bool valid,
+                                                  const ArcItem& a, int32_t phase, const ArcScore& sc) {
+  float end;
+  const bool admit = admit_arc(g, boost_keys, boost_values, boost_cap, valid, a, sc, end);
+  expand_admitted<kEps, kDestAhead>(g, ws, out, F, C, H, admit, a, phase, end, sc.dest);
+}
+
+// Admitted-arc queue of the Expand walk (kQueue): a warp's admitted arcs are gathered in shared memory and recombined
+// 32 at a time, so the chain of the recombination (hash probe, claim, counters, slot atomics) is paid once per 32
+// admitted arcs instead of once per round of 32 arcs with any admitted arc among them. On the small char HLG ~7 % of
+// the scored arcs are admitted (a simulation of the search, 5 utterances): at batch 200, where a warp walks dozens of
+// rounds per step, most rounds carry an admitted arc or two. Which arcs share a round does not change what the walk
+// computes (each arc's recombination is independent of its round; see expand_admitted).
+constexpr int kQueueCap = 64;  // 32 pending at most between flushes + one round's admissions
+struct AdmitQueue {
+  int32_t lane[kQueueCap], tok[kQueueCap], link[kQueueCap], arc[kQueueCap], off[kQueueCap], phase[kQueueCap];
+  float end[kQueueCap];
+};
+
 // The whole arc (score, then commit): the Resolve's epsilon expansions.
 template <typename scalar_t, bool kEps>
 __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
@@ -899,7 +932,8 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
 
 // Expand: the step's expansion of the frontier in `buf` into `out` (kStart: the start token's epsilon arcs,
 // `buf` = `out` = 0). The last block prepares the Resolve walk over the candidates.
-template <typename scalar_t, bool kStart, int K = kArcRoundsAhead>
+// kQueue: admitted arcs are recombined through the warp's AdmitQueue (not for kStart).
+template <typename scalar_t, bool kStart, int K = kArcRoundsAhead, bool kQueue = false>
 __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                             const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
                                             int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
@@ -908,6 +942,62 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
   // cleared by this walk, token by token; the Max walk of the one-table launchers does it otherwise.
   const bool clear = !kStart && ws.fused;
   if (clear) clear_claimed(ws, buf, F, H, batch);
+  if constexpr (kQueue && !kStart) {
+    __shared__ AdmitQueue s_queue[kWalkBlock / 32];
+    AdmitQueue& q = s_queue[threadIdx.x >> 5];
+    const int me = threadIdx.x & 31;
+    int32_t pending = 0;  // entries in the queue (warp-uniform)
+    // Recombines the newest n (1..32) entries, one per thread (all 32 threads call it).
+    auto flush = [&](int32_t n) {
+      __syncwarp();
+      const bool has = me < n;
+      const int32_t i = pending - n + me;
+      ArcItem a{};
+      int32_t phase = kDone;
+      float end = 0.0f;
+      if (has) {
+        a.lane = q.lane[i];
+        a.tok = q.tok[i];
+        a.link = q.link[i];
+        a.arc = q.arc[i];
+        a.off = q.off[i];
+        phase = q.phase[i];
+        end = q.end[i];
+      }
+      __syncwarp();  // every entry read before the next round's admissions overwrite them
+      pending -= n;
+      expand_admitted<false, false>(g, ws, out, F, C, H, has, a, phase, end, 0);
+    };
+    walk_token_arcs<false, K, false>(
+        g, ws, batch, buf, F,
+        [&](int32_t b, int32_t tok) {
+          if (clear) clear_claim(ws, buf, F, H, b, tok);
+        },
+        [&](bool valid, const ArcItem& a, int32_t phase, const ArcWords& w) {
+          return expand_arc_score<scalar_t, false, false>(opt, ws, lp, T, V, t, valid, a, phase, w);
+        },
+        [&](bool valid, const ArcItem& a, int32_t phase, const ArcScore& sc) {
+          float end;
+          const bool admit = admit_arc(g, boost_keys, boost_values, boost_cap, valid, a, sc, end);
+          const unsigned m = __ballot_sync(0xffffffffu, admit);
+          if (m == 0u) return;
+          if (admit) {
+            const int32_t i = pending + __popc(m & ((1u << me) - 1u));
+            q.lane[i] = a.lane;
+            q.tok[i] = a.tok;
+            q.link[i] = a.link;
+            q.arc[i] = a.arc;
+            q.off[i] = a.off;
+            q.phase[i] = phase;
+            q.end[i] = end;
+          }
+          pending += __popc(m);
+          if (pending >= 32) flush(32);
+        });
+    if (pending > 0) flush(pending);
+    arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{ws.emit_slots ? kWalkClaims : kWalkCands, t, false, false, true});
+    return;
+  }
   constexpr bool kDestAhead = K > 1;
   walk_token_arcs<kStart, K, kDestAhead>(
       g, ws, batch, buf, F,
@@ -1149,7 +1239,7 @@ __global__ void __launch_bounds__(kWalkBlock)
 // vs 934 / 933, two processes each, equal WER). The barriers are not where a batch-1 step's time goes (the small
 // HLG's batch-1 Expand alone takes ~17 us for ~1,000 items, ncu in session 21), so this stays opt-in and the cluster
 // design with DSMEM hash tables it was the first step of was not built.
-template <typename scalar_t, int kFused, bool kCluster = false, int kAhead = kArcRoundsAhead>
+template <typename scalar_t, int kFused, bool kCluster = false, int kAhead = kArcRoundsAhead, bool kQueue = false>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
@@ -1189,8 +1279,8 @@ __global__ void __launch_bounds__(kWalkBlock)
       max_step<scalar_t, kAhead>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
       grid.sync();
     }
-    expand_step<scalar_t, false, kAhead>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys, boost_values,
-                                         boost_cap);
+    expand_step<scalar_t, false, kAhead, kQueue>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys,
+                                                 boost_values, boost_cap);
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};
