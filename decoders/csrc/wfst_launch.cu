@@ -82,19 +82,20 @@ int fused_max_mode() {
   return 0;
 }
 
-// Rounds of 32 arcs whose loads the persistent kernel's Max and Expand walks issue together
-// (wfst_kernels.cuh warp_arc_rounds_ahead; with more than one, the Expand walk also loads every arc's destination
-// with its label and weight): BEAMDEC_WFST_ARC_AHEAD=1 / 2 / 4, read per call; unset or anything else:
-// kernels::kArcRoundsAhead. The fused-max and single-cluster forms use kArcRoundsAhead.
+// The persistent kernel's walk forms (wfst_kernels.cuh): the Max and Expand walks score 2 rounds of 32 arcs ahead
+// (warp_arc_rounds_ahead) and the Expand walk recombines its admitted arcs through the warp's queue (AdmitQueue), by
+// default. BEAMDEC_WFST_ARC_AHEAD=1 scores one round at a time; BEAMDEC_WFST_ADMIT_QUEUE=0 recombines each round's
+// admitted arcs in the round; both read per call. Measured on an H100 (2026-12-07 session 31, bench compact HLG, one
+// call, A/B in separate processes beside OASR's WFST decoder; reports/measurements/README.md "Session 31"), RTFx at
+// batch 1 / 32 / 200 against one round without the queue (1,539 / 9,078 / 17,554): queue alone 1,524 / 10,191 / 19,725
+// (-1.0 / +12.3 / +12.4 %), 2 rounds alone 1,591 / 9,368 / 16,892 (+3.4 / +3.2 / -3.8 %), both 1,590 / 11,081 / 23,425
+// (+3.3 / +22.1 / +33.4 %). 4 rounds ahead (the call before: +5.3 / +0.2 / -13.0 %, 124 registers, 2 blocks per SM)
+// was not kept. The fused-max and single-cluster forms walk one round without the queue.
 int arc_rounds_ahead() {
   const char* env = std::getenv("BEAMDEC_WFST_ARC_AHEAD");
-  if (env && (std::strcmp(env, "1") == 0 || std::strcmp(env, "2") == 0 || std::strcmp(env, "4") == 0))
-    return env[0] - '0';
-  return kernels::kArcRoundsAhead;
+  return env && std::strcmp(env, "1") == 0 ? 1 : 2;
 }
-
-// The Expand walk's admitted-arc queue (wfst_kernels.cuh AdmitQueue) in the persistent kernel: BEAMDEC_WFST_ADMIT_QUEUE=1,
-// read per call; off otherwise (with BEAMDEC_WFST_ARC_AHEAD=1 or 2).
+bool admit_queue() { return !env_off("BEAMDEC_WFST_ADMIT_QUEUE"); }
 
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
 // Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
@@ -148,16 +149,12 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   };
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
-  const bool queue = env_flag("BEAMDEC_WFST_ADMIT_QUEUE");
-  switch (arc_rounds_ahead()) {
-    case 2:
-      return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true>>(kWalkBlock, grid, args, stream)
-                   : cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
-    case 4: return cooperative_launch<PersistentKernel<scalar_t, 0, false, 4>>(kWalkBlock, grid, args, stream);
-    default:
-      return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 1, true>>(kWalkBlock, grid, args, stream)
-                   : cooperative_launch<PersistentKernel<scalar_t, 0, false, 1>>(kWalkBlock, grid, args, stream);
-  }
+  const bool queue = admit_queue();
+  if (arc_rounds_ahead() == 2)
+    return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true>>(kWalkBlock, grid, args, stream)
+                 : cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
+  return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 1, true>>(kWalkBlock, grid, args, stream)
+               : cooperative_launch<PersistentKernel<scalar_t, 0, false, 1>>(kWalkBlock, grid, args, stream);
 }
 
 // Enqueues the whole decode on `stream` (no host synchronisation; also what a CUDA graph captures; `persistent`:

@@ -1,6 +1,6 @@
 """Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs; the default
-persistent kernel, its single-cluster form BEAMDEC_WFST_CLUSTER=16, and the per-kernel launches,
-BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map
+persistent kernel, its single-cluster form BEAMDEC_WFST_CLUSTER=16, its walks one round at a time without the
+admitted-arc queue, wide states, and the per-kernel launches, BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map
 with the per-kernel launches, BEAMDEC_LATTICE_PERSISTENT=0, and the persistent forward pass, the default below 32
 lanes)
 (forward pass + device prune, with a capacity rescue) for compute-sanitizer runs.
@@ -45,6 +45,19 @@ def main() -> None:
         with environment({"BEAMDEC_WFST_CLUSTER": "16"}):  # the opt-in single-cluster form of the persistent kernel
             rc = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         print("cluster", "eps" if eps else "noeps", rc.scores.tolist() == rp.scores.tolist(), rc.overflow)
+        # the persistent walks' forms: one round of arcs at a time without the admitted-arc queue, and the default
+        # (2 rounds ahead, the queue) on wide states (up to 60 emitting arcs: several rounds and queue flushes a token)
+        with environment({"BEAMDEC_WFST_ARC_AHEAD": "1", "BEAMDEC_WFST_ADMIT_QUEUE": "0"}):
+            r1 = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
+        gw = random_graph(rng, epsilon=eps, num_states=120, num_tokens=29, max_emitting=60,
+                          words_on_epsilon_cycles=False)
+        lpw = random_log_probs(rng, 6, 14, 29).cuda()
+        wide = WfstDecoder(gw, WfstDecoderConfig(search_beam=30.0), "cuda")
+        rw = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
+        with environment({"BEAMDEC_WFST_ARC_AHEAD": "1", "BEAMDEC_WFST_ADMIT_QUEUE": "0"}):
+            rw1 = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
+        print("walk forms", "eps" if eps else "noeps", r1.scores.tolist() == rp.scores.tolist(),
+              rw.scores.tolist() == rw1.scores.tolist(), rw.overflow)
     for eps in (False, True):  # lattices: the forward pass, the device prune, an overflow rescue
         g = acyclic_eps_graph(rng, num_states=60, num_tokens=29, num_words=20, finals="some") if eps \
             else random_graph(rng, num_states=50, num_tokens=29)
