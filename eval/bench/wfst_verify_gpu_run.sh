@@ -5,7 +5,8 @@
 # runs/bench/wfst_vs_oasr/$RUN) on those inputs.
 #   there: EVAL_GIT_COMMIT=<commit> SCALE=bench bash eval/bench/wfst_verify_gpu_run.sh   (carry .whl-oasr .anchors)
 # Env: SCALE (bench), GRAPHS (HLG), TOPOLOGIES (compact), GPU_TESTS (the offline, streaming and device-layout WFST
-# tests), SANITIZERS ("memcheck racecheck"), BENCH_DEADLINE_S (skip the benchmark when the call is this far in: 330).
+# tests), SANITIZERS ("memcheck racecheck"), BENCH_DEADLINE_S (skip the benchmark when the call is this far in: 330),
+# BENCH=0 (no benchmark and no inputs built: the tests and the sanitizers only).
 set -o pipefail
 SCALE=${SCALE:-bench}; GRAPHS=${GRAPHS:-HLG}; TOPOLOGIES=${TOPOLOGIES:-compact}; UTTS=${UTTS:-200}
 OUT=${OUT:-/tmp/wfst_gpu_out}; mkdir -p "$OUT" data/lp
@@ -14,8 +15,8 @@ stage() { local name=$1 s=$SECONDS; shift; "$@"; local rc=$?; echo "STAGE $name 
 stage wheels python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   ${WHEELS:-.whl-oasr}/*.whl || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-LP=data/lp/${SCALE}_other_char_$UTTS.pt
-( python3 -m recipes.workload scale=$SCALE \
+LP=data/lp/${SCALE}_other_char_$UTTS.pt; PREP=
+[ "${BENCH:-1}" = 0 ] || ( python3 -m recipes.workload scale=$SCALE \
   && { [ -f $LP ] || python3 -m eval.bench.wfst_bench --scale $SCALE --kind char --set other --max-utts $UTTS --dump-lp $LP; } \
   && python3 -c "from recipes.build_graphs import build_graphs
 build_graphs(scale='$SCALE', token_kinds=['char'], blanks=['last'], topologies=[$(printf "'%s', " $TOPOLOGIES)])"
@@ -29,8 +30,10 @@ for tool in ${SANITIZERS:-memcheck racecheck}; do
     python3 -m eval.bench.wfst_smoke > "$OUT/sanitizer_wfst_smoke_$tool.txt" 2>&1
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|smoke ok|walk forms" "$OUT/sanitizer_wfst_smoke_$tool.txt" | head -6
 done
-stage prepare wait $PREP || { tail -20 "$OUT/prepare.log"; exit 1; }
-if [ $SECONDS -ge ${BENCH_DEADLINE_S:-330} ]; then
+[ -z "$PREP" ] || stage prepare wait $PREP || { tail -20 "$OUT/prepare.log"; exit 1; }
+if [ "${BENCH:-1}" = 0 ]; then
+  :
+elif [ $SECONDS -ge ${BENCH_DEADLINE_S:-330} ]; then
   echo "benchmark skipped: $SECONDS s past BENCH_DEADLINE_S=${BENCH_DEADLINE_S:-330}"
 else
   RUN=${RUN:-${SCALE}_verify} SCALE=$SCALE GRAPHS=$GRAPHS TOPOLOGIES=$TOPOLOGIES DECODERS="${DECODERS:-wfst oasr}" \
