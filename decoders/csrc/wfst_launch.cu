@@ -84,18 +84,25 @@ int fused_max_mode() {
 
 // The persistent kernel's walk forms (wfst_kernels.cuh): the Max and Expand walks score 2 rounds of 32 arcs ahead
 // (warp_arc_rounds_ahead) and the Expand walk recombines its admitted arcs through the warp's queue (AdmitQueue), by
-// default. BEAMDEC_WFST_ARC_AHEAD=1 scores one round at a time; BEAMDEC_WFST_ADMIT_QUEUE=0 recombines each round's
-// admitted arcs in the round; both read per call. Measured on an H100 (2026-12-07 session 31, bench compact HLG, one
-// call, A/B in separate processes beside OASR's WFST decoder; reports/measurements/README.md "Session 31"), RTFx at
-// batch 1 / 32 / 200 against one round without the queue (1,539 / 9,078 / 17,554): queue alone 1,524 / 10,191 / 19,725
-// (-1.0 / +12.3 / +12.4 %), 2 rounds alone 1,591 / 9,368 / 16,892 (+3.4 / +3.2 / -3.8 %), both 1,590 / 11,081 / 23,425
-// (+3.3 / +22.1 / +33.4 %). 4 rounds ahead (the call before: +5.3 / +0.2 / -13.0 %, 124 registers, 2 blocks per SM)
-// was not kept. The fused-max and single-cluster forms walk one round without the queue.
-int arc_rounds_ahead() {
+// default on epsilon-free graphs (HLGs: ~24 emitting arcs a token on the char HLGs); epsilon graphs (TLGs: ~2) keep
+// one round without the queue, the form their benchmarks measured (the new forms were not measured on them).
+// BEAMDEC_WFST_ARC_AHEAD=1 / 2 and BEAMDEC_WFST_ADMIT_QUEUE=0 / 1 choose for every graph; read per call. Measured on
+// an H100 (2026-12-07 session 31, bench compact HLG, one call, A/B in separate processes beside OASR's WFST decoder;
+// reports/measurements/README.md "Session 31"), RTFx at batch 1 / 32 / 200 against one round without the queue
+// (1,539 / 9,078 / 17,554): queue alone 1,524 / 10,191 / 19,725 (-1.0 / +12.3 / +12.4 %), 2 rounds alone 1,591 / 9,368
+// / 16,892 (+3.4 / +3.2 / -3.8 %), both 1,590 / 11,081 / 23,425 (+3.3 / +22.1 / +33.4 %). 4 rounds ahead (the call
+// before: +5.3 / +0.2 / -13.0 %, 124 registers, 2 blocks per SM) was not kept. The fused-max and single-cluster forms
+// walk one round without the queue.
+int arc_rounds_ahead(bool has_eps) {
   const char* env = std::getenv("BEAMDEC_WFST_ARC_AHEAD");
-  return env && std::strcmp(env, "1") == 0 ? 1 : 2;
+  if (env && std::strcmp(env, "1") == 0) return 1;
+  if (env && std::strcmp(env, "2") == 0) return 2;
+  return has_eps ? 1 : 2;
 }
-bool admit_queue() { return !env_off("BEAMDEC_WFST_ADMIT_QUEUE"); }
+bool admit_queue(bool has_eps) {
+  if (env_off("BEAMDEC_WFST_ADMIT_QUEUE")) return false;
+  return env_flag("BEAMDEC_WFST_ADMIT_QUEUE") || !has_eps;
+}
 
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
 // Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
@@ -149,8 +156,8 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   };
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
-  const bool queue = admit_queue();
-  if (arc_rounds_ahead() == 2)
+  const bool queue = admit_queue(g.has_eps);
+  if (arc_rounds_ahead(g.has_eps) == 2)
     return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true>>(kWalkBlock, grid, args, stream)
                  : cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
   return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 1, true>>(kWalkBlock, grid, args, stream)

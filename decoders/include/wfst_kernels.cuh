@@ -51,7 +51,7 @@ constexpr int kInitBlock = 512;
 constexpr int kWalkBlock = 256;
 // Rounds of 32 arcs whose loads a warp issues together in the Max and Expand walks (warp_arc_rounds_ahead): the
 // per-kernel walks (streaming, BEAMDEC_WFST_PERSISTENT=0) use this one; the persistent kernel's is chosen per call
-// (wfst_launch.cu arc_rounds_ahead: 2 by default, with the Expand walk's admitted-arc queue).
+// (wfst_launch.cu arc_rounds_ahead: 2 by default on epsilon-free graphs, with the Expand walk's admitted-arc queue).
 constexpr int kArcRoundsAhead = 1;
 
 enum Phase : int32_t { kDone = 0, kEmit = 1, kFinal = 2, kRedirect = 3 };

@@ -45,16 +45,20 @@ def main() -> None:
         with environment({"BEAMDEC_WFST_CLUSTER": "16"}):  # the opt-in single-cluster form of the persistent kernel
             rc = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         print("cluster", "eps" if eps else "noeps", rc.scores.tolist() == rp.scores.tolist(), rc.overflow)
-        # the persistent walks' forms: one round of arcs at a time without the admitted-arc queue, and the default
-        # (2 rounds ahead, the queue) on wide states (up to 60 emitting arcs: several rounds and queue flushes a token)
-        with environment({"BEAMDEC_WFST_ARC_AHEAD": "1", "BEAMDEC_WFST_ADMIT_QUEUE": "0"}):
+        # the persistent walks' forms (their defaults depend on the graph): one round of arcs at a time without the
+        # admitted-arc queue, and 2 rounds ahead with the queue, on wide states (up to 60 emitting arcs: several
+        # rounds and queue flushes a token)
+        one, two = ({"BEAMDEC_WFST_ARC_AHEAD": "1", "BEAMDEC_WFST_ADMIT_QUEUE": "0"},
+                    {"BEAMDEC_WFST_ARC_AHEAD": "2", "BEAMDEC_WFST_ADMIT_QUEUE": "1"})
+        with environment(one if not eps else two):  # the form the default did not run
             r1 = dec.decode(lp, [9, 0, 1], boosts=[{3: 1.0}, {}, {"w2": -1.0}])
         gw = random_graph(rng, epsilon=eps, num_states=120, num_tokens=29, max_emitting=60,
                           words_on_epsilon_cycles=False)
         lpw = random_log_probs(rng, 6, 14, 29).cuda()
         wide = WfstDecoder(gw, WfstDecoderConfig(search_beam=30.0), "cuda")
-        rw = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
-        with environment({"BEAMDEC_WFST_ARC_AHEAD": "1", "BEAMDEC_WFST_ADMIT_QUEUE": "0"}):
+        with environment(two):
+            rw = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
+        with environment(one):
             rw1 = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         print("walk forms", "eps" if eps else "noeps", r1.scores.tolist() == rp.scores.tolist(),
               rw.scores.tolist() == rw1.scores.tolist(), rw.overflow)
