@@ -451,6 +451,40 @@ struct ArcItem {
   int32_t off;  // arc - the first arc of the token's range
 };
 
+// The warp's arc counts: `incl` / `excl` the inclusive / exclusive prefix of the 32 threads' `deg`; returns the total.
+__device__ __forceinline__ int warp_arc_counts(int deg, int& incl, int& excl) {
+  const int lane = threadIdx.x & 31;
+  incl = deg;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  excl = incl - deg;
+  return __shfl_sync(0xffffffffu, incl, 31);
+}
+
+// The warp's arc number `j` (all 32 threads call it): its owner -- the first thread whose inclusive count exceeds j,
+// found by a shuffle binary search (31 for j >= the total: a valid thread to read) -- and that owner's token fields.
+__device__ __forceinline__ ArcItem warp_arc_item(int j, int incl, int excl, int32_t b, int32_t tok, float score,
+                                                 int32_t link, int32_t phase, int32_t begin, int32_t& ph) {
+  int owner = 0;
+#pragma unroll
+  for (int step = 16; step; step >>= 1) {
+    const int v = __shfl_sync(0xffffffffu, incl, owner + step - 1);
+    if (v <= j) owner += step;
+  }
+  ArcItem it;
+  it.off = j - __shfl_sync(0xffffffffu, excl, owner);
+  it.arc = __shfl_sync(0xffffffffu, begin, owner) + it.off;
+  it.lane = __shfl_sync(0xffffffffu, b, owner);
+  it.tok = __shfl_sync(0xffffffffu, tok, owner);
+  it.score = __shfl_sync(0xffffffffu, score, owner);
+  it.link = __shfl_sync(0xffffffffu, link, owner);
+  ph = __shfl_sync(0xffffffffu, phase, owner);
+  return it;
+}
+
 // Warp-cooperative rounds over the arcs [begin, begin + deg) of the warp's 32 tokens (one per thread; deg = 0
 // for none): arc counts are scanned with shuffles and the arcs visited 32 at a time, each thread finding its
 // arc's owner by a shuffle binary search. `on_arc(valid, const ArcItem&, phase)` is called by all 32 threads
@@ -459,43 +493,15 @@ template <typename ArcFn>
 __device__ __forceinline__ void warp_arc_rounds(int32_t b, int32_t tok, float score, int32_t link, int32_t phase,
                                                 int32_t begin, int32_t deg, ArcFn on_arc) {
   const int lane = threadIdx.x & 31;
-  int incl = deg;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += y;
-  }
-  const int excl = incl - deg;
-  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  int incl, excl;
+  const int total = warp_arc_counts(deg, incl, excl);
   for (int j0 = 0; j0 < total; j0 += 32) {
-    const int j = j0 + lane;
-    int owner = 0;  // first thread whose inclusive count exceeds j
-#pragma unroll
-    for (int step = 16; step; step >>= 1) {
-      const int v = __shfl_sync(0xffffffffu, incl, owner + step - 1);
-      if (v <= j) owner += step;
-    }
-    ArcItem it;
-    it.off = j - __shfl_sync(0xffffffffu, excl, owner);
-    it.arc = __shfl_sync(0xffffffffu, begin, owner) + it.off;
-    it.lane = __shfl_sync(0xffffffffu, b, owner);
-    it.tok = __shfl_sync(0xffffffffu, tok, owner);
-    it.score = __shfl_sync(0xffffffffu, score, owner);
-    it.link = __shfl_sync(0xffffffffu, link, owner);
-    const int32_t ph = __shfl_sync(0xffffffffu, phase, owner);
-    on_arc(j < total, it, ph);
+    int32_t ph;
+    const ArcItem it = warp_arc_item(j0 + lane, incl, excl, b, tok, score, link, phase, begin, ph);
+    on_arc(j0 + lane < total, it, ph);
   }
 }
 
-// warp_arc_rounds with the memory latency of K rounds overlapped: the loads of K consecutive rounds of 32 arcs are
-// issued together -- each arc's words (fetch_arc), then `score_arc(valid, const ArcItem&, phase, const ArcWords&)`
-// (no branches, atomics or volatile accesses: the loads that depend on the words) -- then
-// each round's dependent work runs in round order (`commit(valid, const ArcItem&, phase, const S& scored)`,
-// warp-synchronous like on_arc). A warp with several rounds -- a high-degree token at batch 1 (the small char HLG:
-// a step's slowest warp walks 3-4 rounds where the mean warp walks 1.5), dozens of tokens per warp at batch 200 --
-// otherwise pays one chain of dependent loads (arc, then log-prob) per round. The rounds are scored ahead
-// unconditionally (a lane past the end scores nothing: valid = false), so no branch separates their loads; the
-// commits of rounds past the end are skipped (warp-uniform). K = 1 is warp_arc_rounds' order exactly.
 // The words of one arc the walks read first: its label and weight, and with kDest its destination.
 struct ArcWords {
   int32_t il;
@@ -512,20 +518,23 @@ __device__ __forceinline__ ArcWords fetch_arc(const DeviceGraph& g, int32_t arc)
   return w;
 }
 
+// warp_arc_rounds with the memory latency of K rounds overlapped: the loads of K consecutive rounds of 32 arcs are
+// issued together -- each arc's words (fetch_arc), then `score_arc(valid, const ArcItem&, phase, const ArcWords&)`
+// (no branches, atomics or volatile accesses: the loads that depend on the words) -- then
+// each round's dependent work runs in round order (`commit(valid, const ArcItem&, phase, const S& scored)`,
+// warp-synchronous like on_arc). A warp with several rounds -- a high-degree token at batch 1 (the small char HLG:
+// a step's slowest warp walks 3-4 rounds where the mean warp walks 1.5), dozens of tokens per warp at batch 200 --
+// otherwise pays one chain of dependent loads (arc, then log-prob) per round. The rounds are scored ahead
+// unconditionally (a lane past the end scores nothing: valid = false), so no branch separates their loads; the
+// commits of rounds past the end are skipped (warp-uniform). K = 1 is warp_arc_rounds' order exactly.
 template <int K, bool kDest, typename ScoreFn, typename CommitFn>
 __device__ __forceinline__ void warp_arc_rounds_ahead(const DeviceGraph& g, int32_t b, int32_t tok, float score,
                                                       int32_t link, int32_t phase, int32_t begin, int32_t deg,
                                                       ScoreFn score_arc, CommitFn commit) {
   static_assert(K >= 1 && K <= 4, "1 to 4 rounds ahead");  // (4: +5 % at batch 1, -13 % at 200: wfst_launch.cu)
   const int lane = threadIdx.x & 31;
-  int incl = deg;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += y;
-  }
-  const int excl = incl - deg;
-  const int total = __shfl_sync(0xffffffffu, incl, 31);
+  int incl, excl;
+  const int total = warp_arc_counts(deg, incl, excl);
   using Scored = decltype(score_arc(false, ArcItem{}, 0, ArcWords{}));
   for (int j0 = 0; j0 < total; j0 += 32 * K) {
     ArcItem it[K];
@@ -533,22 +542,8 @@ __device__ __forceinline__ void warp_arc_rounds_ahead(const DeviceGraph& g, int3
     ArcWords words[K];
     Scored sc[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int j = j0 + 32 * k + lane;
-      int owner = 0;  // first thread whose inclusive count exceeds j (31 for j >= total: a valid thread to read)
-#pragma unroll
-      for (int step = 16; step; step >>= 1) {
-        const int v = __shfl_sync(0xffffffffu, incl, owner + step - 1);
-        if (v <= j) owner += step;
-      }
-      it[k].off = j - __shfl_sync(0xffffffffu, excl, owner);
-      it[k].arc = __shfl_sync(0xffffffffu, begin, owner) + it[k].off;
-      it[k].lane = __shfl_sync(0xffffffffu, b, owner);
-      it[k].tok = __shfl_sync(0xffffffffu, tok, owner);
-      it[k].score = __shfl_sync(0xffffffffu, score, owner);
-      it[k].link = __shfl_sync(0xffffffffu, link, owner);
-      ph[k] = __shfl_sync(0xffffffffu, phase, owner);
-    }
+    for (int k = 0; k < K; ++k)
+      it[k] = warp_arc_item(j0 + 32 * k + lane, incl, excl, b, tok, score, link, phase, begin, ph[k]);
     // every round's arc words first (a thread without an arc reads arc 0's), then the loads that depend on them
 #pragma unroll
     for (int k = 0; k < K; ++k) words[k] = fetch_arc<kDest>(g, j0 + 32 * k + lane < total ? it[k].arc : 0);
@@ -919,6 +914,12 @@ struct AdmitQueue {
   float end[kQueueCap];
 };
 
+// The calling warp's queue (a kWalkBlock-thread block's static shared memory: only the kernels that call this have it).
+__device__ __forceinline__ AdmitQueue& warp_admit_queue() {
+  __shared__ AdmitQueue s_queue[kWalkBlock / 32];
+  return s_queue[threadIdx.x >> 5];
+}
+
 // The whole arc (score, then commit): the Resolve's epsilon expansions.
 template <typename scalar_t, bool kEps>
 __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
@@ -943,46 +944,49 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
   // cleared by this walk, token by token; the Max walk of the one-table launchers does it otherwise.
   const bool clear = !kStart && ws.fused;
   if (clear) clear_claimed(ws, buf, F, H, batch);
-  if constexpr (kQueue && !kStart) {
-    __shared__ AdmitQueue s_queue[kWalkBlock / 32];
-    AdmitQueue& q = s_queue[threadIdx.x >> 5];
-    const int me = threadIdx.x & 31;
-    int32_t pending = 0;  // entries in the queue (warp-uniform)
-    // Recombines the newest n (1..32) entries, one per thread (all 32 threads call it).
-    auto flush = [&](int32_t n) {
-      __syncwarp();
-      const bool has = me < n;
-      const int32_t i = pending - n + me;
-      ArcItem a{};
-      int32_t phase = kDone;
-      float end = 0.0f;
-      if (has) {
-        a.lane = q.lane[i];
-        a.tok = q.tok[i];
-        a.link = q.link[i];
-        a.arc = q.arc[i];
-        a.off = q.off[i];
-        phase = q.phase[i];
-        end = q.end[i];
-      }
-      __syncwarp();  // every entry read before the next round's admissions overwrite them
-      pending -= n;
-      expand_admitted<false, false>(g, ws, out, F, C, H, has, a, phase, end, 0);
-    };
-    walk_token_arcs<false, K, false>(
-        g, ws, batch, buf, F,
-        [&](int32_t b, int32_t tok) {
-          if (clear) clear_claim(ws, buf, F, H, b, tok);
-        },
-        [&](bool valid, const ArcItem& a, int32_t phase, const ArcWords& w) {
-          return expand_arc_score<scalar_t, false, false>(opt, ws, lp, T, V, t, valid, a, phase, w);
-        },
-        [&](bool valid, const ArcItem& a, int32_t phase, const ArcScore& sc) {
+  constexpr bool kQ = kQueue && !kStart;
+  constexpr bool kDestAhead = !kQ && K > 1;  // the queue loads the destinations of admitted arcs only
+  const int me = threadIdx.x & 31;
+  int32_t pending = 0;  // kQ: entries in the warp's queue (warp-uniform)
+  // kQ: recombines the newest n (1..32) queue entries, one per thread (all 32 threads call it; generic, so that
+  // only the queue's instantiations have its shared memory)
+  auto flush = [&](auto n) {
+    AdmitQueue& q = warp_admit_queue();
+    __syncwarp();
+    const bool has = me < n;
+    const int32_t i = pending - n + me;
+    ArcItem a{};
+    int32_t phase = kDone;
+    float end = 0.0f;
+    if (has) {
+      a.lane = q.lane[i];
+      a.tok = q.tok[i];
+      a.link = q.link[i];
+      a.arc = q.arc[i];
+      a.off = q.off[i];
+      phase = q.phase[i];
+      end = q.end[i];
+    }
+    __syncwarp();  // every entry read before the next round's admissions overwrite them
+    pending -= n;
+    expand_admitted<false, false>(g, ws, out, F, C, H, has, a, phase, end, 0);
+  };
+  walk_token_arcs<kStart, K, kDestAhead>(
+      g, ws, batch, buf, F,
+      [&](int32_t b, int32_t tok) {
+        if (clear) clear_claim(ws, buf, F, H, b, tok);
+      },
+      [&](bool valid, const ArcItem& a, int32_t phase, const ArcWords& w) {
+        return expand_arc_score<scalar_t, kStart, kDestAhead>(opt, ws, lp, T, V, t, valid, a, phase, w);
+      },
+      [&](bool valid, const ArcItem& a, int32_t phase, const ArcScore& sc) {
+        if constexpr (kQ) {
           float end;
           const bool admit = admit_arc(g, boost_keys, boost_values, boost_cap, valid, a, sc, end);
           const unsigned m = __ballot_sync(0xffffffffu, admit);
           if (m == 0u) return;
           if (admit) {
+            AdmitQueue& q = warp_admit_queue();
             const int32_t i = pending + __popc(m & ((1u << me) - 1u));
             q.lane[i] = a.lane;
             q.tok[i] = a.tok;
@@ -994,24 +998,14 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
           }
           pending += __popc(m);
           if (pending >= 32) flush(32);
-        });
-    if (pending > 0) flush(pending);
-    arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{ws.emit_slots ? kWalkClaims : kWalkCands, t, false, false, true});
-    return;
-  }
-  constexpr bool kDestAhead = K > 1;
-  walk_token_arcs<kStart, K, kDestAhead>(
-      g, ws, batch, buf, F,
-      [&](int32_t b, int32_t tok) {
-        if (clear) clear_claim(ws, buf, F, H, b, tok);
-      },
-      [&](bool valid, const ArcItem& a, int32_t phase, const ArcWords& w) {
-        return expand_arc_score<scalar_t, kStart, kDestAhead>(opt, ws, lp, T, V, t, valid, a, phase, w);
-      },
-      [&](bool valid, const ArcItem& a, int32_t phase, const ArcScore& sc) {
-        expand_arc_commit<kStart, kDestAhead>(g, ws, out, F, C, H, boost_keys, boost_values, boost_cap, valid, a,
-                                              phase, sc);
+        } else {
+          expand_arc_commit<kStart, kDestAhead>(g, ws, out, F, C, H, boost_keys, boost_values, boost_cap, valid, a,
+                                                phase, sc);
+        }
       });
+  if constexpr (kQ) {
+    if (pending > 0) flush(pending);
+  }
   const int32_t next = !kStart && ws.emit_slots ? kWalkClaims : kWalkCands;
   arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{next, t, false, false, !kStart});
 }
