@@ -1,8 +1,8 @@
 """Tiny CUDA WFST decode (epsilon and epsilon-free random graphs, boosts, fp16, -inf log-probs; the default
-persistent kernel, its single-cluster form BEAMDEC_WFST_CLUSTER=16, its walks one round at a time without the
-admitted-arc queue, wide states, and the per-kernel launches, BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map
-with the per-kernel launches, BEAMDEC_LATTICE_PERSISTENT=0, and the persistent forward pass, the default below 32
-lanes)
+persistent kernel, its single-cluster form BEAMDEC_WFST_CLUSTER=16, both forms of its walks -- one round at a time
+without the admitted-arc queue, 2 rounds ahead with it -- on wide states too, and the per-kernel launches,
+BEAMDEC_WFST_PERSISTENT=0) and lattice decode (every walk x map with the per-kernel launches,
+BEAMDEC_LATTICE_PERSISTENT=0, and the persistent forward pass, the default below 32 lanes)
 (forward pass + device prune, with a capacity rescue) for compute-sanitizer runs.
 
     BEAMDEC_COMPONENTS=wfst compute-sanitizer --tool memcheck python -m eval.bench.wfst_smoke
