@@ -525,8 +525,8 @@ __device__ __forceinline__ ArcWords fetch_arc(const DeviceGraph& g, int32_t arc)
 // warp-synchronous like on_arc). A warp with several rounds -- a high-degree token at batch 1 (the small char HLG:
 // a step's slowest warp walks 3-4 rounds where the mean warp walks 1.5), dozens of tokens per warp at batch 200 --
 // otherwise pays one chain of dependent loads (arc, then log-prob) per round. The rounds are scored ahead
-// unconditionally (a lane past the end scores nothing: valid = false), so no branch separates their loads; the
-// commits of rounds past the end are skipped (warp-uniform). K = 1 is warp_arc_rounds' order exactly.
+// unconditionally (a lane past the end reads arc 0 and its lane's first log-prob row, valid = false: the result is
+// unused), so no branch separates their loads; the commits of rounds past the end are skipped (warp-uniform). K = 1 is warp_arc_rounds' order exactly.
 template <int K, bool kDest, typename ScoreFn, typename CommitFn>
 __device__ __forceinline__ void warp_arc_rounds_ahead(const DeviceGraph& g, int32_t b, int32_t tok, float score,
                                                       int32_t link, int32_t phase, int32_t begin, int32_t deg,
@@ -606,9 +606,9 @@ __device__ __forceinline__ float add_word_boosts(const DeviceGraph& g, int32_t a
 }
 
 // Log-likelihood of taking an arc (its words `w`) on this step before word boosts: acoustic (emitting phase only, not
-// kEps) + weight, rounded as the CPU reference does. Written without branches: the log-prob is loaded for every arc (at column 0 for a
-// label that is not a token, and from `row` -- a valid row of the lane -- in every phase) and selected away where it
-// does not count, so the walks that score several rounds of arcs at once (warp_arc_rounds_ahead) issue all their loads
+// kEps) + weight, rounded as the CPU reference does. Written without branches: the log-prob is loaded for every arc
+// (at column 0 for a label that is not a token, and from `row` -- a valid row of the lane -- in every phase) and
+// selected away where it does not count, so the walks that score several rounds of arcs at once (warp_arc_rounds_ahead) issue all their loads
 // in one straight run; a branch between them would order each round's loads after the previous round's.
 template <typename scalar_t, bool kEps>
 __device__ __forceinline__ float arc_base_loglik(const SearchOptions& opt, const ArcWords& w, bool emit_phase,
@@ -621,20 +621,13 @@ __device__ __forceinline__ float arc_base_loglik(const SearchOptions& opt, const
   return __fadd_rn(acoustic, w.weight);
 }
 
-// Log-likelihood of taking `arc` on this step: acoustic (emitting phase only) + weight + word boosts.
+// Log-likelihood of taking the emitting `arc` on the frame `row`, word boosts included (the fused max's scoring).
 template <typename scalar_t>
-__device__ __forceinline__ float arc_loglik(const DeviceGraph& g, const SearchOptions& opt, int32_t arc,
-                                            int32_t phase, bool eps, const scalar_t* row,
-                                            const int32_t* boost_keys, const float* boost_values, int32_t boost_cap,
-                                            int32_t lane) {
-  float acoustic = 0.0f;
-  if (!eps && phase == kEmit) {
-    const int32_t il = g.ilabel[arc];
-    if (il >= 0) acoustic = __fmul_rn(load_lp(row + il), opt.acoustic_scale);
-  }
-  float ll = __fadd_rn(acoustic, g.weight[arc]);
-  if (boost_cap > 0) ll = add_word_boosts(g, arc, ll, boost_keys, boost_values, boost_cap, lane);
-  return ll;
+__device__ __forceinline__ float emit_arc_loglik(const DeviceGraph& g, const SearchOptions& opt, int32_t arc,
+                                                 const scalar_t* row, const int32_t* boost_keys,
+                                                 const float* boost_values, int32_t boost_cap, int32_t lane) {
+  const float ll = arc_base_loglik<scalar_t, false>(opt, fetch_arc<false>(g, arc), true, row);
+  return boost_cap > 0 ? add_word_boosts(g, arc, ll, boost_keys, boost_values, boost_cap, lane) : ll;
 }
 
 // The log-prob row an arc of `a` reads in `phase` (the frame t row when emitting, the lane's first row otherwise:
@@ -1060,7 +1053,7 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
     if (!lean && deg > 0) {
       const scalar_t* row = lp + ((int64_t)b * T + tn) * V;
       first = float_to_ordered(__fadd_rn(
-          score, arc_loglik(g, opt, begin, kEmit, false, row, boost_keys, boost_values, boost_cap, b)));
+          score, emit_arc_loglik(g, opt, begin, row, boost_keys, boost_values, boost_cap, b)));
     }
   }
   if (!lean) {  // one guarded atomic per (warp, lane)
@@ -1090,7 +1083,7 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
     if (!v) return;
     const scalar_t* row = lp + ((int64_t)a.lane * T + tn) * V;
     const uint32_t o = float_to_ordered(__fadd_rn(
-        a.score, arc_loglik(g, opt, a.arc, kEmit, false, row, boost_keys, boost_values, boost_cap, a.lane)));
+        a.score, emit_arc_loglik(g, opt, a.arc, row, boost_keys, boost_values, boost_cap, a.lane)));
     if (a.lane != cur_lane) {
       flush();
       cur_lane = a.lane;
