@@ -59,7 +59,12 @@ def main() -> None:
             chunk = min(32, span)
             rounds = [sum(-(-int(d[c: min(n, s + span, c + chunk)].sum()) // 32)
                           for c in range(s, min(n, s + span), chunk)) for s in range(0, n, span)]
-            stats.append((n, int(d.sum()), int(d.max()), int(adm.sum()), max(rounds), float(np.mean(rounds))))
+            # 2 rounds ahead (the HLG default): a warp's groups of 2 rounds; with the spread form (for_each_item_spread,
+            # steps of at most warps / 2 tokens: R = warps // n warps a token) a token's groups are shared by its R warps
+            groups = -(-(-(-d // 32)) // 2)
+            spread = -(-groups // (args.warps // n)) if 2 * n <= args.warps else None
+            stats.append((n, int(d.sum()), int(d.max()), int(adm.sum()), max(rounds), float(np.mean(rounds)),
+                          int(groups.max()), int(spread.max()) if spread is not None else -1))
             fs, sc = nfs, nsc
     a = np.array(stats, dtype=float)
     print(f"steps {len(a)}: tokens mean {a[:, 0].mean():.0f} (p90 {np.percentile(a[:, 0], 90):.0f}, "
@@ -67,6 +72,10 @@ def main() -> None:
     print(f"admitted {a[:, 3].sum() / a[:, 1].sum():.3f} of the scored arcs")
     print(f"batch 1: the slowest warp walks {a[:, 4].mean():.2f} rounds a step (p90 {np.percentile(a[:, 4], 90):.0f}), "
           f"the mean warp with a token {a[:, 5].mean():.2f}")
+    small = a[:, 7] >= 0
+    print(f"2 rounds ahead: the slowest warp walks {a[:, 6].mean():.2f} groups of 2 rounds a step; "
+          f"{small.mean():.0%} of the steps have at most warps / 2 tokens (the spread form's), where it walks "
+          f"{a[small, 6].mean():.2f} groups, spread {a[small, 7].mean():.2f}")
 
 
 if __name__ == "__main__":
