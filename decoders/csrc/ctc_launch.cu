@@ -271,11 +271,9 @@ cudaError_t ctc_seal_states(int32_t* state, int64_t state_row_words, int32_t* co
     return launch_kernel(pdl, rows, 256, 0, stream, ctc_state_seal_kernel<256>, refs, state_row_words, err, do_stamp,
                          st, pdl ? 1 : 0);
   if (cluster && !do_stamp && rows <= kClusterSealMaxRows) {
-    int device = 0, major = 0;
-    cudaError_t e = cudaGetDevice(&device);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (e != cudaSuccess) return e;
-    if (major >= 9)
+    bool clusters = false;
+    if (const cudaError_t e = current_device_has_clusters(clusters); e != cudaSuccess) return e;
+    if (clusters)
       return launch_kernel_ex(pdl, kSealParts, rows * kSealParts, kSealClusterThreads, 0, stream,
                               ctc_state_seal_cluster_kernel, refs, state_row_words, err, pdl ? 1 : 0);
   }

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "launch_ex.cuh"
+
 namespace wfst {
 
 template <typename Kernel>
@@ -41,9 +43,8 @@ bool cooperative_launch(int threads, GridFn grid_of, void** args, cudaStream_t s
 // sm_90, the size is out of 2..16, no such cluster fits (cudaOccupancyMaxActiveClusters) or the launch refuses.
 template <auto kKernel>
 bool single_cluster_launch(int threads, int blocks, void** args, cudaStream_t stream) {
-  int device = 0, major = 0;
-  if (blocks < 2 || blocks > 16 || cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess || major < 9)
+  bool clusters = false;
+  if (blocks < 2 || blocks > 16 || beamdec::current_device_has_clusters(clusters) != cudaSuccess || !clusters)
     return cudaGetLastError(), false;
   static const bool non_portable =
       cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel), cudaFuncAttributeNonPortableClusterSizeAllowed,
