@@ -43,8 +43,9 @@ bool cooperative_launch(int threads, GridFn grid_of, void** args, cudaStream_t s
 // sm_90, the size is out of 2..16, no such cluster fits (cudaOccupancyMaxActiveClusters) or the launch refuses.
 template <auto kKernel>
 bool single_cluster_launch(int threads, int blocks, void** args, cudaStream_t stream) {
-  bool clusters = false;
-  if (blocks < 2 || blocks > 16 || beamdec::current_device_has_clusters(clusters) != cudaSuccess || !clusters)
+  bool has_clusters = false;
+  if (blocks < 2 || blocks > 16 || beamdec::current_device_has_clusters(has_clusters) != cudaSuccess ||
+      !has_clusters)
     return cudaGetLastError(), false;
   static const bool non_portable =
       cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel), cudaFuncAttributeNonPortableClusterSizeAllowed,
