@@ -486,7 +486,9 @@ def test_arc_rounds_ahead_equal_one_round_and_cpu(monkeypatch, batch, epsilon):
     candidate form) are not compared: which candidates a full buffer drops depends on timing."""
     from wfst_testlib import with_multiword_arcs
     rng = np.random.default_rng(1700 + batch + 7 * epsilon)
-    forms = [("2", "0"), ("1", "1"), ("2", "1")]  # (rounds ahead, admitted-arc queue); ("2", "1") is the default
+    # (rounds ahead, admitted-arc queue, spread walks); ("2", "1", "0") is the HLG default; the spread walks
+    # (BEAMDEC_WFST_SPREAD) take every step here: a test batch has far fewer tokens than the grid has warps / 2
+    forms = [("2", "0", "0"), ("1", "1", "0"), ("2", "1", "0"), ("2", "1", "1")]
     for gi in range(6):
         g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 250)),
                          num_tokens=int(rng.choice([3, 29])), max_emitting=int(rng.choice([8, 40, 130])),
@@ -507,11 +509,12 @@ def test_arc_rounds_ahead_equal_one_round_and_cpu(monkeypatch, batch, epsilon):
                 monkeypatch.setenv("BEAMDEC_WFST_ARC_AHEAD", "1")
                 monkeypatch.setenv("BEAMDEC_WFST_ADMIT_QUEUE", "0")
                 one = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-                for ahead, queue in forms:
+                for ahead, queue, spread in forms:
                     monkeypatch.setenv("BEAMDEC_WFST_ARC_AHEAD", ahead)
                     monkeypatch.setenv("BEAMDEC_WFST_ADMIT_QUEUE", queue)
+                    monkeypatch.setenv("BEAMDEC_WFST_SPREAD", spread)
                     res = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-                    key = (gi, str(dtype), slots, ahead, queue)
+                    key = (gi, str(dtype), slots, ahead, queue, spread)
                     exact = [b for b in range(batch) if one.overflow[b] == 0 and res.overflow[b] == 0]
                     if gi != 3:
                         assert res.overflow == one.overflow and len(exact) == batch, key
@@ -520,5 +523,6 @@ def test_arc_rounds_ahead_equal_one_round_and_cpu(monkeypatch, batch, epsilon):
                     assert [res.reached_final[b] for b in exact] == [one.reached_final[b] for b in exact], key
                     assert sum(res.words[b] != one.words[b] for b in exact) <= max(1, batch // 8), key
                 _assert_scores_near_cpu(cpu, one, [b for b in range(batch) if one.overflow[b] == 0], key)
-            for name in ("BEAMDEC_WFST_ARC_AHEAD", "BEAMDEC_WFST_ADMIT_QUEUE", "BEAMDEC_WFST_EMIT_SLOTS"):
+            for name in ("BEAMDEC_WFST_ARC_AHEAD", "BEAMDEC_WFST_ADMIT_QUEUE", "BEAMDEC_WFST_SPREAD",
+                         "BEAMDEC_WFST_EMIT_SLOTS"):
                 monkeypatch.delenv(name)

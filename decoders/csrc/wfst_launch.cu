@@ -103,6 +103,10 @@ bool admit_queue(bool has_eps) {
   if (env_off("BEAMDEC_WFST_ADMIT_QUEUE")) return false;
   return env_flag("BEAMDEC_WFST_ADMIT_QUEUE") || !has_eps;
 }
+// The spread walks (opt-in, BEAMDEC_WFST_SPREAD=1, read per call; wfst_kernels.cuh walk_token_arcs kSpread): a small
+// step's tokens each walked by several warps. Only with 2 rounds ahead and the queue (the HLG default); not measured
+// yet (reports/measurements/README.md "Pending device runs").
+bool spread_walks() { return env_flag("BEAMDEC_WFST_SPREAD"); }
 
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
 // Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
@@ -157,9 +161,12 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
   const bool queue = admit_queue(g.has_eps);
-  if (arc_rounds_ahead(g.has_eps) == 2)
+  if (arc_rounds_ahead(g.has_eps) == 2) {
+    if (queue && spread_walks())
+      return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true>>(kWalkBlock, grid, args, stream);
     return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true>>(kWalkBlock, grid, args, stream)
                  : cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
+  }
   return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 1, true>>(kWalkBlock, grid, args, stream)
                : cooperative_launch<PersistentKernel<scalar_t, 0, false, 1>>(kWalkBlock, grid, args, stream);
 }

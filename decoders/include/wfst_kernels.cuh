@@ -527,16 +527,19 @@ __device__ __forceinline__ ArcWords fetch_arc(const DeviceGraph& g, int32_t arc)
 // otherwise pays one chain of dependent loads (arc, then log-prob) per round. The rounds are scored ahead
 // unconditionally (a lane past the end reads arc 0 and its lane's first log-prob row, valid = false: the result is
 // unused), so no branch separates their loads; the commits of rounds past the end are skipped (warp-uniform). K = 1 is warp_arc_rounds' order exactly.
+// `group0` / `groups` (the spread walk, walk_token_arcs): this warp walks groups group0, group0 + groups, ... of K
+// rounds (32 K arcs) only; 0 / 1 walks them all.
 template <int K, bool kDest, typename ScoreFn, typename CommitFn>
 __device__ __forceinline__ void warp_arc_rounds_ahead(const DeviceGraph& g, int32_t b, int32_t tok, float score,
                                                       int32_t link, int32_t phase, int32_t begin, int32_t deg,
-                                                      ScoreFn score_arc, CommitFn commit) {
+                                                      ScoreFn score_arc, CommitFn commit, int32_t group0 = 0,
+                                                      int32_t groups = 1) {
   static_assert(K >= 1 && K <= 4, "1 to 4 rounds ahead");  // (4: +5 % at batch 1, -13 % at 200: wfst_launch.cu)
   const int lane = threadIdx.x & 31;
   int incl, excl;
   const int total = warp_arc_counts(deg, incl, excl);
   using Scored = decltype(score_arc(false, ArcItem{}, 0, ArcWords{}));
-  for (int j0 = 0; j0 < total; j0 += 32 * K) {
+  for (int j0 = 32 * K * group0; j0 < total; j0 += 32 * K * groups) {
     ArcItem it[K];
     int32_t ph[K];
     ArcWords words[K];
@@ -566,17 +569,23 @@ __device__ __forceinline__ int32_t phase_arcs_begin(const DeviceGraph& g, int32_
 // (the start closure); else every token's arcs of its lane's phase. `on_token(lane, tok)` runs once per item.
 // skip_ready: lanes whose step max is already known (max_ready, fused max) walk no arcs.
 // The arcs are walked by warp_arc_rounds_ahead<K, kDest>: `score_arc` and `commit` as there.
-template <bool kStart, int K, bool kDest, typename TokFn, typename ScoreFn, typename CommitFn>
+// kSpread (opt-in, BEAMDEC_WFST_SPREAD: wfst_launch.cu): a step with at most warps / 2 items gives each item
+// R = warps / items warps instead of one, and warp r of an item walks its groups of K rounds r, r + R, ... (each arc
+// still exactly once; on_token runs in warp 0 of the item only). At batch 1 on the bench char HLG most steps are
+// this small and a lone warp walks a wide state's groups one after the other (eval/bench/probes/wfst_step_sim.py:
+// 82 % of the steps; their slowest warp 1.96 -> 1.00 groups of 2 rounds). The choice depends on the step's item
+// count only, which every warp reads after the same barrier, so it is grid-uniform.
+template <bool kStart, int K, bool kDest, bool kSpread = false, typename TokFn, typename ScoreFn, typename CommitFn>
 __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
                                                 int32_t buf, int32_t F, TokFn on_token, ScoreFn score_arc,
                                                 CommitFn commit, bool skip_ready = false) {
-  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) {
+  auto token = [&](bool valid, int32_t b, int32_t tok, bool first, int32_t group0, int32_t groups) {
     int32_t begin = 0, deg = 0, link = -1, phase = kDone;
     float score = -INFINITY;
     if (valid) {
       const int64_t at = (int64_t)b * F + tok;
       phase = ws.lanes[b].phase;
-      on_token(b, tok);
+      if (first) on_token(b, tok);
       const int32_t s = frontier(ws, buf).state[at];
       score = frontier(ws, buf).score[at];
       link = frontier(ws, buf).winner[at];
@@ -590,8 +599,22 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
         }
       }
     }
-    warp_arc_rounds_ahead<K, kDest>(g, b, tok, score, link, phase, begin, deg, score_arc, commit);
-  });
+    warp_arc_rounds_ahead<K, kDest>(g, b, tok, score, link, phase, begin, deg, score_arc, commit, group0, groups);
+  };
+  if constexpr (kSpread) {
+    const int32_t total = ws.lane_offsets[batch];
+    const int32_t warps = (gridDim.x * blockDim.x) >> 5;
+    if (total > 0 && 2 * total <= warps) {
+      const int32_t R = warps / total;
+      const int32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+      const int32_t item = warp / R;
+      if (item >= total) return;  // warp-uniform: the last warps / total - R * total warps have no item
+      const int32_t b = upper_index(ws.lane_offsets, 0, batch, item);
+      token((threadIdx.x & 31) == 0, b, item - ws.lane_offsets[b], warp % R == 0, warp % R, R);
+      return;
+    }
+  }
+  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) { token(valid, b, tok, true, 0, 1); });
 }
 
 // The word boosts of `arc` for `lane` added to `ll` (in the arc's word order, as the CPU reference adds them).
@@ -662,7 +685,7 @@ __device__ __forceinline__ void clear_claimed(const Workspace& ws, int32_t buf, 
 
 // Max: exact per-lane maximum of this step's candidate ends. Also clears the previous step's hash slots
 // (token i owns claims[i]), or a whole lane's table when its claims list overflowed.
-template <typename scalar_t, int K = kArcRoundsAhead>
+template <typename scalar_t, int K = kArcRoundsAhead, bool kSpread = false>
 __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                          const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf, int32_t F,
                                          int32_t H, int32_t batch, const int32_t* boost_keys,
@@ -677,7 +700,7 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
       if (cur_max > ld_volatile(*p)) atomicMax(p, cur_max);
     }
   };
-  walk_token_arcs<false, K, false>(
+  walk_token_arcs<false, K, false, kSpread>(
       g, ws, batch, buf, F,
       [&](int32_t b, int32_t tok) {
         if (!fused) clear_claim(ws, buf, F, H, b, tok);
@@ -928,7 +951,7 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
 // Expand: the step's expansion of the frontier in `buf` into `out` (kStart: the start token's epsilon arcs,
 // `buf` = `out` = 0). The last block prepares the Resolve walk over the candidates.
 // kQueue: admitted arcs are recombined through the warp's AdmitQueue (not for kStart).
-template <typename scalar_t, bool kStart, int K = kArcRoundsAhead, bool kQueue = false>
+template <typename scalar_t, bool kStart, int K = kArcRoundsAhead, bool kQueue = false, bool kSpread = false>
 __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                             const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
                                             int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
@@ -964,7 +987,7 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
     pending -= n;
     expand_admitted<false, false>(g, ws, out, F, C, H, has, a, phase, end, 0);
   };
-  walk_token_arcs<kStart, K, kDestAhead>(
+  walk_token_arcs<kStart, K, kDestAhead, kSpread && !kStart>(
       g, ws, batch, buf, F,
       [&](int32_t b, int32_t tok) {
         if (clear) clear_claim(ws, buf, F, H, b, tok);
@@ -1227,7 +1250,8 @@ __global__ void __launch_bounds__(kWalkBlock)
 // vs 934 / 933, two processes each, equal WER). The barriers are not where a batch-1 step's time goes (the small
 // HLG's batch-1 Expand alone takes ~17 us for ~1,000 items, ncu in session 21), so this stays opt-in and the cluster
 // design with DSMEM hash tables it was the first step of was not built.
-template <typename scalar_t, int kFused, bool kCluster = false, int kAhead = kArcRoundsAhead, bool kQueue = false>
+template <typename scalar_t, int kFused, bool kCluster = false, int kAhead = kArcRoundsAhead, bool kQueue = false,
+          bool kSpread = false>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
@@ -1264,10 +1288,10 @@ __global__ void __launch_bounds__(kWalkBlock)
     const int32_t buf = t & 1, out = buf ^ 1;
     // step_flags: written by the `prepare` before the last barrier, so every block reads the same value
     if (kFused == 0 || ld_volatile(ws.step_flags[0]) != 0) {
-      max_step<scalar_t, kAhead>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
+      max_step<scalar_t, kAhead, kSpread>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
       grid.sync();
     }
-    expand_step<scalar_t, false, kAhead, kQueue>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys,
+    expand_step<scalar_t, false, kAhead, kQueue, kSpread>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys,
                                                  boost_values, boost_cap);
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}

@@ -60,8 +60,10 @@ def main() -> None:
             rw = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         with environment(one):
             rw1 = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
+        with environment({**two, "BEAMDEC_WFST_SPREAD": "1"}):  # the opt-in spread walks (a small step's tokens
+            rws = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)  # over several warps)
         print("walk forms", "eps" if eps else "noeps", r1.scores.tolist() == rp.scores.tolist(),
-              rw.scores.tolist() == rw1.scores.tolist(), rw.overflow)
+              rw.scores.tolist() == rw1.scores.tolist(), rws.scores.tolist() == rw1.scores.tolist(), rw.overflow)
     # WFST_SMOKE_LATTICE=0 leaves the lattice decodes out (a sanitizer run after a change to the 1-best kernels only)
     for eps in ((False, True) if os.environ.get("WFST_SMOKE_LATTICE", "1") != "0" else ()):
         # lattices: the forward pass, the device prune, an overflow rescue
