@@ -486,8 +486,9 @@ def test_arc_rounds_ahead_equal_one_round_and_cpu(monkeypatch, batch, epsilon):
     candidate form) are not compared: which candidates a full buffer drops depends on timing."""
     from wfst_testlib import with_multiword_arcs
     rng = np.random.default_rng(1700 + batch + 7 * epsilon)
-    # (rounds ahead, admitted-arc queue, spread walks); ("2", "1", "0") is the HLG default; the spread walks
-    # (BEAMDEC_WFST_SPREAD) take every step here: a test batch has far fewer tokens than the grid has warps / 2
+    # (rounds ahead, admitted-arc queue, spread walks); ("2", "1", "1") is the HLG default (with half the grid at
+    # batch 1 and 5); the spread walks (BEAMDEC_WFST_SPREAD) take every step here: a test batch has far fewer tokens
+    # than the grid has warps / 2
     forms = [("2", "0", "0"), ("1", "1", "0"), ("2", "1", "0"), ("2", "1", "1")]
     for gi in range(6):
         g = random_graph(rng, epsilon=epsilon, num_states=int(rng.integers(2, 250)),

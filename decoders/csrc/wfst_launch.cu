@@ -1,6 +1,7 @@
 // Torch-free launcher of the CUDA WFST decoder: carves the caller's workspace and enqueues the whole
 // decode (init, every step, epsilon closures, backtrack) on `stream` without a host synchronisation.
 // Kernels: decoders/include/wfst_kernels.cuh.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -103,10 +104,26 @@ bool admit_queue(bool has_eps) {
   if (env_off("BEAMDEC_WFST_ADMIT_QUEUE")) return false;
   return env_flag("BEAMDEC_WFST_ADMIT_QUEUE") || !has_eps;
 }
-// The spread walks (opt-in, BEAMDEC_WFST_SPREAD=1, read per call; wfst_kernels.cuh walk_token_arcs kSpread): a small
-// step's tokens each walked by several warps. Only with 2 rounds ahead and the queue (the HLG default); not measured
-// yet (reports/measurements/README.md "Pending device runs").
-bool spread_walks() { return env_flag("BEAMDEC_WFST_SPREAD"); }
+// The spread walks (wfst_kernels.cuh walk_token_arcs kSpread): a small step's tokens each walked by several warps.
+// On by default with 2 rounds ahead and the queue (the HLG default; BEAMDEC_WFST_SPREAD=0 turns them off, read per
+// call). Measured on an H100 (2026-12-07 session 33 call 1, bench compact HLG, each arm its own process in one call
+// beside OASR's WFST decoder; reports/measurements/README.md "Session 33"), RTFx at batch 1 / 32 / 200: 1,660 / 11,197
+// / 23,717 against 1,563 / 11,219 / 22,961 without (+6.2 / -0.2 / +3.3 %), WER equal.
+bool spread_walks() { return !env_off("BEAMDEC_WFST_SPREAD"); }
+
+// The walk grid of the HLG form (2 rounds ahead, the queue, the spread walks) at small batches: kSmallGridBlocksPerSm
+// blocks per SM up to kSmallGridMaxBatch lanes instead of the occupancy (4), unless BEAMDEC_WFST_BLOCKS_PER_SM says
+// otherwise. At batch 1 a step's barriers and arrive tails over every resident block are a large part of its ~25 us;
+// half the grid halves their participants while the spread walks keep the few tokens' arcs over the warps left.
+// Measured on an H100 (session 33 call 1, as above), 2 blocks per SM at batch 1 / 32 / 200: +11.5 / -7.4 / -25.0 % RTFx
+// without the spread walks, +9.4 / -6.6 / -26.4 % with them (against the full grid without).
+constexpr int32_t kSmallGridMaxBatch = 8;
+constexpr int kSmallGridBlocksPerSm = 2;
+int hlg_walk_blocks_per_sm(int occupancy, int32_t batch) {
+  if (std::getenv("BEAMDEC_WFST_BLOCKS_PER_SM") != nullptr || batch > kSmallGridMaxBatch)
+    return walk_blocks_per_sm(occupancy);
+  return std::min(occupancy, kSmallGridBlocksPerSm);
+}
 
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
 // Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
@@ -162,8 +179,13 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
   const bool queue = admit_queue(g.has_eps);
   if (arc_rounds_ahead(g.has_eps) == 2) {
-    if (queue && spread_walks())
-      return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true>>(kWalkBlock, grid, args, stream);
+    if (queue && spread_walks()) {
+      const auto hlg_grid = [&](int blocks_per_sm, int) {
+        return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * hlg_walk_blocks_per_sm(blocks_per_sm, B);
+      };
+      return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true>>(kWalkBlock, hlg_grid, args,
+                                                                                     stream);
+    }
     return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true>>(kWalkBlock, grid, args, stream)
                  : cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
   }

@@ -14,20 +14,26 @@
 # packing everything under $OUT into wfst_ab_call.tgz (session 21 lost a call's run directories to that limit).
 # Each stage has a time limit (A_TIMEOUT 420 s, B_TIMEOUT 150 s, TESTS_TIMEOUT 200 s) so a hang cannot eat the call;
 # TESTS_DEADLINE_S skips the gpu tests when the call is already that many seconds in (so the packing still happens).
+# SKIP_A=1: no A stage; A is the run directory RUN already made in this call (e.g. by eval/bench/wfst_verify_gpu_run.sh
+# with RUN=bench_verify; its graphs and log-probs are reused). BATCHES: the B arms' batch sizes (default the bench's).
+# B_DEADLINE_S: B arms not started once the call is that many seconds in.
 set -o pipefail
 SCALE=${SCALE:-small}; export SCALE; export RUN=${RUN:-${SCALE}_a}; export DECODERS=${DECODERS:-wfst oasr}
 OUT=${OUT:-/tmp/wfst_gpu_out}; export OUT; mkdir -p "$OUT"
 AB_ENVS=${AB_ENVS:-${AB_ENV:-BEAMDEC_WFST_FUSED_MAX=1 BEAMDEC_WFST_FUSED_MAX=2}}
-timeout ${A_TIMEOUT:-420} bash eval/bench/wfst_gpu_run.sh > "$OUT/ab_a.log" 2>&1; echo "A rc=$?"
-grep "STAGE\|total_s" "$OUT/ab_a.log" | tr '\n' ' '; echo
+if [ "${SKIP_A:-0}" != 1 ]; then
+  timeout ${A_TIMEOUT:-420} bash eval/bench/wfst_gpu_run.sh > "$OUT/ab_a.log" 2>&1; echo "A rc=$?"
+  grep "STAGE\|total_s" "$OUT/ab_a.log" | tr '\n' ' '; echo
+fi
 export PYTHONPATH=/tmp/site:.:${PYTHONPATH:-} PYTHONUNBUFFERED=1 BEAMDEC_COMPONENTS=wfst
 G=data/graphs/$SCALE/char_blanklast
 GDIRS=$(for t in ${TOPOLOGIES:-compact normal}; do printf -- "--graph-dir %s=%s " $t $G/$t; done)
 n=0
 for ab in $AB_ENVS; do
   n=$((n + 1)); s=$SECONDS
+  if [ $SECONDS -ge ${B_DEADLINE_S:-100000} ]; then echo "B$n ($ab) skipped: $SECONDS s past B_DEADLINE_S"; continue; fi
   env ${ab//,/ } timeout ${B_TIMEOUT:-150} python3 -m eval.bench.wfst_bench --lp-file data/lp/${SCALE}_other_char_${UTTS:-200}.pt \
-    --scale $SCALE --max-utts ${UTTS:-200} --b1-utts ${B1:-30} $GDIRS --graphs ${GRAPHS:-TLG HLG} --decoders wfst \
+    --scale $SCALE --max-utts ${UTTS:-200} --b1-utts ${B1:-30} $GDIRS --graphs ${GRAPHS:-TLG HLG} --decoders wfst ${BATCHES:+--batches $BATCHES} \
     --run ${SCALE}_b$n --isolate > "$OUT/ab_b$n.log" 2>&1; echo "B$n ($ab) rc=$? wall_s=$(( SECONDS - s ))"
 done
 # The A/B rendered by reports.ab (per graph and batch: each process's RTFx, the change vs A's processes, A's spread,
