@@ -116,7 +116,9 @@ bool spread_walks() { return !env_off("BEAMDEC_WFST_SPREAD"); }
 // otherwise. At batch 1 a step's barriers and arrive tails over every resident block are a large part of its ~25 us;
 // half the grid halves their participants while the spread walks keep the few tokens' arcs over the warps left.
 // Measured on an H100 (session 33 call 1, as above), 2 blocks per SM at batch 1 / 32 / 200: +11.5 / -7.4 / -25.0 % RTFx
-// without the spread walks, +9.4 / -6.6 / -26.4 % with them (against the full grid without).
+// without the spread walks, +9.4 / -6.6 / -26.4 % with them (against the full grid without). With the spread walks
+// (call 2, one process per grid), 2 / 1 blocks per SM against 4 at batch 1, 2, 4, 8, 16: +5.6 / +4.0, +7.4 / +3.8,
+// +16.1 / +9.3, +4.2 / -5.8, -4.5 / -18.7 %, hence 2 up to batch 8.
 constexpr int32_t kSmallGridMaxBatch = 8;
 constexpr int kSmallGridBlocksPerSm = 2;
 int hlg_walk_blocks_per_sm(int occupancy, int32_t batch) {
