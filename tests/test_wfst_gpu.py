@@ -93,6 +93,38 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
 @pytest.mark.parametrize("batch", [1, 3, 33])
 @pytest.mark.parametrize("epsilon", [False, True])
 @pytest.mark.parametrize("persistent", ["1", "0"])
+def test_acq_rel_arrive_equals_fenced_arrive_and_cpu(monkeypatch, batch, epsilon, persistent):
+    """The walks' arrive counter as one acq_rel atomic (BEAMDEC_WFST_ACQ_REL_ARRIVE=1; wfst_kernels.cuh
+    arrive_and_prepare) against the fence.sc form and the CPU, in the persistent kernel (both walk forms: the HLG one
+    on wide epsilon-free states, with the spread walks and half the grid at these batches) and the plain launches:
+    the last block must see every block's claims, candidates and counters, so a missed write shows as a lost token,
+    a wrong count or a different score. Odd batches, empty and one-frame utterances, fp16, boosts, a capacity rescue
+    (its lanes compared where neither form flagged them)."""
+    rng = np.random.default_rng(2600 + batch + 7 * epsilon + 13 * (persistent == "1"))
+    monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", persistent)
+    for gi in range(5):
+        g, cfg, lp, lengths, boosts = _rescue_case(rng, batch, epsilon, gi, wide=gi % 2 == 1)
+        for dtype in (torch.float32, torch.float16):
+            x = lp.to(dtype)
+            monkeypatch.delenv("BEAMDEC_WFST_ACQ_REL_ARRIVE", raising=False)
+            fenced = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            monkeypatch.setenv("BEAMDEC_WFST_ACQ_REL_ARRIVE", "1")
+            acq = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            monkeypatch.delenv("BEAMDEC_WFST_ACQ_REL_ARRIVE")
+            key = (gi, str(dtype))
+            exact = [b for b in range(batch) if fenced.overflow[b] == 0 and acq.overflow[b] == 0]
+            if gi != 3:
+                assert acq.overflow == fenced.overflow and len(exact) == batch, key
+            assert [acq.scores[b] for b in exact] == [fenced.scores[b] for b in exact], key
+            assert [acq.has_path[b] for b in exact] == [fenced.has_path[b] for b in exact], key
+            assert sum(acq.words[b] != fenced.words[b] for b in exact) <= max(1, batch // 8), key
+            cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
+            _assert_scores_near_cpu(cpu, acq, exact, key)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 33])
+@pytest.mark.parametrize("epsilon", [False, True])
+@pytest.mark.parametrize("persistent", ["1", "0"])
 def test_emit_slots_equal_the_candidate_form_and_cpu(monkeypatch, batch, epsilon, persistent):
     """Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form): the emitting step appends no
     candidates; each slot's packed value names its winner (source token, arc offset) and the step's Resolve walks the

@@ -111,6 +111,11 @@ bool admit_queue(bool has_eps) {
 // / 23,717 against 1,563 / 11,219 / 22,961 without (+6.2 / -0.2 / +3.3 %), WER equal.
 bool spread_walks() { return !env_off("BEAMDEC_WFST_SPREAD"); }
 
+// The walks' arrive counter as one acq_rel atomic (wfst_kernels.cuh arrive_and_prepare), opt-in:
+// BEAMDEC_WFST_ACQ_REL_ARRIVE=1 (read per call). Not measured yet (reports/measurements/README.md "Pending device
+// runs"); the default keeps the fence.sc form every earlier measurement ran.
+bool acq_rel_arrive() { return env_flag("BEAMDEC_WFST_ACQ_REL_ARRIVE"); }
+
 // The walk grid of the HLG form (2 rounds ahead, the queue, the spread walks) at small batches: kSmallGridBlocksPerSm
 // blocks per SM up to kSmallGridMaxBatch lanes instead of the occupancy (4), unless BEAMDEC_WFST_BLOCKS_PER_SM says
 // otherwise. At batch 1 a step's barriers and arrive tails over every resident block are a large part of its ~25 us;
@@ -215,6 +220,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   ws.emit_shift = emit_slots_shift(g.max_degree, caps.frontier);
   ws.emit_slots = ws.emit_shift >= 0 && !env_off("BEAMDEC_WFST_EMIT_SLOTS");
   if (!ws.emit_slots) ws.emit_shift = 0;
+  ws.arrive_acq_rel = acq_rel_arrive();
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
   // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.

@@ -30,6 +30,7 @@
 // epsilon arcs written by the last pass) are the CPU's.
 #pragma once
 #include <cooperative_groups.h>
+#include <cuda/atomic>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -124,6 +125,7 @@ struct Workspace {
   int32_t emit_shift;
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
+  int32_t arrive_acq_rel;   // set by the launcher (opt-in): arrive_and_prepare's counter as one acq_rel atomic
 };
 
 // The table / claim list of frontier buffer `k` (a select, like `frontier` below: no runtime-indexed parameter array).
@@ -334,19 +336,32 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
 }
 
 // Every block calls this at its end; the last one to arrive runs `prepare` and re-arms the counter
-// (threadFenceReduction pattern).
+// (threadFenceReduction pattern). The block's writes are ordered before its arrival by the block barrier and thread
+// 0's release; the last block acquires every earlier arrival's writes before it prepares.
+// ws.arrive_acq_rel (opt-in, BEAMDEC_WFST_ACQ_REL_ARRIVE=1: wfst_launch.cu) does both with one atom.add.acq_rel.gpu,
+// as the cooperative-groups grid barrier does on sm_70+ (atom.add.release / ld.acquire), instead of a
+// __threadfence() (fence.sc.gpu, MEMBAR.SC.GPU in the SASS: a sequentially consistent fence, stronger than the
+// pattern needs) before a relaxed atomic in every block and a second one in the last block. At batch 1 the last
+// block's fence, atomic and fence are on the step's serial path twice a step (after the Expand and Resolve walks).
 __device__ __forceinline__ void arrive_and_prepare(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                                    int32_t batch, int32_t F, int32_t C, const Prepare& p) {
   __shared__ bool s_last;
+  const bool acq_rel = ws.arrive_acq_rel != 0;
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned prev = atomicAdd(ws.arrive, 1u);
+    unsigned prev;
+    if (acq_rel) {
+      prev = cuda::atomic_ref<unsigned, cuda::thread_scope_device>(*ws.arrive)
+                 .fetch_add(1u, cuda::std::memory_order_acq_rel);
+    } else {
+      __threadfence();
+      prev = atomicAdd(ws.arrive, 1u);
+    }
     s_last = prev == gridDim.x - 1;
   }
-  __syncthreads();
+  __syncthreads();  // (acq_rel: thread 0's acquire, then this barrier, orders the block's reads after it)
   if (!s_last) return;
-  __threadfence();
+  if (!acq_rel) __threadfence();
   prepare(g, opt, ws, batch, F, C, p);
   if (threadIdx.x == 0) *ws.arrive = 0u;
 }
