@@ -17,6 +17,7 @@
 # SKIP_A=1: no A stage; A is the run directory RUN already made in this call (e.g. by eval/bench/wfst_verify_gpu_run.sh
 # with RUN=bench_verify; its graphs and log-probs are reused). BATCHES: the B arms' batch sizes (default the bench's).
 # B_DEADLINE_S: B arms not started once the call is that many seconds in.
+# With BATCHES the B arms are also rendered against the first B arm ($OUT/ab_b/: the batches A did not run).
 set -o pipefail
 SCALE=${SCALE:-small}; export SCALE; export RUN=${RUN:-${SCALE}_a}; export DECODERS=${DECODERS:-wfst oasr}
 OUT=${OUT:-/tmp/wfst_gpu_out}; export OUT; mkdir -p "$OUT"
@@ -50,6 +51,12 @@ done
 ARGS=(); for k in "${ORDER[@]}"; do ARGS+=(--arm "$k::${ARM[$k]}"); done
 python3 -m reports.ab "${ARGS[@]}" --decoder wfst --out "$OUT/ab" --title "A/B on the $SCALE graphs" > /dev/null \
   && grep "^| wfst" "$OUT/ab/ab.md" | cut -c1-240 || echo "reports.ab: no A/B rendered"
+# BATCHES: the batch sizes A did not run are compared among the B arms alone, the first B arm as the base ($OUT/ab_b/)
+if [ -n "${BATCHES:-}" ] && [ ${#ORDER[@]} -gt 2 ]; then
+  python3 -m reports.ab "${ARGS[@]:2}" --decoder wfst --out "$OUT/ab_b" \
+    --title "The B arms at BATCHES=$BATCHES, $SCALE graphs" > /dev/null \
+    && grep "^| wfst" "$OUT/ab_b/ab.md" | cut -c1-240 || echo "reports.ab: no B-only A/B rendered"
+fi
 ( cd runs/bench && tar czf "$OUT/wfst_ab_runs.tgz" $(ls -d wfst_vs_riva wfst_vs_oasr 2>/dev/null) )
 for d in runs/bench/wfst_vs_oasr/$RUN runs/bench/wfst_vs_riva/${SCALE}_b*; do
   [ -f $d/results.jsonl ] && python3 -m reports.cli $d > /dev/null 2>&1; echo "== $d"; grep "^| wfst\|^| oasr\|^| compact\|^| normal" $d/report.md 2>/dev/null | cut -c1-200
