@@ -24,10 +24,11 @@ size_t carve(char* base, int32_t B, const Capacities& c, Workspace* ws) { return
 // Blocks per SM of the walk grids: BEAMDEC_WFST_BLOCKS_PER_SM=n (1..occupancy) overrides the occupancy maximum, for
 // A/B runs at small batches (batch 1 spends ~10 us per Resolve launch on the H200 with few items, and every block of
 // the grid pays its launch and the arrive counter: reports/evidence/h200_2026-12-02/wfst_profile/tiny_best_as1). Read
-// on every call, so one process can compare settings; the result never depends on it (grid-stride walks).
-int walk_blocks_per_sm(int occupancy) {
+// on every call, so one process can compare settings; the result never depends on it (grid-stride walks). Unset:
+// `unset` (capped at the occupancy) where the launcher picks a smaller grid, else the occupancy.
+int walk_blocks_per_sm(int occupancy, int unset = 0) {
   const char* v = std::getenv("BEAMDEC_WFST_BLOCKS_PER_SM");
-  if (v == nullptr) return occupancy;
+  if (v == nullptr) return unset > 0 ? std::min(unset, occupancy) : occupancy;
   const int n = std::atoi(v);
   return n >= 1 && n < occupancy ? n : occupancy;
 }
@@ -118,19 +119,15 @@ bool acq_rel_arrive() { return env_flag("BEAMDEC_WFST_ACQ_REL_ARRIVE"); }
 
 // The walk grid of the HLG form (2 rounds ahead, the queue, the spread walks) at small batches: kSmallGridBlocksPerSm
 // blocks per SM up to kSmallGridMaxBatch lanes instead of the occupancy (4), unless BEAMDEC_WFST_BLOCKS_PER_SM says
-// otherwise. At batch 1 a step's barriers and arrive tails over every resident block are a large part of its ~25 us;
-// half the grid halves their participants while the spread walks keep the few tokens' arcs over the warps left.
+// otherwise (launch_persistent passes it to walk_blocks_per_sm). At batch 1 a step's barriers and arrive tails over
+// every resident block are a large part of its ~25 us; half the grid halves their participants while the spread walks
+// keep the few tokens' arcs over the warps left.
 // Measured on an H100 (session 33 call 1, as above), 2 blocks per SM at batch 1 / 32 / 200: +11.5 / -7.4 / -25.0 % RTFx
 // without the spread walks, +9.4 / -6.6 / -26.4 % with them (against the full grid without). With the spread walks
 // (call 2, one process per grid), 2 / 1 blocks per SM against 4 at batch 1, 2, 4, 8, 16: +5.6 / +4.0, +7.4 / +3.8,
 // +16.1 / +9.3, +4.2 / -5.8, -4.5 / -18.7 %, hence 2 up to batch 8.
 constexpr int32_t kSmallGridMaxBatch = 8;
 constexpr int kSmallGridBlocksPerSm = 2;
-int hlg_walk_blocks_per_sm(int occupancy, int32_t batch) {
-  if (std::getenv("BEAMDEC_WFST_BLOCKS_PER_SM") != nullptr || batch > kSmallGridMaxBatch)
-    return walk_blocks_per_sm(occupancy);
-  return std::min(occupancy, kSmallGridBlocksPerSm);
-}
 
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
 // Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
@@ -178,24 +175,22 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
       }
     }
   }
-  // ws.fused (the fused max's variant, 0 = off) picks the instantiation: the Max-walk one has no fused code at all
+  // The HLG form (2 rounds ahead, the queue, the spread walks) takes half the grid at small batches
+  const bool queue = admit_queue(g.has_eps);
+  const int ahead = arc_rounds_ahead(g.has_eps);
+  const bool hlg_form = ws.fused == 0 && ahead == 2 && queue && spread_walks();
+  const int small_grid = hlg_form && B <= kSmallGridMaxBatch ? kSmallGridBlocksPerSm : 0;
   const auto grid = [&](int blocks_per_sm, int) {
-    return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm);
+    return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm, small_grid);
   };
+  // ws.fused (the fused max's variant, 0 = off) picks the instantiation: the Max-walk one has no fused code at all
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
-  const bool queue = admit_queue(g.has_eps);
-  if (arc_rounds_ahead(g.has_eps) == 2) {
-    if (queue && spread_walks()) {
-      const auto hlg_grid = [&](int blocks_per_sm, int) {
-        return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * hlg_walk_blocks_per_sm(blocks_per_sm, B);
-      };
-      return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true>>(kWalkBlock, hlg_grid, args,
-                                                                                     stream);
-    }
+  if (hlg_form)
+    return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true>>(kWalkBlock, grid, args, stream);
+  if (ahead == 2)
     return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true>>(kWalkBlock, grid, args, stream)
                  : cooperative_launch<PersistentKernel<scalar_t, 0, false, 2>>(kWalkBlock, grid, args, stream);
-  }
   return queue ? cooperative_launch<PersistentKernel<scalar_t, 0, false, 1, true>>(kWalkBlock, grid, args, stream)
                : cooperative_launch<PersistentKernel<scalar_t, 0, false, 1>>(kWalkBlock, grid, args, stream);
 }

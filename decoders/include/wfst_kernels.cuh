@@ -584,9 +584,9 @@ __device__ __forceinline__ int32_t phase_arcs_begin(const DeviceGraph& g, int32_
 // (the start closure); else every token's arcs of its lane's phase. `on_token(lane, tok)` runs once per item.
 // skip_ready: lanes whose step max is already known (max_ready, fused max) walk no arcs.
 // The arcs are walked by warp_arc_rounds_ahead<K, kDest>: `score_arc` and `commit` as there.
-// kSpread (opt-in, BEAMDEC_WFST_SPREAD: wfst_launch.cu): a step with at most warps / 2 items gives each item
-// R = warps / items warps instead of one, and warp r of an item walks its groups of K rounds r, r + R, ... (each arc
-// still exactly once; on_token runs in warp 0 of the item only). At batch 1 on the bench char HLG most steps are
+// kSpread (the HLG form's default, BEAMDEC_WFST_SPREAD=0 turns it off: wfst_launch.cu): a step with at most warps / 2
+// items gives each item R = warps / items warps instead of one, and warp r of an item walks its groups of K rounds r,
+// r + R, ... (each arc still exactly once; on_token runs in warp 0 of the item only). At batch 1 on the bench char HLG most steps are
 // this small and a lone warp walks a wide state's groups one after the other (eval/bench/probes/wfst_step_sim.py:
 // 82 % of the steps; their slowest warp 1.96 -> 1.00 groups of 2 rounds). The choice depends on the step's item
 // count only, which every warp reads after the same barrier, so it is grid-uniform.
@@ -594,13 +594,13 @@ template <bool kStart, int K, bool kDest, bool kSpread = false, typename TokFn, 
 __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
                                                 int32_t buf, int32_t F, TokFn on_token, ScoreFn score_arc,
                                                 CommitFn commit, bool skip_ready = false) {
-  auto token = [&](bool valid, int32_t b, int32_t tok, bool first, int32_t group0, int32_t groups) {
+  auto token = [&](bool valid, int32_t b, int32_t tok, int32_t group0, int32_t groups) {
     int32_t begin = 0, deg = 0, link = -1, phase = kDone;
     float score = -INFINITY;
     if (valid) {
       const int64_t at = (int64_t)b * F + tok;
       phase = ws.lanes[b].phase;
-      if (first) on_token(b, tok);
+      if (group0 == 0) on_token(b, tok);  // once per item: its first warp
       const int32_t s = frontier(ws, buf).state[at];
       score = frontier(ws, buf).score[at];
       link = frontier(ws, buf).winner[at];
@@ -625,11 +625,11 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
       const int32_t item = warp / R;
       if (item >= total) return;  // warp-uniform: the last warps / total - R * total warps have no item
       const int32_t b = upper_index(ws.lane_offsets, 0, batch, item);
-      token((threadIdx.x & 31) == 0, b, item - ws.lane_offsets[b], warp % R == 0, warp % R, R);
+      token((threadIdx.x & 31) == 0, b, item - ws.lane_offsets[b], warp % R, R);
       return;
     }
   }
-  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) { token(valid, b, tok, true, 0, 1); });
+  for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t tok) { token(valid, b, tok, 0, 1); });
 }
 
 // The word boosts of `arc` for `lane` added to `ll` (in the arc's word order, as the CPU reference adds them).
@@ -1303,11 +1303,12 @@ __global__ void __launch_bounds__(kWalkBlock)
     const int32_t buf = t & 1, out = buf ^ 1;
     // step_flags: written by the `prepare` before the last barrier, so every block reads the same value
     if (kFused == 0 || ld_volatile(ws.step_flags[0]) != 0) {
-      max_step<scalar_t, kAhead, kSpread>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values, boost_cap);
+      max_step<scalar_t, kAhead, kSpread>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values,
+                                          boost_cap);
       grid.sync();
     }
-    expand_step<scalar_t, false, kAhead, kQueue, kSpread>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys,
-                                                 boost_values, boost_cap);
+    expand_step<scalar_t, false, kAhead, kQueue, kSpread>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch,
+                                                          boost_keys, boost_values, boost_cap);
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};

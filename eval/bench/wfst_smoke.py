@@ -60,8 +60,8 @@ def main() -> None:
             rw = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         with environment(one):
             rw1 = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
-        with environment({**two, "BEAMDEC_WFST_SPREAD": "1"}):  # the opt-in spread walks (a small step's tokens
-            rws = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)  # over several warps)
+        with environment({**two, "BEAMDEC_WFST_SPREAD": "0"}):  # `two` has the spread walks (on by default in
+            rws = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)  # this form): here without
         with environment({"BEAMDEC_WFST_ACQ_REL_ARRIVE": "1"}):  # the opt-in acq_rel arrive counter
             rwa = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         print("acq_rel arrive", "eps" if eps else "noeps", rwa.scores.tolist() == rw1.scores.tolist(), rwa.overflow)

@@ -59,8 +59,9 @@ def main() -> None:
             chunk = min(32, span)
             rounds = [sum(-(-int(d[c: min(n, s + span, c + chunk)].sum()) // 32)
                           for c in range(s, min(n, s + span), chunk)) for s in range(0, n, span)]
-            # 2 rounds ahead (the HLG default): a warp's groups of 2 rounds; with the spread form (for_each_item_spread,
-            # steps of at most warps / 2 tokens: R = warps // n warps a token) a token's groups are shared by its R warps
+            # 2 rounds ahead (the HLG default): a warp's groups of 2 rounds; with the spread form (walk_token_arcs
+            # kSpread, steps of at most warps / 2 tokens: R = warps // n warps a token) a token's groups are shared by
+            # its R warps
             groups = -(-d // 64)  # ceil(ceil(d / 32) / 2)
             spread = -(-groups // (args.warps // n)) if 2 * n <= args.warps else None
             stats.append((n, int(d.sum()), int(d.max()), int(adm.sum()), max(rounds), float(np.mean(rounds)),
