@@ -71,3 +71,74 @@ def _num(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.0f}" if abs(v) >= 100 else f"{v:.2f}"
     return str(v)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stall ledger: Nsight Compute's source page (`ncu --import R --page source --csv --print-source cuda|sass`, PC
+# sampling from the SourceCounters section) summed per source line or SASS instruction, heaviest first.
+STALL_ALL = "Warp Stall Sampling (All Samples)"
+STALL_NOT_ISSUED = "Warp Stall Sampling (Not-issued Samples)"
+
+
+def _sample_count(cell: str) -> float:
+    try:
+        return float(cell.replace(",", "").strip() or 0)
+    except ValueError:
+        return 0.0
+
+
+def stall_ledger(csv_text: str, top: int = 40) -> str:
+    """Markdown: the rows of an ncu source-page CSV with the most warp stall samples (their share of all samples, the
+    not-issued samples where exported), until `top` rows. Every header line (a row holding the all-samples column)
+    starts a section; a one-line ValueError when no such header is found."""
+    import csv
+    import io
+
+    header: list[str] | None = None
+    rows: list[tuple[float, float, str, str]] = []
+    for rec in csv.reader(io.StringIO(csv_text)):
+        if STALL_ALL in rec:
+            header = rec
+            continue
+        if header is None or len(rec) != len(header):
+            continue
+        cell = dict(zip(header, rec))
+        loc = next((cell[k] for k in ("# Line", "Line", "#", "Address", "# Address") if k in cell), rec[0])
+        text = cell.get("Source", rec[1] if len(rec) > 1 else "")
+        rows.append((_sample_count(cell[STALL_ALL]), _sample_count(cell.get(STALL_NOT_ISSUED, "0")), loc.strip(),
+                     " ".join(text.split())))
+    if header is None:
+        raise ValueError(f"not an ncu source page with PC sampling: no '{STALL_ALL}' column")
+    total = sum(r[0] for r in rows) or 1.0
+    rows.sort(key=lambda r: -r[0])
+    lines = [f"{len(rows)} rows, {total:,.0f} warp stall samples", "",
+             "| line | samples | share | cumulative | not issued | source |", "|---|---:|---:|---:|---:|---|"]
+    cum = 0.0
+    for n, (all_, ni, loc, text) in enumerate(rows[:top]):
+        cum += all_
+        src = text.replace("|", "\\|")[:120]
+        lines.append(f"| {loc} | {all_:,.0f} | {all_ / total:.1%} | {cum / total:.1%} | {ni:,.0f} | `{src}` |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m reports.profile", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    st = sub.add_parser("stalls", help="the stall ledger of an ncu source-page CSV (--page source --csv)")
+    st.add_argument("csv")
+    st.add_argument("--top", type=int, default=40)
+    args = ap.parse_args(argv)
+    try:
+        text = Path(args.csv).read_text(encoding="utf-8", errors="replace")
+        print(stall_ledger(text, top=max(1, args.top)))
+    except (OSError, ValueError) as e:
+        print(f"error: {args.csv}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

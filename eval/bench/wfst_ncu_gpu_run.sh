@@ -10,6 +10,9 @@
 # Env: SCALE (small), GRAPHS (HLG TLG), BATCHES (1 200), SKIP (kernel launches skipped before the first profiled one:
 # 300, past the warm-up), COUNT (launches profiled per batch: 9 = three steps), SET (ncu --set: detailed), UTTS (200).
 # ncu runs with --clock-control none (the device notes: leave the clocks alone).
+# PERSISTENT=1: the persistent kernel instead (the default path), one launch (SKIP 1: past the warm-up decode), PC
+# sampling per source line (the stall ledger, reports.profile stalls); e.g. on a machine that built the bench graphs:
+#   PERSISTENT=1 SCALE=bench GRAPHS=HLG BATCHES="1 32" bash eval/bench/wfst_ncu_gpu_run.sh
 set -o pipefail
 SCALE=${SCALE:-small}; GRAPHS=${GRAPHS:-HLG TLG}; BATCHES=${BATCHES:-1 200}; UTTS=${UTTS:-200}
 OUT=${OUT:-/tmp/wfst_ncu_out}; mkdir -p "$OUT/ncu" data/lp || exit 1
@@ -46,6 +49,33 @@ torch.cuda.synchronize()
 print(f"decoded {batch} utterances, {int(lengths.sum())} frames, overflow {sum(1 for o in res.overflow if o)}")
 PY
 G=data/graphs/$SCALE/char_blanklast/compact
+if [ "${PERSISTENT:-0}" = 1 ]; then
+  # The persistent kernel (the default path: one cooperative launch per batch), one launch after the warm-up decode,
+  # with PC sampling (SourceCounters: warp stall samples per SASS instruction and per source line, -lineinfo) and the
+  # kernel-level warp states; the source pages are summarized by reports.profile's stall ledger
+  for graph in $GRAPHS; do
+    for b in $BATCHES; do
+      rep="$OUT/ncu/${SCALE}_${graph}_b${b}_persistent"
+      stage "ncu persistent $graph b$b" timeout ${NCU_TIMEOUT:-240} "$NCU" --clock-control none --target-processes all \
+        -k "regex:PersistentKernel" --launch-skip ${SKIP:-1} --launch-count ${COUNT:-1} --import-source yes \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section SourceCounters -f -o "$rep" \
+        python3 /tmp/wfst_ncu_driver.py $G/$graph.bin $LP $b > "$rep.log" 2>&1
+      tail -2 "$rep.log"
+      "$NCU" --import "$rep.ncu-rep" --page details --csv > "$rep.details.csv" 2>/dev/null
+      "$NCU" --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>/dev/null
+      for view in cuda sass; do
+        "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source $view > "$rep.source_$view.csv" 2> "$rep.source_$view.err"
+      done
+      grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per Thread)"' \
+        "$rep.details.csv" | cut -d, -f5,13-16 | head -20
+      python3 -m reports.profile stalls "$rep.source_cuda.csv" --top ${TOP:-40} > "$rep.stalls.md" 2>&1; head -50 "$rep.stalls.md"
+    done
+  done
+  ( cd "$OUT" && tar czf wfst_ncu.tgz ncu ) && rm -rf "$OUT/ncu"
+  echo "total_s=$SECONDS"
+  exit 0
+fi
 for graph in $GRAPHS; do
   for b in $BATCHES; do
     rep="$OUT/ncu/${SCALE}_${graph}_b$b"
