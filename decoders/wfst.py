@@ -727,9 +727,11 @@ class WfstDecoder:
         lengths = lengths.to("cpu", torch.int64)
         if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
             raise ValueError(f"lengths must be in [0, T={T}], got min {int(lengths.min())} max {int(lengths.max())}")
-        if self.config.check_finite and B and T:
-            # -inf is log(0), a valid log-prob (the search never admits an arc that reads it); NaN and +inf
-            # are not (NaN compares false everywhere and +inf wins every max), on both backends
+        # -inf is log(0), a valid log-prob (the search never admits an arc that reads it); NaN and +inf are not (NaN
+        # compares false everywhere and +inf wins every max), on both backends. First one reduction over the whole
+        # tensor (max propagates NaN; one kernel and one read-back on CUDA, the common case), then, only when it
+        # finds either, the masked search that tells a padded frame (allowed) from a valid one and names it
+        if self.config.check_finite and B and T and not float(log_probs.max()) < math.inf:
             valid = torch.arange(T, device=log_probs.device)[None, :] < lengths.to(log_probs.device)[:, None]
             ok = (log_probs < math.inf).all(dim=2) | ~valid  # one pass: False exactly for NaN and +inf
             if not bool(ok.all()):

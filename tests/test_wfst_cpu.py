@@ -464,6 +464,11 @@ def test_single_neg_inf_log_prob_is_valid():
         bad = lp.clone()
         bad[1, 2, 3] = float("inf")
         dec.decode(bad, [9, 5, 1])
+    # NaN and +inf in padded frames (past an utterance's length) are not read: no error, the same result
+    padded = lp.clone()
+    padded[1, 7, 2], padded[2, 4, 0] = float("nan"), float("inf")
+    got, want = dec.decode(padded, [9, 5, 1]), dec.decode(lp, [9, 5, 1])
+    assert got.words == want.words and torch.equal(got.scores, want.scores)
 
 
 def _word_graph():
