@@ -88,14 +88,16 @@ def _sample_count(cell: str) -> float:
 
 
 def stall_ledger(csv_text: str, top: int = 40) -> str:
-    """Markdown: the rows of an ncu source-page CSV with the most warp stall samples (their share of all samples, the
-    not-issued samples where exported), until `top` rows. Every header line (a row holding the all-samples column)
-    starts a section; a one-line ValueError when no such header is found."""
+    """Markdown: the warp stall samples of an ncu source-page CSV by stall reason (the `stall_*` columns of the SASS
+    view, where exported), then the rows (source lines or SASS instructions) with the most samples, until `top` rows,
+    each with its share, the cumulative share, the not-issued samples and its main reason. Every header line (a row
+    holding the all-samples column) starts a section; a one-line ValueError when no such header is found."""
     import csv
     import io
 
     header: list[str] | None = None
-    rows: list[tuple[float, float, str, str]] = []
+    rows: list[tuple[float, float, str, str, str]] = []
+    reasons: dict[str, float] = {}
     for rec in csv.reader(io.StringIO(csv_text)):
         if STALL_ALL in rec:
             header = rec
@@ -103,21 +105,31 @@ def stall_ledger(csv_text: str, top: int = 40) -> str:
         if header is None or len(rec) != len(header):
             continue
         cell = dict(zip(header, rec))
-        loc = next((cell[k] for k in ("# Line", "Line", "#", "Address", "# Address") if k in cell), rec[0])
+        loc = next((cell[k] for k in ("# Line", "Line", "Line No", "#", "Address", "# Address") if k in cell), rec[0])
         text = cell.get("Source", rec[1] if len(rec) > 1 else "")
+        counts = {k[6:]: _sample_count(v) for k, v in cell.items() if k.startswith("stall_") and "(" not in k}
+        for k, v in counts.items():
+            reasons[k] = reasons.get(k, 0.0) + v
+        main = max(counts, key=counts.get) if counts and max(counts.values()) > 0 else ""
         rows.append((_sample_count(cell[STALL_ALL]), _sample_count(cell.get(STALL_NOT_ISSUED, "0")), loc.strip(),
-                     " ".join(text.split())))
+                     " ".join(text.split()), main))
     if header is None:
         raise ValueError(f"not an ncu source page with PC sampling: no '{STALL_ALL}' column")
     total = sum(r[0] for r in rows) or 1.0
     rows.sort(key=lambda r: -r[0])
-    lines = [f"{len(rows)} rows, {total:,.0f} warp stall samples", "",
-             "| line | samples | share | cumulative | not issued | source |", "|---|---:|---:|---:|---:|---|"]
+    lines = [f"{len(rows)} rows, {total:,.0f} warp stall samples", ""]
+    if reasons:
+        lines += ["| stall reason | samples | share |", "|---|---:|---:|"]
+        lines += [f"| {k} | {v:,.0f} | {v / total:.1%} |" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])
+                  if v > 0]
+        lines.append("")
+    lines += ["| row | samples | share | cumulative | not issued | main reason | source |",
+              "|---|---:|---:|---:|---:|---|---|"]
     cum = 0.0
-    for n, (all_, ni, loc, text) in enumerate(rows[:top]):
+    for all_, ni, loc, text, main in rows[:top]:
         cum += all_
         src = text.replace("|", "\\|")[:120]
-        lines.append(f"| {loc} | {all_:,.0f} | {all_ / total:.1%} | {cum / total:.1%} | {ni:,.0f} | `{src}` |")
+        lines.append(f"| {loc} | {all_:,.0f} | {all_ / total:.1%} | {cum / total:.1%} | {ni:,.0f} | {main} | `{src}` |")
     return "\n".join(lines)
 
 

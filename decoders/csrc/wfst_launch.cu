@@ -112,10 +112,13 @@ bool admit_queue(bool has_eps) {
 // / 23,717 against 1,563 / 11,219 / 22,961 without (+6.2 / -0.2 / +3.3 %), WER equal.
 bool spread_walks() { return !env_off("BEAMDEC_WFST_SPREAD"); }
 
-// The walks' arrive counter as one acq_rel atomic (wfst_kernels.cuh arrive_and_prepare), opt-in:
-// BEAMDEC_WFST_ACQ_REL_ARRIVE=1 (read per call). Not measured yet (reports/measurements/README.md "Pending device
-// runs"); the default keeps the fence.sc form every earlier measurement ran.
-bool acq_rel_arrive() { return env_flag("BEAMDEC_WFST_ACQ_REL_ARRIVE"); }
+// The walks' arrive counter as one acq_rel atomic (wfst_kernels.cuh arrive_and_prepare), the default of the offline
+// launcher; BEAMDEC_WFST_ACQ_REL_ARRIVE=0 selects the fence.sc form (read per call; the streaming launchers keep that
+// form: their workspace is zero-initialised). Measured on an H100 (2026-12-07 session 34 call 1, bench compact HLG,
+// each arm two processes in one call, reports/measurements/README.md "Session 34"), RTFx at batch 1 / 4 / 32 against
+// the fence.sc form: -0.4 / +0.6 / +5.8 % (1,884 / 1,765, 4,103 / 3,705, 11,573 / 12,042 vs 1,906 / 1,758, 3,881,
+// 11,039 / 11,279), WER equal.
+bool acq_rel_arrive() { return !env_off("BEAMDEC_WFST_ACQ_REL_ARRIVE"); }
 
 // The walk grid of the HLG form (2 rounds ahead, the queue, the spread walks) at small batches: kSmallGridBlocksPerSm
 // blocks per SM up to kSmallGridMaxBatch lanes instead of the occupancy (4), unless BEAMDEC_WFST_BLOCKS_PER_SM says

@@ -125,7 +125,7 @@ struct Workspace {
   int32_t emit_shift;
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
-  int32_t arrive_acq_rel;   // set by the launcher (opt-in): arrive_and_prepare's counter as one acq_rel atomic
+  int32_t arrive_acq_rel;   // set by the offline launcher (its default): arrive_and_prepare's counter as one acq_rel atomic
 };
 
 // The table / claim list of frontier buffer `k` (a select, like `frontier` below: no runtime-indexed parameter array).
@@ -338,7 +338,7 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
 // Every block calls this at its end; the last one to arrive runs `prepare` and re-arms the counter
 // (threadFenceReduction pattern). The block's writes are ordered before its arrival by the block barrier and thread
 // 0's release; the last block acquires every earlier arrival's writes before it prepares.
-// ws.arrive_acq_rel (opt-in, BEAMDEC_WFST_ACQ_REL_ARRIVE=1: wfst_launch.cu) does both with one atom.add.acq_rel.gpu,
+// ws.arrive_acq_rel (the offline launcher's default; BEAMDEC_WFST_ACQ_REL_ARRIVE=0: off, wfst_launch.cu) does both with one atom.add.acq_rel.gpu,
 // as the cooperative-groups grid barrier does on sm_70+ (atom.add.release / ld.acquire), instead of a
 // __threadfence() (fence.sc.gpu, MEMBAR.SC.GPU in the SASS: a sequentially consistent fence, stronger than the
 // pattern needs) before a relaxed atomic in every block and a second one in the last block. At batch 1 the last

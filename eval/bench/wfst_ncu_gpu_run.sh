@@ -54,7 +54,8 @@ print(f"decoded {batch} utterances, {int(lengths.sum())} frames, overflow {sum(1
 PY
 if [ "${PERSISTENT:-0}" = 1 ]; then
   # The persistent kernel (the default path: one cooperative launch per batch), one launch after the warm-up decode,
-  # with PC sampling (SourceCounters: warp stall samples per SASS instruction and per source line, -lineinfo) and the
+  # with PC sampling (SourceCounters: warp stall samples per SASS instruction; the CUDA view came back without them
+  # on the H100 of session 34) and the
   # kernel-level warp states; the source pages are summarized by reports.profile's stall ledger
   for graph in $GRAPHS; do
     for b in $BATCHES; do
@@ -72,7 +73,7 @@ if [ "${PERSISTENT:-0}" = 1 ]; then
       done
       grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per Thread)"' \
         "$rep.details.csv" | cut -d, -f5,13-16 | head -20
-      python3 -m reports.profile stalls "$rep.source_cuda.csv" --top ${TOP:-40} > "$rep.stalls.md" 2>&1; head -50 "$rep.stalls.md"
+      python3 -m reports.profile stalls "$rep.source_sass.csv" --top ${TOP:-40} > "$rep.stalls.md" 2>&1; head -40 "$rep.stalls.md"
     done
   done
   ( cd "$OUT" && tar czf wfst_ncu.tgz ncu ) && rm -rf "$OUT/ncu"

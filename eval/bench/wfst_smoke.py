@@ -62,9 +62,9 @@ def main() -> None:
             rw1 = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         with environment({**two, "BEAMDEC_WFST_SPREAD": "0"}):  # `two` has the spread walks (on by default in
             rws = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)  # this form): here without
-        with environment({"BEAMDEC_WFST_ACQ_REL_ARRIVE": "1"}):  # the opt-in acq_rel arrive counter
+        with environment({"BEAMDEC_WFST_ACQ_REL_ARRIVE": "0"}):  # the fence.sc arrive counter (acq_rel: the default)
             rwa = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
-        print("acq_rel arrive", "eps" if eps else "noeps", rwa.scores.tolist() == rw1.scores.tolist(), rwa.overflow)
+        print("fenced arrive", "eps" if eps else "noeps", rwa.scores.tolist() == rw1.scores.tolist(), rwa.overflow)
         print("walk forms", "eps" if eps else "noeps", r1.scores.tolist() == rp.scores.tolist(),
               rw.scores.tolist() == rw1.scores.tolist(), rws.scores.tolist() == rw1.scores.tolist(), rw.overflow)
     # WFST_SMOKE_LATTICE=0 leaves the lattice decodes out (a sanitizer run after a change to the 1-best kernels only)
