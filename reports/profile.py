@@ -87,11 +87,11 @@ def _sample_count(cell: str) -> float:
         return 0.0
 
 
-def stall_ledger(csv_text: str, top: int = 40) -> str:
-    """Markdown: the warp stall samples of an ncu source-page CSV by stall reason (the `stall_*` columns of the SASS
-    view, where exported), then the rows (source lines or SASS instructions) with the most samples, until `top` rows,
-    each with its share, the cumulative share, the not-issued samples and its main reason. Every header line (a row
-    holding the all-samples column) starts a section; a one-line ValueError when no such header is found."""
+def stall_samples(csv_text: str) -> tuple[list[tuple[float, float, str, str, str]], dict[str, float]]:
+    """The rows of an ncu source-page CSV (source lines or SASS instructions) as (all samples, not-issued samples,
+    location, source text, main stall reason), and the samples summed per stall reason (the `stall_*` columns of the
+    SASS view, where exported). Every header line (a row holding the all-samples column) starts a section; a one-line
+    ValueError when no such header is found."""
     import csv
     import io
 
@@ -115,6 +115,13 @@ def stall_ledger(csv_text: str, top: int = 40) -> str:
                      " ".join(text.split()), main))
     if header is None:
         raise ValueError(f"not an ncu source page with PC sampling: no '{STALL_ALL}' column")
+    return rows, reasons
+
+
+def stall_ledger(csv_text: str, top: int = 40) -> str:
+    """Markdown: the samples by stall reason (where exported), then the rows with the most warp stall samples, until
+    `top` rows, each with its share, the cumulative share, the not-issued samples and its main reason."""
+    rows, reasons = stall_samples(csv_text)
     total = sum(r[0] for r in rows) or 1.0
     rows.sort(key=lambda r: -r[0])
     lines = [f"{len(rows)} rows, {total:,.0f} warp stall samples", ""]
@@ -133,6 +140,30 @@ def stall_ledger(csv_text: str, top: int = 40) -> str:
     return "\n".join(lines)
 
 
+def plot_stall_reasons(csv_text: str, out_path: str | Path, title: str = "Warp stall samples by reason") -> Path:
+    """A horizontal bar chart of the samples' shares by stall reason (reasons under 0.5 % folded into 'other')."""
+    from reports.plots import _pyplot, _save
+
+    rows, reasons = stall_samples(csv_text)
+    if not reasons:
+        raise ValueError("the page has no per-reason columns (the SASS view has them: --print-source sass)")
+    total = sum(reasons.values()) or 1.0
+    items = sorted(((k, v / total) for k, v in reasons.items()), key=lambda kv: -kv[1])
+    shown = [(k, f) for k, f in items if f >= 0.005]
+    rest = sum(f for k, f in items if f < 0.005)
+    if rest > 0:
+        shown.append(("other", rest))
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(shown) + 1.2))
+    ax.barh([k for k, _ in shown][::-1], [100 * f for _, f in shown][::-1], color="#4878a8")
+    for y, (_, f) in enumerate(shown[::-1]):
+        ax.text(100 * f + 0.5, y, f"{100 * f:.1f} %", va="center", fontsize=8)
+    ax.set_xlabel(f"share of {total:,.0f} warp stall samples, %")
+    ax.set_xlim(0, max(100 * f for _, f in shown) * 1.15 + 1)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, out_path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import sys
@@ -142,10 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     st = sub.add_parser("stalls", help="the stall ledger of an ncu source-page CSV (--page source --csv)")
     st.add_argument("csv")
     st.add_argument("--top", type=int, default=40)
+    st.add_argument("--png", help="also a bar chart of the stall reasons (the SASS view)")
+    st.add_argument("--title", default="Warp stall samples by reason")
     args = ap.parse_args(argv)
     try:
         text = Path(args.csv).read_text(encoding="utf-8", errors="replace")
         print(stall_ledger(text, top=max(1, args.top)))
+        if args.png:
+            plot_stall_reasons(text, args.png, args.title)
     except (OSError, ValueError) as e:
         print(f"error: {args.csv}: {e}", file=sys.stderr)
         return 2

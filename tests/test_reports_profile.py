@@ -32,3 +32,23 @@ def test_ledger_refuses_a_page_without_samples(tmp_path, capsys):
     assert main(["stalls", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
+
+
+SASS_PAGE = (
+    '"Kernel Name","PersistentKernel"\n'
+    '"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_long_sb","stall_barrier (Not Issued)"\n'
+    '"0x10","BAR.SYNC 0x0","90","80","10","80"\n'
+    '"0x20","LDG.E R1, [R2]","30","0","30","0"\n'
+)
+
+
+def test_ledger_and_chart_by_stall_reason(tmp_path):
+    from reports.profile import plot_stall_reasons
+
+    text = stall_ledger(SASS_PAGE)
+    assert "| barrier | 80 | 66.7% |" in text and "| long_sb | 40 | 33.3% |" in text
+    assert "| 0x10 | 90 | 75.0% | 75.0% | 0 | barrier |" in text  # "(Not Issued)" columns are not reasons
+    png = plot_stall_reasons(SASS_PAGE, tmp_path / "stalls.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="per-reason"):
+        plot_stall_reasons(PAGE, tmp_path / "none.png")

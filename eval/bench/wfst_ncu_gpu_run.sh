@@ -73,7 +73,8 @@ if [ "${PERSISTENT:-0}" = 1 ]; then
       done
       grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per Thread)"' \
         "$rep.details.csv" | cut -d, -f5,13-16 | head -20
-      python3 -m reports.profile stalls "$rep.source_sass.csv" --top ${TOP:-40} > "$rep.stalls.md" 2>&1; head -40 "$rep.stalls.md"
+      python3 -m reports.profile stalls "$rep.source_sass.csv" --top ${TOP:-40} --png "$rep.stalls.png" \
+        --title "PersistentKernel, $SCALE $graph, batch $b: warp stall samples" > "$rep.stalls.md" 2>&1; head -40 "$rep.stalls.md"
     done
   done
   ( cd "$OUT" && tar czf wfst_ncu.tgz ncu ) && rm -rf "$OUT/ncu"
