@@ -96,32 +96,36 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
 @pytest.mark.parametrize("batch", [1, 3, 33])
 @pytest.mark.parametrize("epsilon", [False, True])
 @pytest.mark.parametrize("persistent", ["1", "0"])
-def test_acq_rel_arrive_equals_fenced_arrive_and_cpu(monkeypatch, batch, epsilon, persistent):
-    """The walks' arrive counter as one acq_rel atomic (the default; wfst_kernels.cuh arrive_and_prepare) against the
-    fence.sc form (BEAMDEC_WFST_ACQ_REL_ARRIVE=0) and the CPU, in the persistent kernel (both walk forms: the HLG one
-    on wide epsilon-free states, with the spread walks and half the grid at these batches) and the plain launches:
-    the last block must see every block's claims, candidates and counters, so a missed write shows as a lost token,
-    a wrong count or a different score. Odd batches, empty and one-frame utterances, fp16, boosts, a capacity rescue
-    (its lanes compared where neither form flagged them)."""
-    rng = np.random.default_rng(2600 + batch + 7 * epsilon + 13 * (persistent == "1"))
+@pytest.mark.parametrize("switch", ["BEAMDEC_WFST_ACQ_REL_ARRIVE=0", "BEAMDEC_WFST_EARLY_LOADS=1"])
+def test_walk_switch_equals_default_and_cpu(monkeypatch, batch, epsilon, persistent, switch):
+    """A launcher switch of the 1-best walks against the default and the CPU, in the persistent kernel (both walk
+    forms: the HLG one on wide epsilon-free states, with the spread walks and half the grid at these batches) and the
+    plain launches (where the switch has nothing to change): BEAMDEC_WFST_ACQ_REL_ARRIVE=0, the fence.sc arrive
+    counter where the default is one acq_rel atomic (wfst_kernels.cuh arrive_and_prepare: the last block must see
+    every block's claims, candidates and counters, so a missed write shows as a lost token, a wrong count or a
+    different score); BEAMDEC_WFST_EARLY_LOADS=1, the Resolve walk's early loads of a claimed token's state and
+    bounds (resolve_step kEarly, the HLG form). Odd batches, empty and one-frame utterances, fp16, boosts, a capacity
+    rescue (its lanes compared where neither form flagged them)."""
+    name, value = switch.split("=")
+    rng = np.random.default_rng(2600 + batch + 7 * epsilon + 13 * (persistent == "1") + 101 * (value == "1"))
     monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", persistent)
     for gi in range(5):
         g, cfg, lp, lengths, boosts = _rescue_case(rng, batch, epsilon, gi, wide=gi % 2 == 1, cycle_words=False)
         for dtype in (torch.float32, torch.float16):
             x = lp.to(dtype)
-            monkeypatch.setenv("BEAMDEC_WFST_ACQ_REL_ARRIVE", "0")
-            fenced = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-            monkeypatch.delenv("BEAMDEC_WFST_ACQ_REL_ARRIVE")
-            acq = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-            key = (gi, str(dtype))
-            exact = [b for b in range(batch) if fenced.overflow[b] == 0 and acq.overflow[b] == 0]
+            monkeypatch.setenv(name, value)
+            switched = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            monkeypatch.delenv(name)
+            default = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
+            key = (switch, gi, str(dtype))
+            exact = [b for b in range(batch) if switched.overflow[b] == 0 and default.overflow[b] == 0]
             if gi != 3:
-                assert acq.overflow == fenced.overflow and len(exact) == batch, key
-            assert [acq.scores[b] for b in exact] == [fenced.scores[b] for b in exact], key
-            assert [acq.has_path[b] for b in exact] == [fenced.has_path[b] for b in exact], key
-            assert sum(acq.words[b] != fenced.words[b] for b in exact) <= max(1, batch // 8), key
+                assert default.overflow == switched.overflow and len(exact) == batch, key
+            assert [default.scores[b] for b in exact] == [switched.scores[b] for b in exact], key
+            assert [default.has_path[b] for b in exact] == [switched.has_path[b] for b in exact], key
+            assert sum(default.words[b] != switched.words[b] for b in exact) <= max(1, batch // 8), key
             cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
-            _assert_scores_near_cpu(cpu, acq, exact, key)
+            _assert_scores_near_cpu(cpu, switched, exact, key)
 
 
 @pytest.mark.parametrize("batch", [1, 3, 33])

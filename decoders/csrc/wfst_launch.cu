@@ -120,6 +120,12 @@ bool spread_walks() { return !env_off("BEAMDEC_WFST_SPREAD"); }
 // 11,039 / 11,279), WER equal.
 bool acq_rel_arrive() { return !env_off("BEAMDEC_WFST_ACQ_REL_ARRIVE"); }
 
+// The Resolve walk's early loads in the HLG form (wfst_kernels.cuh resolve_step kEarly), opt-in:
+// BEAMDEC_WFST_EARLY_LOADS=1 (read per call). Written in session 34 from that session's PC sampling of the batch-1 step
+// (reports/measurements/README.md "Session 34", items 2 and 4); not run on a GPU yet (its gpu test and smoke line are
+// written), so the default keeps the kernel every measurement ran.
+bool early_loads() { return env_flag("BEAMDEC_WFST_EARLY_LOADS"); }
+
 // The walk grid of the HLG form (2 rounds ahead, the queue, the spread walks) at small batches: kSmallGridBlocksPerSm
 // blocks per SM up to kSmallGridMaxBatch lanes instead of the occupancy (4), unless BEAMDEC_WFST_BLOCKS_PER_SM says
 // otherwise (launch_persistent passes it to walk_blocks_per_sm). At batch 1 a step's barriers and arrive tails over
@@ -189,6 +195,9 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   // ws.fused (the fused max's variant, 0 = off) picks the instantiation: the Max-walk one has no fused code at all
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
+  if (hlg_form && early_loads())
+    return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true, true>>(kWalkBlock, grid, args,
+                                                                                          stream);
   if (hlg_form)
     return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true>>(kWalkBlock, grid, args, stream);
   if (ahead == 2)

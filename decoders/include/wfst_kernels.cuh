@@ -1139,7 +1139,13 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
 
 // kFused: the fused max's variant compiled in (1 / 2; the persistent kernel's fused instantiations); 0 is the
 // Max-walk path's, register for register (the fused code raises the kernel's register pressure to spills).
-template <typename scalar_t, int kFused = 0>
+// kEarly (opt-in, the HLG form's persistent kernel only: BEAMDEC_WFST_EARLY_LOADS=1, wfst_launch.cu; not measured
+// yet): on the emit-slot walk, a claimed token's own state and its final / arc bounds do not depend on its slot, so
+// they are loaded beside the first links of that chain (the state beside claims[tok], its bounds beside the slot)
+// instead of after the slot -> source token -> arc chain
+// (the PC sampling of session 34 put the Resolve walk's heaviest line on those two loads waiting for `state[tok]`).
+// The same values (the Expand walk wrote the claimed token's state before the grid barrier; Resolve writes none).
+template <typename scalar_t, int kFused = 0, bool kEarly = false>
 __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                              const scalar_t* lp, int32_t T, int32_t V, int32_t tn, int32_t buf,
                                              int32_t eps_mode, int32_t F, int32_t C, int32_t H, int64_t arena_cap,
@@ -1152,6 +1158,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
     int32_t tok = 0;
     float end = 0.0f;
     int2 cand = make_int2(0, 0);
+    int32_t s_early = 0, final_early = 0, arcs_end_early = 0;  // (kEarly, claims) the token's state and bounds
     if (valid && claims) {
       // Emit slots: item = a token this step claimed; its slot's packed value names the winner (source token of
       // the other frontier buffer, arc offset in that token's range of the step's phase). Every claimed slot got
@@ -1161,7 +1168,16 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
       // next pass, as a losing emitting candidate leaves it in the candidate form (session 22: without this test,
       // the small compact TLG at batch 200 decoded at 47 % WER).
       tok = local;
-      const HashSlot slot = hash_of(ws, buf)[hrow + claims_of(ws, buf)[frow + tok]];
+      HashSlot slot;
+      if constexpr (kEarly) {
+        const int32_t claim = claims_of(ws, buf)[frow + tok];
+        s_early = frontier(ws, buf).state[frow + tok];  // in flight beside `claim`
+        slot = hash_of(ws, buf)[hrow + claim];
+        final_early = g.final_begin[s_early];  // in flight beside `slot`
+        arcs_end_early = g.row_splits[s_early + 1];
+      } else {
+        slot = hash_of(ws, buf)[hrow + claims_of(ws, buf)[frow + tok]];
+      }
       const uint32_t payload = static_cast<uint32_t>(slot.val);
       if (payload & kEmitPayloadBit) {
         end = ordered_to_float(static_cast<uint32_t>(slot.val >> 32));
@@ -1203,7 +1219,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
       }
       frontier(ws, buf).score[frow + tok] = end;
       frontier(ws, buf).winner[frow + tok] = link;
-      s = frontier(ws, buf).state[frow + tok];
+      s = kEarly && claims ? s_early : frontier(ws, buf).state[frow + tok];
       phase = L.phase;
       if (eps_mode != kEpsNone && phase == kEmit) {
         eps_begin = g.eps_begin[s];
@@ -1213,7 +1229,8 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
           eps_deg = 0;
         }
       }
-      if (g.final_begin[s] < g.row_splits[s + 1] && !ld_volatile(L.any_final)) L.any_final = 1;
+      const bool has_final = kEarly && claims ? final_early < arcs_end_early : g.final_begin[s] < g.row_splits[s + 1];
+      if (has_final && !ld_volatile(L.any_final)) L.any_final = 1;
       if ((phase == kFinal || phase == kRedirect) && s == g.final_state) {  // the one final token
         L.final_winner = link;
         L.final_score = end;
@@ -1266,7 +1283,7 @@ __global__ void __launch_bounds__(kWalkBlock)
 // HLG's batch-1 Expand alone takes ~17 us for ~1,000 items, ncu in session 21), so this stays opt-in and the cluster
 // design with DSMEM hash tables it was the first step of was not built.
 template <typename scalar_t, int kFused, bool kCluster = false, int kAhead = kArcRoundsAhead, bool kQueue = false,
-          bool kSpread = false>
+          bool kSpread = false, bool kEarly = false>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
@@ -1312,8 +1329,9 @@ __global__ void __launch_bounds__(kWalkBlock)
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};
-    resolve_step<scalar_t, kFused>(g, opt, ws, lp, T, V, t + 1, out, passes > 0 ? kEpsExpand : kEpsNone, F, C, H,
-                                   arena_cap, batch, boost_keys, boost_values, boost_cap, next, ws.emit_slots != 0);
+    resolve_step<scalar_t, kFused, kEarly>(g, opt, ws, lp, T, V, t + 1, out, passes > 0 ? kEpsExpand : kEpsNone, F, C,
+                                           H, arena_cap, batch, boost_keys, boost_values, boost_cap, next,
+                                           ws.emit_slots != 0);
     grid.sync();
     closure(t, out);
   }

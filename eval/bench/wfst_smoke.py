@@ -65,6 +65,9 @@ def main() -> None:
         with environment({"BEAMDEC_WFST_ACQ_REL_ARRIVE": "0"}):  # the fence.sc arrive counter (acq_rel: the default)
             rwa = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         print("fenced arrive", "eps" if eps else "noeps", rwa.scores.tolist() == rw1.scores.tolist(), rwa.overflow)
+        with environment({"BEAMDEC_WFST_EARLY_LOADS": "1"}):  # the Resolve walk's early loads (opt-in, HLG form)
+            rwe = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
+        print("early loads", "eps" if eps else "noeps", rwe.scores.tolist() == rw1.scores.tolist(), rwe.overflow)
         print("walk forms", "eps" if eps else "noeps", r1.scores.tolist() == rp.scores.tolist(),
               rw.scores.tolist() == rw1.scores.tolist(), rws.scores.tolist() == rw1.scores.tolist(), rw.overflow)
     # WFST_SMOKE_LATTICE=0 leaves the lattice decodes out (a sanitizer run after a change to the 1-best kernels only)
