@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 
@@ -33,6 +34,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="cuda", help="cpu: the same regions on the CPU reference (no op_gpu)")
     args = ap.parse_args(argv)
+    # the WFST part of the extension only (its first build on a device takes ~45 s instead of minutes for all of it;
+    # session 34's first run of this probe, without it, spent its time limit building)
+    os.environ.setdefault("BEAMDEC_COMPONENTS", "wfst")
 
     import torch
 
