@@ -80,41 +80,52 @@ STALL_ALL = "Warp Stall Sampling (All Samples)"
 STALL_NOT_ISSUED = "Warp Stall Sampling (Not-issued Samples)"
 
 
-def _sample_count(cell: str) -> float:
+def sample_count(cell: str) -> float:
+    """A count cell of an ncu CSV ("1,234", "", "-") as a number (0 when empty)."""
     try:
         return float(cell.replace(",", "").strip() or 0)
     except ValueError:
         return 0.0
 
 
-def stall_samples(csv_text: str) -> tuple[list[tuple[float, float, str, str, str]], dict[str, float]]:
-    """The rows of an ncu source-page CSV (source lines or SASS instructions) as (all samples, not-issued samples,
-    location, source text, main stall reason), and the samples summed per stall reason (the `stall_*` columns of the
-    SASS view, where exported). Every header line (a row holding the all-samples column) starts a section; a one-line
-    ValueError when no such header is found."""
+def source_page(csv_text: str) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and rows (dicts by column, in the page's order) of an ncu source-page CSV with PC sampling (`ncu
+    --import R --page source --csv --print-source sass|cuda`). Every header line (a row holding the all-samples
+    column) starts a section; other lines (kernel names, files) are skipped; a one-line ValueError when no such header
+    is found."""
     import csv
     import io
 
     header: list[str] | None = None
-    rows: list[tuple[float, float, str, str, str]] = []
-    reasons: dict[str, float] = {}
+    rows: list[dict[str, str]] = []
     for rec in csv.reader(io.StringIO(csv_text)):
         if STALL_ALL in rec:
             header = rec
-            continue
-        if header is None or len(rec) != len(header):
-            continue
-        cell = dict(zip(header, rec))
-        loc = next((cell[k] for k in ("# Line", "Line", "Line No", "#", "Address", "# Address") if k in cell), rec[0])
-        text = cell.get("Source", rec[1] if len(rec) > 1 else "")
-        counts = {k[6:]: _sample_count(v) for k, v in cell.items() if k.startswith("stall_") and "(" not in k}
+        elif header is not None and len(rec) == len(header):
+            rows.append(dict(zip(header, rec)))
+    if header is None:
+        raise ValueError(f"not an ncu source page with PC sampling: no '{STALL_ALL}' column")
+    return header, rows
+
+
+def stall_reasons(cell: dict[str, str]) -> dict[str, float]:
+    """A row's samples per stall reason (the SASS view's `stall_*` columns, the "(Not Issued)" ones left out)."""
+    return {k[6:]: sample_count(v) for k, v in cell.items() if k.startswith("stall_") and "(" not in k}
+
+
+def stall_samples(csv_text: str) -> tuple[list[tuple[float, float, str, str, str]], dict[str, float]]:
+    """The rows of an ncu source page (source_page) as (all samples, not-issued samples, location -- the first column:
+    the line or the address --, source text, main stall reason), and the samples summed per stall reason."""
+    header, cells = source_page(csv_text)
+    rows: list[tuple[float, float, str, str, str]] = []
+    reasons: dict[str, float] = {}
+    for cell in cells:
+        counts = stall_reasons(cell)
         for k, v in counts.items():
             reasons[k] = reasons.get(k, 0.0) + v
         main = max(counts, key=counts.get) if counts and max(counts.values()) > 0 else ""
-        rows.append((_sample_count(cell[STALL_ALL]), _sample_count(cell.get(STALL_NOT_ISSUED, "0")), loc.strip(),
-                     " ".join(text.split()), main))
-    if header is None:
-        raise ValueError(f"not an ncu source page with PC sampling: no '{STALL_ALL}' column")
+        rows.append((sample_count(cell[STALL_ALL]), sample_count(cell.get(STALL_NOT_ISSUED, "0")),
+                     cell[header[0]].strip(), " ".join(cell.get("Source", "").split()), main))
     return rows, reasons
 
 

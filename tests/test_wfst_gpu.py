@@ -58,9 +58,10 @@ def _rescue_case(rng, batch, epsilon, gi, wide=False, cycle_words=True):
     cycle_words=False: no word on an epsilon cycle in any graph (lane 0's boost can make a cycle with a word gain
     score: the decoders' one-line error, raised before either form runs)."""
     num_states, num_tokens = int(rng.integers(2, 300)), int(rng.choice([2, 29]))
-    extra = (dict(max_emitting=int(rng.choice([8, 40])), finals="none" if gi == 4 else "some",
-                  words_on_epsilon_cycles=False) if wide else {} if cycle_words else
-             dict(words_on_epsilon_cycles=False))
+    extra = {} if cycle_words else dict(words_on_epsilon_cycles=False)
+    if wide:
+        extra = dict(max_emitting=int(rng.choice([8, 40])), finals="none" if gi == 4 else "some",
+                     words_on_epsilon_cycles=False)
     g = random_graph(rng, epsilon=epsilon, num_states=num_states, num_tokens=num_tokens, **extra)
     cfg = WfstDecoderConfig(search_beam=float(rng.choice([4.0, 12.0])), max_active=int(rng.choice([40, 10000])),
                             frontier_capacity=16 if gi == 3 else None)

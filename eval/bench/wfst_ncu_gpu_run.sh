@@ -55,8 +55,8 @@ PY
 if [ "${PERSISTENT:-0}" = 1 ]; then
   # The persistent kernel (the default path: one cooperative launch per batch), one launch after the warm-up decode,
   # with PC sampling (SourceCounters: warp stall samples per SASS instruction; the CUDA view came back without them
-  # on the H100 of session 34) and the
-  # kernel-level warp states; the source pages are summarized by reports.profile's stall ledger
+  # on the H100 of session 34) and the kernel-level warp states; reports.profile's stall ledger summarizes the SASS
+  # page, eval/bench/probes/ncu_sass_lines.py joins it to source lines on a machine with nvcc
   for graph in $GRAPHS; do
     for b in $BATCHES; do
       rep="$OUT/ncu/${SCALE}_${graph}_b${b}_persistent"

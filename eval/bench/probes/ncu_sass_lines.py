@@ -7,21 +7,20 @@ here with the extension's flags (-O3 -lineinfo, sm_90), disassembles the kernel 
 (`eval/bench/probes/sass.sh` fetches the tools), checks that both instruction sequences agree (opcodes and operands,
 addresses and reuse flags aside) and then sums the device's samples per source line:
 
-  * by the **outer line**: the line of `--outer-file` between --outer-lines (e.g. the persistent kernel's step loop,
-    decoders/include/wfst_kernels.cuh PersistentKernel) that the instruction is inlined into -- a step's phases;
+  * by the **outer line**: the outermost line of `--outer-file` the instruction is inlined into, i.e. the kernel's
+    own body (for decoders/include/wfst_kernels.cuh PersistentKernel: the step loop's calls -- a step's phases);
   * by (outer line, **inner line**): the innermost line of `--outer-file`, the statement itself.
 
 A warp waiting at a block barrier is sampled at the instruction after its BAR.SYNC, so `barrier` samples land on the
 first instruction of what follows the barrier (the next phase's first line), not on the phase that made it wait.
 
     python -m eval.bench.probes.ncu_sass_lines call1/ncu/bench_HLG_b1_persistent.source_sass.csv \\
-        decoders/csrc/wfst_launch.cu PersistentKernelIfLi0ELb0ELi2ELb1ELb1E --outer-lines 1271 1320
+        decoders/csrc/wfst_launch.cu PersistentKernelIfLi0ELb0ELi2ELb1ELb1ELb0E
 """
 from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import gzip
 import os
 import re
@@ -30,7 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ALL = "Warp Stall Sampling (All Samples)"
+from reports.profile import STALL_ALL, sample_count, source_page, stall_reasons
+
 TOOLS = Path(os.environ.get("SASS_TOOLS", Path.home() / ".cache" / "beamdec-sass-tools")) / "bin"
 
 
@@ -80,18 +80,15 @@ def local_sass(cu: str, kernel: str, defines: list[str]) -> list[tuple[str, list
     return out
 
 
-def device_rows(path: str) -> tuple[list[str], list[dict]]:
+def device_rows(path: str) -> list[dict[str, str]]:
+    """The device's source page (reports.profile.source_page), read from a .csv or .csv.gz."""
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
-        header, rows = None, []
-        for rec in csv.reader(fh):
-            if ALL in rec:
-                header = rec
-            elif header and len(rec) == len(header):
-                rows.append(dict(zip(header, rec)))
-    if header is None:
-        raise SystemExit(f"ncu_sass_lines: {path}: no '{ALL}' column (the SASS view of a SourceCounters profile)")
-    return header, rows
+        text = fh.read()
+    try:
+        return source_page(text)[1]
+    except ValueError as e:
+        raise SystemExit(f"ncu_sass_lines: {path}: {e} (the SASS view of a SourceCounters profile)") from None
 
 
 def main(argv=None) -> int:
@@ -100,48 +97,37 @@ def main(argv=None) -> int:
     ap.add_argument("cu", help="the .cu the kernel was built from (decoders/csrc/...)")
     ap.add_argument("kernel", help="a substring of the kernel's mangled name")
     ap.add_argument("--outer-file", default="wfst_kernels.cuh")
-    ap.add_argument("--outer-lines", type=int, nargs=2, default=(1271, 1320), metavar=("FIRST", "LAST"))
     ap.add_argument("--defines", nargs="*", default=["-DBEAMDEC_WITH_WFST", "-DBEAMDEC_WITH_CUDA"])
     ap.add_argument("--top", type=int, default=40)
     args = ap.parse_args(argv)
 
-    header, rows = device_rows(args.csv)
+    rows = device_rows(args.csv)
     ins = local_sass(args.cu, args.kernel, args.defines)
     if len(ins) != len(rows):
         raise SystemExit(f"ncu_sass_lines: {len(rows)} device instructions, {len(ins)} here: not the same build")
     differ = sum(_norm(a) != _norm(r["Source"]) for (a, _), r in zip(ins, rows))
     if differ > len(rows) // 100:
         raise SystemExit(f"ncu_sass_lines: {differ} of {len(rows)} instructions differ: not the same build")
-    reasons = [h for h in header if h.startswith("stall_") and "(" not in h]
-    num = lambda v: float(v) if v not in ("", "-") else 0.0  # noqa: E731
-    lo, hi = args.outer_lines
-
-    def outer(chain):
-        for name, line in reversed(chain):
-            if name == args.outer_file and lo <= line <= hi:
-                return line
-        return -1
-
-    def inner(chain):
-        return next((line for name, line in chain if name == args.outer_file), -1)
+    def lines_in_file(chain):  # the chain's lines of --outer-file, innermost first
+        return [line for name, line in chain if name == args.outer_file] or [-1]
 
     by_outer: dict = collections.defaultdict(collections.Counter)
     by_line: dict = collections.defaultdict(collections.Counter)
     total = 0.0
     for (_, chain), r in zip(ins, rows):
-        s = num(r[ALL])
+        s = sample_count(r[STALL_ALL])
         total += s
-        key = (outer(chain), inner(chain))
+        own = lines_in_file(chain)
+        key = (own[-1], own[0])
         for c in (by_outer[key[0]], by_line[key]):
             c["all"] += s
-            for h in reasons:
-                c[h[6:]] += num(r[h])
+            c.update(stall_reasons(r))
     total = total or 1.0
     src = Path("decoders/include", args.outer_file)
     text = src.read_text().splitlines() if src.exists() else []
     show = lambda n: text[n - 1].strip()[:90] if 0 < n <= len(text) else "?"  # noqa: E731
     print(f"{len(rows)} instructions ({differ} differ beyond addresses and annotations), {total:,.0f} samples\n")
-    print(f"| outer line ({args.outer_file} {lo}-{hi}) | samples | barrier | other than barrier | top reasons | source |")
+    print(f"| outer line ({args.outer_file}) | samples | barrier | other than barrier | top reasons | source |")
     print("|---:|---:|---:|---:|---|---|")
     for o, c in sorted(by_outer.items(), key=lambda kv: -kv[1]["all"])[:15]:
         top = ", ".join(f"{k} {v / total:.1%}" for k, v in c.most_common(4) if k not in ("all", "barrier"))
