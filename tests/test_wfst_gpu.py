@@ -94,10 +94,14 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
             _assert_scores_near_cpu(cpu, pers, range(batch), (gi,))
 
 
+_WALK_SWITCHES = ["BEAMDEC_WFST_ACQ_REL_ARRIVE=0", "BEAMDEC_WFST_EARLY_LOADS=1", "BEAMDEC_WFST_EARLY_LOADS=2",
+                  "BEAMDEC_WFST_EARLY_LOADS=2,BEAMDEC_WFST_EMIT_SLOTS=0"]
+
+
 @pytest.mark.parametrize("batch", [1, 3, 33])
 @pytest.mark.parametrize("epsilon", [False, True])
 @pytest.mark.parametrize("persistent", ["1", "0"])
-@pytest.mark.parametrize("switch", ["BEAMDEC_WFST_ACQ_REL_ARRIVE=0", "BEAMDEC_WFST_EARLY_LOADS=1"])
+@pytest.mark.parametrize("switch", _WALK_SWITCHES)
 def test_walk_switch_equals_default_and_cpu(monkeypatch, batch, epsilon, persistent, switch):
     """A launcher switch of the 1-best walks against the default and the CPU, in the persistent kernel (both walk
     forms: the HLG one on wide epsilon-free states, with the spread walks and half the grid at these batches) and the
@@ -105,18 +109,23 @@ def test_walk_switch_equals_default_and_cpu(monkeypatch, batch, epsilon, persist
     counter where the default is one acq_rel atomic (wfst_kernels.cuh arrive_and_prepare: the last block must see
     every block's claims, candidates and counters, so a missed write shows as a lost token, a wrong count or a
     different score); BEAMDEC_WFST_EARLY_LOADS=1, the Resolve walk's early loads of a claimed token's state and
-    bounds (resolve_step kEarly, the HLG form). Odd batches, empty and one-frame utterances, fp16, boosts, a capacity
-    rescue (its lanes compared where neither form flagged them)."""
-    name, value = switch.split("=")
-    rng = np.random.default_rng(2600 + batch + 7 * epsilon + 13 * (persistent == "1") + 101 * (value == "1"))
+    bounds (resolve_step kEarly, the HLG form); BEAMDEC_WFST_EARLY_LOADS=2, those and the carried ranges (each token's
+    emitting arc range written beside it and read by the next step's walks: a range written wrong or not at all walks
+    other arcs), also with emit slots off (its Resolve writes through the candidate path). Odd batches, empty and
+    one-frame utterances, fp16, boosts, a capacity rescue (its lanes compared where neither form flagged them)."""
+    settings = dict(kv.split("=") for kv in switch.split(","))
+    draw = 2600 + batch + 7 * epsilon + 13 * (persistent == "1") + 101 * _WALK_SWITCHES.index(switch)
+    rng = np.random.default_rng(draw)
     monkeypatch.setenv("BEAMDEC_WFST_PERSISTENT", persistent)
     for gi in range(5):
         g, cfg, lp, lengths, boosts = _rescue_case(rng, batch, epsilon, gi, wide=gi % 2 == 1, cycle_words=False)
         for dtype in (torch.float32, torch.float16):
             x = lp.to(dtype)
-            monkeypatch.setenv(name, value)
+            for name, value in settings.items():
+                monkeypatch.setenv(name, value)
             switched = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
-            monkeypatch.delenv(name)
+            for name in settings:
+                monkeypatch.delenv(name)
             default = WfstDecoder(g, cfg, "cuda").decode(x.cuda(), lengths, boosts=boosts)
             key = (switch, gi, str(dtype))
             exact = [b for b in range(batch) if switched.overflow[b] == 0 and default.overflow[b] == 0]

@@ -58,6 +58,7 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
   wfst::Capacities caps{static_cast<int32_t>(frontier_capacity), static_cast<int32_t>(candidate_capacity),
                         static_cast<int32_t>(hash_capacity), arena_capacity, static_cast<int32_t>(words_capacity)};
   caps.hash_tables = wfst::decode_hash_tables();
+  caps.token_ranges = wfst::decode_token_ranges();
   // The fused max's token skipping (wfst_kernels.cuh): each frame's largest log-prob and the bound of the arc
   // weights the caller passed (decoders/wfst.py; >= 1e30: none given, no skipping).
   at::Tensor frame_max;

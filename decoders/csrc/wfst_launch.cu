@@ -120,11 +120,17 @@ bool spread_walks() { return !env_off("BEAMDEC_WFST_SPREAD"); }
 // 11,039 / 11,279), WER equal.
 bool acq_rel_arrive() { return !env_off("BEAMDEC_WFST_ACQ_REL_ARRIVE"); }
 
-// The Resolve walk's early loads in the HLG form (wfst_kernels.cuh resolve_step kEarly), opt-in:
-// BEAMDEC_WFST_EARLY_LOADS=1 (read per call). Written in session 34 from that session's PC sampling of the batch-1 step
-// (reports/measurements/README.md "Session 34", items 2 and 4); not run on a GPU yet (its gpu test and smoke line are
-// written), so the default keeps the kernel every measurement ran.
-bool early_loads() { return env_flag("BEAMDEC_WFST_EARLY_LOADS"); }
+// The Resolve walk's early loads in the HLG form (wfst_kernels.cuh resolve_step kEarly), opt-in and read per call:
+// BEAMDEC_WFST_EARLY_LOADS=1 the early loads; =2 those and the carried ranges (each token's emitting arc range written
+// beside it, so the walks of the next step skip the state -> row_splits level; Capacities::token_ranges adds 8 bytes a
+// token to both frontier buffers; epsilon-free graphs only, an epsilon graph runs 1). Written in sessions 34 / 35 from
+// session 34's PC sampling of the batch-1 step (reports/measurements/README.md "Session 34", items 2 and 4), so the
+// default keeps the kernel every measurement ran until their A/B.
+int early_loads() {
+  const char* env = std::getenv("BEAMDEC_WFST_EARLY_LOADS");
+  if (env && std::strcmp(env, "2") == 0) return 2;
+  return env_flag("BEAMDEC_WFST_EARLY_LOADS") ? 1 : 0;
+}
 
 // The walk grid of the HLG form (2 rounds ahead, the queue, the spread walks) at small batches: kSmallGridBlocksPerSm
 // blocks per SM up to kSmallGridMaxBatch lanes instead of the occupancy (4), unless BEAMDEC_WFST_BLOCKS_PER_SM says
@@ -195,9 +201,11 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   // ws.fused (the fused max's variant, 0 = off) picks the instantiation: the Max-walk one has no fused code at all
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
-  if (hlg_form && early_loads())
-    return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true, true>>(kWalkBlock, grid, args,
-                                                                                          stream);
+  const int early = hlg_form ? early_loads() : 0;
+  if (early == 2 && !g.has_eps && ws.front_range[0] != nullptr)  // (the closure passes would not write ranges)
+    return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true, 2>>(kWalkBlock, grid, args, stream);
+  if (early > 0)
+    return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true, 1>>(kWalkBlock, grid, args, stream);
   if (hlg_form)
     return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true>>(kWalkBlock, grid, args, stream);
   if (ahead == 2)
@@ -395,6 +403,8 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
 size_t workspace_bytes(int32_t batch, const Capacities& caps) { return carve(nullptr, batch, caps, nullptr); }
 
 int32_t decode_hash_tables() { return fused_max_mode() > 0 ? 2 : 1; }
+
+int32_t decode_token_ranges() { return early_loads() == 2 ? 1 : 0; }
 
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,

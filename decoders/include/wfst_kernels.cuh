@@ -126,6 +126,10 @@ struct Workspace {
   const float* frame_max;   // (B, T) largest log-prob per frame, or null: no token skipping in the fused max
   float max_emit_weight;    // upper bound of every emitting arc's weight (with frame_max)
   int32_t arrive_acq_rel;   // set by the offline launcher (its default): arrive_and_prepare's counter as one acq_rel atomic
+  // (B, F) each, or null (Capacities::token_ranges = 0): token i's emitting arc range {row_splits[s], eps_begin[s]}
+  // of its state s, written with the token by the Resolve walk (and InitKernel for the start token) and read by the
+  // next step's walks in place of state -> row_splits / eps_begin (resolve_step kEarly 2; the HLG form, opt-in).
+  int2* front_range[2];
 };
 
 // The table / claim list of frontier buffer `k` (a select, like `frontier` below: no runtime-indexed parameter array).
@@ -141,10 +145,11 @@ struct Frontier {
   int32_t* state;
   float* score;
   int32_t* winner;
+  int2* range;  // null unless the launcher carries the tokens' arc ranges (Workspace::front_range)
 };
 __host__ __device__ __forceinline__ Frontier frontier(const Workspace& ws, int32_t buf) {
-  return buf ? Frontier{ws.front_state[1], ws.front_score[1], ws.front_winner[1]}
-             : Frontier{ws.front_state[0], ws.front_score[0], ws.front_winner[0]};
+  return buf ? Frontier{ws.front_state[1], ws.front_score[1], ws.front_winner[1], ws.front_range[1]}
+             : Frontier{ws.front_state[0], ws.front_score[0], ws.front_winner[0], ws.front_range[0]};
 }
 
 // The workspace layout, walked once: with base == nullptr it only measures (bytes, each array 256-B aligned). The
@@ -169,6 +174,8 @@ inline size_t carve_workspace(char* base, int32_t B, const Capacities& c, Worksp
     w.front_score[k] = static_cast<float*>(take(sizeof(float) * BF));
     w.front_winner[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   }
+  if (c.token_ranges)
+    for (int k = 0; k < 2; ++k) w.front_range[k] = static_cast<int2*>(take(sizeof(int2) * BF));
   w.claims = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
   w.hash = static_cast<HashSlot*>(take(sizeof(HashSlot) * BH));
   w.claims_alt = w.claims;
@@ -397,6 +404,7 @@ __global__ void __launch_bounds__(kInitBlock)
     ws.front_state[0][t0] = g.start_state;
     ws.front_score[0][t0] = 0.0f;
     ws.front_winner[0][t0] = -1;
+    if (ws.front_range[0]) ws.front_range[0][t0] = make_int2(g.row_splits[g.start_state], g.eps_begin[g.start_state]);
     if (g.has_eps) {  // the start closure recombines into the start token: register it
       HashSlot& slot = ws.hash[(int64_t)b * H + h0];
       slot.key = static_cast<uint32_t>(g.start_state) + 1u;
@@ -590,7 +598,11 @@ __device__ __forceinline__ int32_t phase_arcs_begin(const DeviceGraph& g, int32_
 // this small and a lone warp walks a wide state's groups one after the other (eval/bench/probes/wfst_step_sim.py:
 // 82 % of the steps; their slowest warp 1.96 -> 1.00 groups of 2 rounds). The choice depends on the step's item
 // count only, which every warp reads after the same barrier, so it is grid-uniform.
-template <bool kStart, int K, bool kDest, bool kSpread = false, typename TokFn, typename ScoreFn, typename CommitFn>
+// kRange (the carried ranges, resolve_step kEarly 2): an emitting step reads the token's arc range from the frontier
+// (Workspace::front_range, loaded beside its state, score and link) instead of from its state's row_splits /
+// eps_begin, one dependent load later; the final and redirect steps still look the state up.
+template <bool kStart, int K, bool kDest, bool kSpread = false, bool kRange = false, typename TokFn, typename ScoreFn,
+          typename CommitFn>
 __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Workspace& ws, int32_t batch,
                                                 int32_t buf, int32_t F, TokFn on_token, ScoreFn score_arc,
                                                 CommitFn commit, bool skip_ready = false) {
@@ -604,10 +616,15 @@ __device__ __forceinline__ void walk_token_arcs(const DeviceGraph& g, const Work
       const int32_t s = frontier(ws, buf).state[at];
       score = frontier(ws, buf).score[at];
       link = frontier(ws, buf).winner[at];
+      int2 range = make_int2(0, 0);
+      if constexpr (kRange && !kStart) range = frontier(ws, buf).range[at];
       if (score != -INFINITY && !(skip_ready && ws.lanes[b].max_ready)) {
         if (kStart) {
           begin = g.eps_begin[s];
           deg = g.final_begin[s] - begin;
+        } else if (kRange && phase == kEmit) {
+          begin = range.x;
+          deg = range.y - range.x;
         } else {  // kEmit: the emitting arcs; kFinal: the final arcs; kRedirect: every arc (to the final state)
           begin = phase_arcs_begin(g, s, phase);
           deg = (phase == kEmit ? g.eps_begin[s] : g.row_splits[s + 1]) - begin;
@@ -700,7 +717,7 @@ __device__ __forceinline__ void clear_claimed(const Workspace& ws, int32_t buf, 
 
 // Max: exact per-lane maximum of this step's candidate ends. Also clears the previous step's hash slots
 // (token i owns claims[i]), or a whole lane's table when its claims list overflowed.
-template <typename scalar_t, int K = kArcRoundsAhead, bool kSpread = false>
+template <typename scalar_t, int K = kArcRoundsAhead, bool kSpread = false, bool kRange = false>
 __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                          const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf, int32_t F,
                                          int32_t H, int32_t batch, const int32_t* boost_keys,
@@ -715,7 +732,7 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
       if (cur_max > ld_volatile(*p)) atomicMax(p, cur_max);
     }
   };
-  walk_token_arcs<false, K, false, kSpread>(
+  walk_token_arcs<false, K, false, kSpread, kRange>(
       g, ws, batch, buf, F,
       [&](int32_t b, int32_t tok) {
         if (!fused) clear_claim(ws, buf, F, H, b, tok);
@@ -966,7 +983,8 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
 // Expand: the step's expansion of the frontier in `buf` into `out` (kStart: the start token's epsilon arcs,
 // `buf` = `out` = 0). The last block prepares the Resolve walk over the candidates.
 // kQueue: admitted arcs are recombined through the warp's AdmitQueue (not for kStart).
-template <typename scalar_t, bool kStart, int K = kArcRoundsAhead, bool kQueue = false, bool kSpread = false>
+template <typename scalar_t, bool kStart, int K = kArcRoundsAhead, bool kQueue = false, bool kSpread = false,
+          bool kRange = false>
 __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                             const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
                                             int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
@@ -1002,7 +1020,7 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
     pending -= n;
     expand_admitted<false, false>(g, ws, out, F, C, H, has, a, phase, end, 0);
   };
-  walk_token_arcs<kStart, K, kDestAhead, kSpread && !kStart>(
+  walk_token_arcs<kStart, K, kDestAhead, kSpread && !kStart, kRange && !kStart>(
       g, ws, batch, buf, F,
       [&](int32_t b, int32_t tok) {
         if (clear) clear_claim(ws, buf, F, H, b, tok);
@@ -1145,7 +1163,15 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
 // instead of after the slot -> source token -> arc chain
 // (the PC sampling of session 34 put the Resolve walk's heaviest line on those two loads waiting for `state[tok]`).
 // The same values (the Expand walk wrote the claimed token's state before the grid barrier; Resolve writes none).
-template <typename scalar_t, int kFused = 0, bool kEarly = false>
+// The candidate path (closure passes, or emit slots off) loads the same values once its slot names the token.
+// kEarly 2 (opt-in, BEAMDEC_WFST_EARLY_LOADS=2: the carried ranges; epsilon-free graphs only, the launcher checks):
+// those early loads, plus the token's emitting arc range {row_splits[s], eps_begin[s]} loaded beside its bounds and
+// written with the token (Workspace::front_range), so the next step's Max and Expand walks (walk_token_arcs kRange)
+// and this walk's source-token lookup (an emitting or redirect step's arc range begins at the source token's
+// row_splits, which the source token carries) skip the state -> row_splits level. Every token a walk reads has its
+// range: a token is walked or named as a winner's source only once a Resolve wrote it (or InitKernel, the start
+// token), and every write here writes its range too.
+template <typename scalar_t, int kFused = 0, int kEarly = 0>
 __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                              const scalar_t* lp, int32_t T, int32_t V, int32_t tn, int32_t buf,
                                              int32_t eps_mode, int32_t F, int32_t C, int32_t H, int64_t arena_cap,
@@ -1158,7 +1184,9 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
     int32_t tok = 0;
     float end = 0.0f;
     int2 cand = make_int2(0, 0);
-    int32_t s_early = 0, final_early = 0, arcs_end_early = 0;  // (kEarly, claims) the token's state and bounds
+    constexpr bool kRange = kEarly >= 2;
+    int32_t s_early = 0, final_early = 0, arcs_end_early = 0;  // (kEarly, a written token) its state and bounds
+    int2 range_early = make_int2(0, 0);                          // (kRange, a written token) its emitting arc range
     if (valid && claims) {
       // Emit slots: item = a token this step claimed; its slot's packed value names the winner (source token of
       // the other frontier buffer, arc offset in that token's range of the step's phase). Every claimed slot got
@@ -1175,6 +1203,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         slot = hash_of(ws, buf)[hrow + claim];
         final_early = g.final_begin[s_early];  // in flight beside `slot`
         arcs_end_early = g.row_splits[s_early + 1];
+        if constexpr (kRange) range_early = make_int2(g.row_splits[s_early], g.eps_begin[s_early]);
       } else {
         slot = hash_of(ws, buf)[hrow + claims_of(ws, buf)[frow + tok]];
       }
@@ -1185,8 +1214,12 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         const int32_t src = static_cast<int32_t>(bits >> ws.emit_shift);
         const int32_t off = static_cast<int32_t>(bits & ((1u << ws.emit_shift) - 1u));
         const Frontier from = frontier(ws, buf ^ 1);
-        const int32_t s_src = from.state[frow + src];
-        cand = make_int2(from.winner[frow + src], phase_arcs_begin(g, s_src, L.phase) + off);
+        int32_t begin_src;
+        if constexpr (kRange)  // phase_arcs_begin's row_splits[s_src] is the source token's carried range begin
+          begin_src = L.phase == kFinal ? g.final_begin[from.state[frow + src]] : from.range[frow + src].x;
+        else
+          begin_src = phase_arcs_begin(g, from.state[frow + src], L.phase);
+        cand = make_int2(from.winner[frow + src], begin_src + off);
         win = end > frontier(ws, buf).score[frow + tok];
       }
     } else if (valid) {
@@ -1200,7 +1233,15 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         tok = slot.tok;                                              // < 0: frontier overflow (flagged)
         end = ordered_to_float(static_cast<uint32_t>(v >> 32));
         win = tok >= 0 && end > frontier(ws, buf).score[frow + tok];
-        if (win) cand = ws.cands[crow + c];
+        if (win) {
+          cand = ws.cands[crow + c];
+          if constexpr (kEarly) {  // the same loads as the claims path's, here after the slot (they need its token)
+            s_early = frontier(ws, buf).state[frow + tok];
+            final_early = g.final_begin[s_early];
+            arcs_end_early = g.row_splits[s_early + 1];
+            if constexpr (kRange) range_early = make_int2(g.row_splits[s_early], g.eps_begin[s_early]);
+          }
+        }
       }
     }
     const bool word = win && arc_has_words(g, cand.y);  // a word arc: new link
@@ -1219,7 +1260,10 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
       }
       frontier(ws, buf).score[frow + tok] = end;
       frontier(ws, buf).winner[frow + tok] = link;
-      s = kEarly && claims ? s_early : frontier(ws, buf).state[frow + tok];
+      // (kEarly: both paths loaded the token's state and bounds; a select between them and a load here would make
+      // nvcc issue the load for either path and wait on it)
+      s = kEarly ? s_early : frontier(ws, buf).state[frow + tok];
+      if constexpr (kRange) frontier(ws, buf).range[frow + tok] = range_early;
       phase = L.phase;
       if (eps_mode != kEpsNone && phase == kEmit) {
         eps_begin = g.eps_begin[s];
@@ -1229,7 +1273,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
           eps_deg = 0;
         }
       }
-      const bool has_final = kEarly && claims ? final_early < arcs_end_early : g.final_begin[s] < g.row_splits[s + 1];
+      const bool has_final = kEarly ? final_early < arcs_end_early : g.final_begin[s] < g.row_splits[s + 1];
       if (has_final && !ld_volatile(L.any_final)) L.any_final = 1;
       if ((phase == kFinal || phase == kRedirect) && s == g.final_state) {  // the one final token
         L.final_winner = link;
@@ -1283,7 +1327,7 @@ __global__ void __launch_bounds__(kWalkBlock)
 // HLG's batch-1 Expand alone takes ~17 us for ~1,000 items, ncu in session 21), so this stays opt-in and the cluster
 // design with DSMEM hash tables it was the first step of was not built.
 template <typename scalar_t, int kFused, bool kCluster = false, int kAhead = kArcRoundsAhead, bool kQueue = false,
-          bool kSpread = false, bool kEarly = false>
+          bool kSpread = false, int kEarly = 0>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
@@ -1320,12 +1364,12 @@ __global__ void __launch_bounds__(kWalkBlock)
     const int32_t buf = t & 1, out = buf ^ 1;
     // step_flags: written by the `prepare` before the last barrier, so every block reads the same value
     if (kFused == 0 || ld_volatile(ws.step_flags[0]) != 0) {
-      max_step<scalar_t, kAhead, kSpread>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys, boost_values,
-                                          boost_cap);
+      max_step<scalar_t, kAhead, kSpread, (kEarly >= 2)>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys,
+                                                         boost_values, boost_cap);
       grid.sync();
     }
-    expand_step<scalar_t, false, kAhead, kQueue, kSpread>(g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch,
-                                                          boost_keys, boost_values, boost_cap);
+    expand_step<scalar_t, false, kAhead, kQueue, kSpread, (kEarly >= 2)>(g, opt, ws, lp, T, V, t, buf, out, F, C, H,
+                                                                         batch, boost_keys, boost_values, boost_cap);
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};

@@ -78,11 +78,18 @@ struct Capacities {
   // Recombination tables (and claim lists) per lane: 2 when the persistent kernel fuses each step's max into the
   // step before (one table per frontier buffer, see wfst_kernels.cuh "Fused max"), else 1.
   int32_t hash_tables = 1;
+  // Each frontier token's emitting arc range carried beside it (Workspace::front_range): 1 with the HLG form's
+  // carried ranges (opt-in: BEAMDEC_WFST_EARLY_LOADS=2; wfst_launch.cu), else 0 (8 bytes a token, both buffers).
+  int32_t token_ranges = 0;
 };
 
 // Hash tables an offline decode uses (Capacities::hash_tables): 2 with the persistent kernel and the fused max
 // (opt-in: BEAMDEC_WFST_FUSED_MAX=1; wfst_launch.cu says why), else 1. Read per call.
 int32_t decode_hash_tables();
+
+// Capacities::token_ranges of an offline decode: 1 when BEAMDEC_WFST_EARLY_LOADS=2 (the carried ranges), else 0.
+// Read per call.
+int32_t decode_token_ranges();
 
 // Bytes of device workspace needed for `batch` lanes (one allocation, carved by the launcher).
 size_t workspace_bytes(int32_t batch, const Capacities& caps);

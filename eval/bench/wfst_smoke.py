@@ -68,6 +68,9 @@ def main() -> None:
         with environment({"BEAMDEC_WFST_EARLY_LOADS": "1"}):  # the Resolve walk's early loads (opt-in, HLG form)
             rwe = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         print("early loads", "eps" if eps else "noeps", rwe.scores.tolist() == rw1.scores.tolist(), rwe.overflow)
+        with environment({"BEAMDEC_WFST_EARLY_LOADS": "2"}):  # and the carried arc ranges (opt-in, HLG form)
+            rwr = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
+        print("carried ranges", "eps" if eps else "noeps", rwr.scores.tolist() == rw1.scores.tolist(), rwr.overflow)
         print("walk forms", "eps" if eps else "noeps", r1.scores.tolist() == rp.scores.tolist(),
               rw.scores.tolist() == rw1.scores.tolist(), rws.scores.tolist() == rw1.scores.tolist(), rw.overflow)
     # WFST_SMOKE_LATTICE=0 leaves the lattice decodes out (a sanitizer run after a change to the 1-best kernels only)
