@@ -6,6 +6,12 @@ the decoder's exact frontier. Session 31 (reports/measurements/README.md) used i
 
     python -m eval.bench.probes.wfst_step_sim data/graphs/small/char_blanklast/compact/HLG.bin \\
         data/lp/small_other_char_200.pt --utts 5
+
+--first-arc-bound adds a design question of session 35: a step without its Max walk, whose Expand admits against a
+lower bound P of the step's maximum M instead (P = the best of each token's score + its first emitting arc, which the
+step before's Resolve could fold in as it writes the token) and whose Resolve drops the tokens that do not beat the
+exact cutoff M - beam once the Expand's atomics have found M. What that costs: the gap M - P, and the arcs admitted
+and destination states claimed (hash inserts, Resolve items) against the exact cutoff's.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ def main() -> None:
     ap.add_argument("--beam", type=float, default=17.0)
     ap.add_argument("--max-active", type=int, default=10000)
     ap.add_argument("--warps", type=int, default=132 * 4 * 8, help="resident warps of the walk grid (H100: 4224)")
+    ap.add_argument("--first-arc-bound", action="store_true",
+                    help="also the admissions against the first-arc lower bound of each step's maximum")
     args = ap.parse_args()
     g = WfstGraph.load(args.graph)
     data = LogProbSet.load(args.lp_file)
@@ -34,7 +42,7 @@ def main() -> None:
     w = np.asarray(g.weight, np.float32)
     src = np.repeat(np.arange(g.num_states), np.diff(rs))
     emit = np.bincount(src, weights=(il >= 0), minlength=g.num_states).astype(np.int64)
-    stats = []
+    stats, bound = [], []
     for u in range(min(args.utts, len(data))):
         lp = data.log_probs[u, : int(data.lengths[u])].numpy()
         fs, sc = np.array([g.start_state]), np.array([0.0])
@@ -46,6 +54,16 @@ def main() -> None:
             if ends.size == 0:
                 break
             adm = ends > ends.max() - args.beam
+            if args.first_arc_bound:  # lower bounds P of the step's maximum: real arcs' ends
+                lowers = [ends[(np.cumsum(d) - d)[d > 0]].max()]  # every token's first emitting arc
+                for k in (1, 4):  # every arc of the k best-scoring tokens (ties: any of them)
+                    top = np.argsort(-sc, kind="stable")[:k]
+                    lowers.append(ends[np.isin(own, top)].max() if d[top].sum() else lowers[0])
+                row = [int(adm.sum()), len(np.unique(dest[idx[adm]]))]
+                for lower in lowers:
+                    adm_p = ends > lower - args.beam
+                    row += [ends.max() - lower, int(adm_p.sum()), len(np.unique(dest[idx[adm_p]]))]
+                bound.append(row)
             dd, e = dest[idx[adm]], ends[adm]
             order = np.lexsort((-e, dd))
             dd, e = dd[order], e[order]
@@ -77,6 +95,15 @@ def main() -> None:
     print(f"2 rounds ahead: the slowest warp walks {a[:, 6].mean():.2f} groups of 2 rounds a step; "
           f"{small.mean():.0%} of the steps have at most warps / 2 tokens (the spread form's), where it walks "
           f"{a[small, 6].mean():.2f} groups, spread {a[small, 7].mean():.2f}")
+    if bound:
+        b = np.array(bound, dtype=float)
+        for j, name in enumerate(("every token's first arc", "the best token's arcs", "the 4 best tokens' arcs")):
+            gap, arcs, dests = b[:, 2 + 3 * j], b[:, 3 + 3 * j], b[:, 4 + 3 * j]
+            print(f"P = {name}: M - P mean {gap.mean():.2f} (p50 {np.median(gap):.2f}, p90 {np.percentile(gap, 90):.2f}, "
+                  f"max {gap.max():.2f}, 0 on {np.mean(gap == 0):.0%} of the steps); admitted {arcs.sum() / b[:, 0].sum():.2f}x "
+                  f"the exact cutoff's arcs (p90 step {np.percentile(arcs / np.maximum(b[:, 0], 1), 90):.2f}x), "
+                  f"destination states {dests.sum() / b[:, 1].sum():.2f}x (p90 step "
+                  f"{np.percentile(dests / np.maximum(b[:, 1], 1), 90):.2f}x)")
 
 
 if __name__ == "__main__":
