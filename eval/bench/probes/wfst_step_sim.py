@@ -7,11 +7,12 @@ the decoder's exact frontier. Session 31 (reports/measurements/README.md) used i
     python -m eval.bench.probes.wfst_step_sim data/graphs/small/char_blanklast/compact/HLG.bin \\
         data/lp/small_other_char_200.pt --utts 5
 
---first-arc-bound adds a design question of session 35: a step without its Max walk, whose Expand admits against a
-lower bound P of the step's maximum M instead (P = the best of each token's score + its first emitting arc, which the
-step before's Resolve could fold in as it writes the token) and whose Resolve drops the tokens that do not beat the
-exact cutoff M - beam once the Expand's atomics have found M. What that costs: the gap M - P, and the arcs admitted
-and destination states claimed (hash inserts, Resolve items) against the exact cutoff's.
+--max-bounds adds a design question of session 35: a step without its Max walk, whose Expand admits against a
+lower bound P of the step's maximum M instead and whose Resolve drops the tokens that do not beat the exact cutoff
+M - beam once the Expand's atomics have found M (BEAMDEC_WFST_BOUND_MAX, wfst_kernels.cuh). Three bounds, each a real
+arc's end: every token's first emitting arc, every arc of the best-scoring token, every arc of the 4 best. What each
+costs: the gap M - P, and the arcs admitted and destination states claimed (hash inserts, Resolve items) against the
+exact cutoff's.
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def main() -> None:
     ap.add_argument("--beam", type=float, default=17.0)
     ap.add_argument("--max-active", type=int, default=10000)
     ap.add_argument("--warps", type=int, default=132 * 4 * 8, help="resident warps of the walk grid (H100: 4224)")
-    ap.add_argument("--first-arc-bound", action="store_true",
-                    help="also the admissions against the first-arc lower bound of each step's maximum")
+    ap.add_argument("--max-bounds", action="store_true",
+                    help="also the admissions against lower bounds of each step's maximum")
     args = ap.parse_args()
     g = WfstGraph.load(args.graph)
     data = LogProbSet.load(args.lp_file)
@@ -54,7 +55,7 @@ def main() -> None:
             if ends.size == 0:
                 break
             adm = ends > ends.max() - args.beam
-            if args.first_arc_bound:  # lower bounds P of the step's maximum: real arcs' ends
+            if args.max_bounds:  # lower bounds P of the step's maximum: real arcs' ends
                 lowers = [ends[(np.cumsum(d) - d)[d > 0]].max()]  # every token's first emitting arc
                 for k in (1, 4):  # every arc of the k best-scoring tokens (ties: any of them)
                     top = np.argsort(-sc, kind="stable")[:k]
