@@ -95,7 +95,8 @@ def test_gpu_persistent_launch_equals_plain_launches_and_cpu(monkeypatch, batch,
 
 
 _WALK_SWITCHES = ["BEAMDEC_WFST_ACQ_REL_ARRIVE=0", "BEAMDEC_WFST_EARLY_LOADS=1", "BEAMDEC_WFST_EARLY_LOADS=2",
-                  "BEAMDEC_WFST_EARLY_LOADS=2,BEAMDEC_WFST_EMIT_SLOTS=0"]
+                  "BEAMDEC_WFST_EARLY_LOADS=2,BEAMDEC_WFST_EMIT_SLOTS=0", "BEAMDEC_WFST_BOUND_MAX=1",
+                  "BEAMDEC_WFST_BOUND_MAX=1,BEAMDEC_WFST_EMIT_SLOTS=0"]
 
 
 @pytest.mark.parametrize("batch", [1, 3, 33])
@@ -111,8 +112,11 @@ def test_walk_switch_equals_default_and_cpu(monkeypatch, batch, epsilon, persist
     different score); BEAMDEC_WFST_EARLY_LOADS=1, the Resolve walk's early loads of a claimed token's state and
     bounds (resolve_step kEarly, the HLG form); BEAMDEC_WFST_EARLY_LOADS=2, those and the carried ranges (each token's
     emitting arc range written beside it and read by the next step's walks: a range written wrong or not at all walks
-    other arcs), also with emit slots off (its Resolve writes through the candidate path). Odd batches, empty and
-    one-frame utterances, fp16, boosts, a capacity rescue (its lanes compared where neither form flagged them)."""
+    other arcs), also with emit slots off (its Resolve writes through the candidate path); BEAMDEC_WFST_BOUND_MAX=1,
+    the bound max at batches 1 and 3 (no Max walk: the Expand admits against the best token's best arc and finds the
+    maximum itself, the Resolve drops the tokens the exact cutoff would not have admitted: one kept wrongly changes the
+    dynamic beam where max_active is 40), also with emit slots off. Odd batches, empty and one-frame utterances,
+    fp16, boosts, a capacity rescue (its lanes compared where neither form flagged them)."""
     settings = dict(kv.split("=") for kv in switch.split(","))
     draw = 2600 + batch + 7 * epsilon + 13 * (persistent == "1") + 101 * _WALK_SWITCHES.index(switch)
     rng = np.random.default_rng(draw)

@@ -57,12 +57,12 @@ at::Tensor wfst_decode_cuda(const at::Tensor& log_probs, const at::Tensor& lengt
                           static_cast<int32_t>(eps_iterations), online};
   wfst::Capacities caps{static_cast<int32_t>(frontier_capacity), static_cast<int32_t>(candidate_capacity),
                         static_cast<int32_t>(hash_capacity), arena_capacity, static_cast<int32_t>(words_capacity)};
-  caps.hash_tables = wfst::decode_hash_tables();
-  caps.token_ranges = wfst::decode_token_ranges();
+  caps.hash_tables = wfst::decode_hash_tables(static_cast<int32_t>(B));
+  caps.token_ranges = wfst::decode_token_ranges(static_cast<int32_t>(B));
   // The fused max's token skipping (wfst_kernels.cuh): each frame's largest log-prob and the bound of the arc
   // weights the caller passed (decoders/wfst.py; >= 1e30: none given, no skipping).
   at::Tensor frame_max;
-  const bool skip = caps.hash_tables == 2 && max_emit_weight < 1e30 && boost_keys.size(1) == 0 && B > 0 && T > 0;
+  const bool skip = wfst::decode_fused_max() && max_emit_weight < 1e30 && boost_keys.size(1) == 0 && B > 0 && T > 0;
   if (skip) frame_max = std::get<0>(log_probs.max(-1)).to(at::kFloat).contiguous();
 
   at::Tensor result = at::zeros({B, wfst::kResultHeader + words_capacity}, dev_i32);

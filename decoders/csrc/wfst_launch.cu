@@ -144,6 +144,17 @@ int early_loads() {
 constexpr int32_t kSmallGridMaxBatch = 8;
 constexpr int kSmallGridBlocksPerSm = 2;
 
+// The bound max (wfst_kernels.cuh expand_step kBound), opt-in: BEAMDEC_WFST_BOUND_MAX=1 (read per call). An emitting
+// step admits against the best arc of the token the last Resolve named and accumulates the exact maximum itself, so
+// it runs no Max walk and one grid barrier fewer; the Resolve drops what the exact cutoff would not have admitted.
+// Written in session 35 from a simulation (eval/bench/probes/wfst_step_sim.py --max-bounds: that bound is the step's
+// maximum on 89 % of the small char HLG's steps, 1.08x the admitted arcs); not run on a GPU yet. Batches up to
+// kSmallGridMaxBatch (every block computes the bound of every lane: one warp a lane) of the HLG form on epsilon-free
+// graphs, with the carried ranges and two recombination tables (the Expand clears the step before's, as the fused
+// max does): decode_hash_tables / decode_token_ranges size the workspace for it.
+bool bound_max_asked() { return env_flag("BEAMDEC_WFST_BOUND_MAX"); }
+static_assert(kSmallGridMaxBatch <= kernels::kBoundMaxBatch, "one warp of a block per lane");
+
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
 // Workspace::emit_slots). The whole WFST gpu suite and compute-sanitizer ran with them on before they became the
 // default (session 23, reports/measurements/README.md). Measured on an H200 (2026-12-06, one call, small char compact
@@ -171,14 +182,14 @@ template <typename scalar_t>
 bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, const scalar_t* lp, int32_t T,
                        int32_t V, int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t B,
                        const int32_t* boost_keys, const float* boost_values, int32_t boost_cap, int32_t steps,
-                       int32_t passes, int32_t num_sms, cudaStream_t stream) {
+                       int32_t passes, int32_t num_sms, bool bound, cudaStream_t stream) {
   using namespace kernels;
   void* args[] = {&g, &opt, &ws, &lp, &T, &V, &F, &C, &H, &arena_cap, &B, &boost_keys, &boost_values, &boost_cap,
                   &steps, &passes};
   // Small batches, opt-in (BEAMDEC_WFST_CLUSTER=N, 2..16 blocks; batch <= kClusterMaxBatch; the Max walk only): one
   // N-block thread-block cluster with hardware barriers instead of every resident block with grid barriers;
   // the cooperative launch below when the device or the launch refuses it.
-  if (ws.fused == 0 && B <= kClusterMaxBatch) {
+  if (ws.fused == 0 && !bound && B <= kClusterMaxBatch) {
     const int blocks = cluster_blocks();
     if (blocks > 0) {
       if (single_cluster_launch<PersistentKernel<scalar_t, 0, true>>(kWalkBlock, blocks, args, stream)) return true;
@@ -201,6 +212,9 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   // ws.fused (the fused max's variant, 0 = off) picks the instantiation: the Max-walk one has no fused code at all
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
+  if (bound)  // (enqueue checked the HLG form's conditions)
+    return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true, 2, true>>(kWalkBlock, grid, args,
+                                                                                             stream);
   const int early = hlg_form ? early_loads() : 0;
   if (early == 2 && !g.has_eps && ws.front_range[0] != nullptr)  // (the closure passes would not write ranges)
     return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true, 2>>(kWalkBlock, grid, args, stream);
@@ -236,6 +250,10 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   ws.emit_slots = ws.emit_shift >= 0 && !env_off("BEAMDEC_WFST_EMIT_SLOTS");
   if (!ws.emit_slots) ws.emit_shift = 0;
   ws.arrive_acq_rel = acq_rel_arrive();
+  // the bound max: the persistent kernel's HLG form (below) with what the workspace was sized for
+  const bool bound = persistent && ws.fused == 0 && bound_max_asked() && B <= kSmallGridMaxBatch && !g.has_eps &&
+             caps.hash_tables == 2 && ws.front_range[0] != nullptr && admit_queue(g.has_eps) &&
+             arc_rounds_ahead(g.has_eps) == 2 && spread_walks();
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
   // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.
@@ -271,7 +289,7 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   // the cooperative kernel runs the start closure and every step; else (off, or refused) one launch per kernel
   const bool fused = persistent && launch_persistent<scalar_t>(g, opt, ws, lp, T, V, F, C, H, caps.arena, B,
                                                                boost_keys, boost_values, boost_cap, steps, passes,
-                                                               num_sms, stream);
+                                                               num_sms, bound, stream);
   if (!fused) {
     ws.fused = 0;  // the plain launches (InitKernel's bookkeeping is the same either way)
     ws.frame_max = nullptr;
@@ -402,9 +420,15 @@ cudaError_t run(const DeviceGraph& g, const SearchOptions& opt, const Capacities
 
 size_t workspace_bytes(int32_t batch, const Capacities& caps) { return carve(nullptr, batch, caps, nullptr); }
 
-int32_t decode_hash_tables() { return fused_max_mode() > 0 ? 2 : 1; }
+bool decode_fused_max() { return fused_max_mode() > 0; }
 
-int32_t decode_token_ranges() { return early_loads() == 2 ? 1 : 0; }
+int32_t decode_hash_tables(int32_t batch) {
+  return fused_max_mode() > 0 || (bound_max_asked() && batch <= kSmallGridMaxBatch) ? 2 : 1;
+}
+
+int32_t decode_token_ranges(int32_t batch) {
+  return early_loads() == 2 || (bound_max_asked() && batch <= kSmallGridMaxBatch) ? 1 : 0;
+}
 
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,
                          const void* log_probs, bool is_half, int32_t batch, int32_t frames, int32_t vocab,

@@ -130,6 +130,12 @@ struct Workspace {
   // of its state s, written with the token by the Resolve walk (and InitKernel for the start token) and read by the
   // next step's walks in place of state -> row_splits / eps_begin (resolve_step kEarly 2; the HLG form, opt-in).
   int2* front_range[2];
+  // The bound max (opt-in, BEAMDEC_WFST_BOUND_MAX=1: small batches, the HLG form with carried ranges and two tables;
+  // see expand_step kBound). lane_best (B,): the best (ordered score << 32 | token) among the tokens with emitting
+  // arcs the last Resolve wrote; lane_live (B,): the tokens it wrote (the frontier's size for the dynamic beam: with
+  // the bound, claimed tokens can stay dead).
+  unsigned long long* lane_best;
+  int32_t* lane_live;
 };
 
 // The table / claim list of frontier buffer `k` (a select, like `frontier` below: no runtime-indexed parameter array).
@@ -169,6 +175,8 @@ inline size_t carve_workspace(char* base, int32_t B, const Capacities& c, Worksp
   w.lanes = static_cast<LaneState*>(take(sizeof(LaneState) * B));
   w.lane_offsets = static_cast<int32_t*>(take(sizeof(int32_t) * (B + 1)));
   w.clear_lanes = static_cast<int32_t*>(take(sizeof(int32_t) * (B + 1)));
+  w.lane_best = static_cast<unsigned long long*>(take(sizeof(unsigned long long) * B));
+  w.lane_live = static_cast<int32_t*>(take(sizeof(int32_t) * B));
   for (int k = 0; k < 2; ++k) {
     w.front_state[k] = static_cast<int32_t*>(take(sizeof(int32_t) * BF));
     w.front_score[k] = static_cast<float*>(take(sizeof(float) * BF));
@@ -267,6 +275,8 @@ struct Prepare {
   bool fused_max = false;  // kWalkStep after the Resolves of the step before, which accumulated its max_next
 };
 
+// kBound: the bound max's bookkeeping (expand_step kBound; a template argument, so the other kernels are unchanged)
+template <bool kBound = false>
 __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                         int32_t batch, int32_t F, int32_t C, const Prepare& p) {
   __shared__ int s_clear, s_need_max;
@@ -296,7 +306,9 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
         if (phase == kFinal && opt.allow_partial && !any_final) phase = kRedirect;
         if (phase != kDone) {
           if (n_claims > F && live) ws.clear_lanes[1 + atomicAdd(&s_clear, 1)] = b;
-          L.beam = k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, n_front, p.t,
+          // (the bound max: the tokens the Resolves wrote; claimed tokens that did not beat the cutoff stay dead)
+          const int32_t active = kBound ? min(ld_volatile(ws.lane_live[b]), F) : n_front;
+          L.beam = k2_dynamic_beam(beam, opt.search_beam, opt.min_active, opt.max_active, active, p.t,
                                    opt.online && phase == kEmit ? kUnknownFrames : len + 1);
           L.n_claims = 0;
           L.n_cands = 0;
@@ -305,9 +317,12 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
           // Fused max: an emitting step after Resolves that accumulated its max over every token they wrote (all of
           // this step's frontier) starts from that max and skips the Max walk; any other lane needs the walk.
           const bool ready = ws.fused && p.fused_max && phase == kEmit;
+          // The bound max: an emitting step after Resolves that named a best token skips the Max walk too; its Expand
+          // admits against that token's best arc and accumulates the maximum from 0.
+          const bool bounded = kBound && p.fused_max && phase == kEmit && ld_volatile(ws.lane_best[b]) != 0ull;
           L.max_ord = ready ? ld_volatile(L.max_next) : 0u;
-          L.max_ready = ready;
-          if (!ready) s_need_max = 1;
+          L.max_ready = ready || bounded;
+          if (!ready && !bounded) s_need_max = 1;
           L.any_final = 0;
           count = n_front;
         }
@@ -317,12 +332,14 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
         count = start_eps && live ? 1 : 0;
       } else if (p.next == kWalkClaims) {  // emit slots: the step's claimed tokens; no candidate consumed
         if (p.step_cutoff && live) L.cutoff = ordered_to_float(max_ord) - beam;
+        if (kBound && p.step_cutoff) ws.lane_best[b] = 0ull, ws.lane_live[b] = 0;  // the step's Expand read them
         L.pass_begin = 0;
         L.pass_end = 0;
         L.eps_pending = 0;
         count = live ? min(n_claims, F) : 0;
       } else {  // kWalkCands: the candidates appended since the last pass
         if (p.step_cutoff && live) L.cutoff = ordered_to_float(max_ord) - beam;
+        if (kBound && p.step_cutoff) ws.lane_best[b] = 0ull, ws.lane_live[b] = 0;
         const int32_t end = min(n_cands, C);
         L.pass_begin = pass_end;
         L.pass_end = end;
@@ -350,6 +367,7 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
 // __threadfence() (fence.sc.gpu, MEMBAR.SC.GPU in the SASS: a sequentially consistent fence, stronger than the
 // pattern needs) before a relaxed atomic in every block and a second one in the last block. At batch 1 the last
 // block's fence, atomic and fence are on the step's serial path twice a step (after the Expand and Resolve walks).
+template <bool kBound = false>
 __device__ __forceinline__ void arrive_and_prepare(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                                    int32_t batch, int32_t F, int32_t C, const Prepare& p) {
   __shared__ bool s_last;
@@ -369,7 +387,7 @@ __device__ __forceinline__ void arrive_and_prepare(const DeviceGraph& g, const S
   __syncthreads();  // (acq_rel: thread 0's acquire, then this barrier, orders the block's reads after it)
   if (!s_last) return;
   if (!acq_rel) __threadfence();
-  prepare(g, opt, ws, batch, F, C, p);
+  prepare<kBound>(g, opt, ws, batch, F, C, p);
   if (threadIdx.x == 0) *ws.arrive = 0u;
 }
 
@@ -405,6 +423,8 @@ __global__ void __launch_bounds__(kInitBlock)
     ws.front_score[0][t0] = 0.0f;
     ws.front_winner[0][t0] = -1;
     if (ws.front_range[0]) ws.front_range[0][t0] = make_int2(g.row_splits[g.start_state], g.eps_begin[g.start_state]);
+    ws.lane_best[b] = 0ull;  // step 0 runs the Max walk (its prepare has no Resolve before it)
+    ws.lane_live[b] = 1;     // the start token
     if (g.has_eps) {  // the start closure recombines into the start token: register it
       HashSlot& slot = ws.hash[(int64_t)b * H + h0];
       slot.key = static_cast<uint32_t>(g.start_state) + 1u;
@@ -717,12 +737,13 @@ __device__ __forceinline__ void clear_claimed(const Workspace& ws, int32_t buf, 
 
 // Max: exact per-lane maximum of this step's candidate ends. Also clears the previous step's hash slots
 // (token i owns claims[i]), or a whole lane's table when its claims list overflowed.
-template <typename scalar_t, int K = kArcRoundsAhead, bool kSpread = false, bool kRange = false>
+template <typename scalar_t, int K = kArcRoundsAhead, bool kSpread = false, bool kRange = false, bool kBound = false>
 __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                          const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf, int32_t F,
                                          int32_t H, int32_t batch, const int32_t* boost_keys,
                                          const float* boost_values, int32_t boost_cap) {
-  const bool fused = ws.fused;  // fused: the tables are cleared by the Expand walk instead (expand_step)
+  // fused max or bound max: the tables are cleared by the Expand walk instead (expand_step), ready lanes skipped
+  const bool fused = kBound || ws.fused;
   if (!fused) clear_claimed(ws, buf, F, H, batch);
   int32_t cur_lane = -1;
   uint32_t cur_max = 0;
@@ -980,20 +1001,88 @@ __device__ __forceinline__ void expand_arc(const DeviceGraph& g, const SearchOpt
   expand_arc_commit<kEps, false>(g, ws, out, F, C, H, boost_keys, boost_values, boost_cap, valid, a, phase, sc);
 }
 
+// The bound max (kBound; opt-in, BEAMDEC_WFST_BOUND_MAX=1, wfst_launch.cu): a step's maximum M sets its cutoff M -
+// beam, and the Max walk exists only to find M before the Expand admits against it. Admitting against a lower bound
+// P <= M instead admits a superset of the exact arcs, so every destination state's best end is the same; if the
+// Expand also accumulates M (as the Max walk did, over the same arcs and the same float sums) and the Resolve writes
+// only the tokens whose best end beats the exact cutoff (L.cutoff, set from M by the prepare after the Expand), the
+// frontier is exactly the one the Max walk would give. The claimed tokens that do not beat it stay dead (score -inf:
+// the walks skip them), and the dynamic beam counts the written tokens (lane_live), not the claimed ones.
+// P: every arc of the best-scoring token the last Resolve wrote (lane_best), scored on this frame with the Expand's
+// own sums, so P is a real arc's end. On the small char HLG it is M on 89 % of the steps and admits 1.08x the exact
+// arcs (eval/bench/probes/wfst_step_sim.py --max-bounds; reports/measurements/README.md "Session 35").
+// Every block computes P for every lane (batch <= kBoundMaxBatch, one warp a lane) and shares it through shared
+// memory behind one block barrier: that replaces a Max walk and a grid barrier per step.
+constexpr int kBoundMaxBatch = kWalkBlock / 32;
+struct BoundCutoffs {
+  float cut[kBoundMaxBatch];  // P - beam (-inf: no bound); only where ready
+  int32_t ready[kBoundMaxBatch];
+};
+__device__ __forceinline__ BoundCutoffs& block_bound_cutoffs() {
+  __shared__ BoundCutoffs s_bound;
+  return s_bound;
+}
+
+// The calling warp's lane `b` (warp-uniform): P of the bound max as an ordered float (0: no best token was named).
+template <typename scalar_t>
+__device__ __forceinline__ uint32_t lane_bound(const DeviceGraph& g, const SearchOptions& opt, const Workspace& ws,
+                                               const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
+                                               int32_t F, int32_t b, const int32_t* boost_keys,
+                                               const float* boost_values, int32_t boost_cap) {
+  const unsigned long long best = ws.lane_best[b];
+  if (best == 0ull) return 0u;
+  const int32_t tok = static_cast<int32_t>(static_cast<uint32_t>(best));
+  const float score = ordered_to_float(static_cast<uint32_t>(best >> 32));  // the token's score, as written
+  const int2 range = frontier(ws, buf).range[(int64_t)b * F + tok];
+  const scalar_t* row = lp + ((int64_t)b * T + t) * V;
+  uint32_t m = 0u;
+  for (int32_t arc = range.x + (threadIdx.x & 31); arc < range.y; arc += 32)
+    m = max(m, float_to_ordered(__fadd_rn(score, emit_arc_loglik(g, opt, arc, row, boost_keys, boost_values,
+                                                                    boost_cap, b))));
+  return __reduce_max_sync(0xffffffffu, m);
+}
+
 // Expand: the step's expansion of the frontier in `buf` into `out` (kStart: the start token's epsilon arcs,
 // `buf` = `out` = 0). The last block prepares the Resolve walk over the candidates.
 // kQueue: admitted arcs are recombined through the warp's AdmitQueue (not for kStart).
+// kBound: the bound max (above); with the queue, the carried ranges and batch <= kBoundMaxBatch only.
 template <typename scalar_t, bool kStart, int K = kArcRoundsAhead, bool kQueue = false, bool kSpread = false,
-          bool kRange = false>
+          bool kRange = false, bool kBound = false>
 __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                             const scalar_t* lp, int32_t T, int32_t V, int32_t t, int32_t buf,
                                             int32_t out, int32_t F, int32_t C, int32_t H, int32_t batch,
                                             const int32_t* boost_keys, const float* boost_values, int32_t boost_cap) {
   // Fused max: the table of `buf` (claimed by the step before, read by its Resolves, unused from here on) is
   // cleared by this walk, token by token; the Max walk of the one-table launchers does it otherwise.
-  const bool clear = !kStart && ws.fused;
+  const bool clear = !kStart && (kBound || ws.fused);
   if (clear) clear_claimed(ws, buf, F, H, batch);
   constexpr bool kQ = kQueue && !kStart;
+  constexpr bool kB = kBound && !kStart;
+  static_assert(!kB || (kQ && kRange), "the bound max runs with the admitted-arc queue and the carried ranges");
+  if constexpr (kB) {  // every block: P of each ready lane, one warp a lane
+    BoundCutoffs& bc = block_bound_cutoffs();
+    const int32_t w = threadIdx.x >> 5;
+    if (w < batch) {  // warp-uniform (the launcher runs this form for batch <= kBoundMaxBatch only)
+      const LaneState& L = ws.lanes[w];
+      const bool ready = L.max_ready != 0;
+      const uint32_t p = ready ? lane_bound(g, opt, ws, lp, T, V, t, buf, F, w, boost_keys, boost_values, boost_cap)
+                               : 0u;
+      if ((threadIdx.x & 31) == 0) {
+        bc.ready[w] = ready;
+        bc.cut[w] = p == 0u ? -INFINITY : ordered_to_float(p) - L.beam;  // k2's cutoff, from P instead of M
+      }
+    }
+    __syncthreads();
+  }
+  // kB: the exact maximum of the lanes the bound admits for, accumulated as max_step does
+  int32_t cur_lane = -1;
+  uint32_t cur_max = 0u;
+  auto flush_max = [&]() {
+    if (cur_lane >= 0 && cur_max > 0u) {
+      uint32_t* m = &ws.lanes[cur_lane].max_ord;
+      if (cur_max > ld_volatile(*m)) atomicMax(m, cur_max);
+    }
+  };
   constexpr bool kDestAhead = !kQ && K > 1;  // the queue loads the destinations of admitted arcs only
   const int me = threadIdx.x & 31;
   int32_t pending = 0;  // kQ: entries in the warp's queue (warp-uniform)
@@ -1026,12 +1115,28 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
         if (clear) clear_claim(ws, buf, F, H, b, tok);
       },
       [&](bool valid, const ArcItem& a, int32_t phase, const ArcWords& w) {
-        return expand_arc_score<scalar_t, kStart, kDestAhead>(opt, ws, lp, T, V, t, valid, a, phase, w);
+        ArcScore sc = expand_arc_score<scalar_t, kStart, kDestAhead>(opt, ws, lp, T, V, t, valid, a, phase, w);
+        if constexpr (kB) {
+          const BoundCutoffs& bc = block_bound_cutoffs();
+          if (bc.ready[a.lane]) sc.cutoff = bc.cut[a.lane];
+        }
+        return sc;
       },
       [&](bool valid, const ArcItem& a, int32_t phase, const ArcScore& sc) {
         if constexpr (kQ) {
           float end;
           const bool admit = admit_arc(g, boost_keys, boost_values, boost_cap, valid, a, sc, end);
+          if constexpr (kB) {
+            if (valid) {
+              const uint32_t o = float_to_ordered(end);
+              if (a.lane != cur_lane) {
+                flush_max();
+                cur_lane = a.lane;
+                cur_max = 0u;
+              }
+              if (o > cur_max) cur_max = o;
+            }
+          }
           const unsigned m = __ballot_sync(0xffffffffu, admit);
           if (m == 0u) return;
           if (admit) {
@@ -1055,8 +1160,16 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
   if constexpr (kQ) {
     if (pending > 0) flush(pending);
   }
+  if constexpr (kB) {  // one guarded atomic per (warp, lane), as max_step
+    const unsigned peers = __match_any_sync(0xffffffffu, cur_lane);
+    const uint32_t m = __reduce_max_sync(peers, cur_max);
+    if ((threadIdx.x & 31) == __ffs(peers) - 1) {
+      cur_max = m;
+      flush_max();
+    }
+  }
   const int32_t next = !kStart && ws.emit_slots ? kWalkClaims : kWalkCands;
-  arrive_and_prepare(g, opt, ws, batch, F, C, Prepare{next, t, false, false, !kStart});
+  arrive_and_prepare<kB>(g, opt, ws, batch, F, C, Prepare{next, t, false, false, !kStart});
 }
 
 template <typename scalar_t, bool kStart>
@@ -1171,12 +1284,16 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
 // row_splits, which the source token carries) skip the state -> row_splits level. Every token a walk reads has its
 // range: a token is walked or named as a winner's source only once a Resolve wrote it (or InitKernel, the start
 // token), and every write here writes its range too.
-template <typename scalar_t, int kFused = 0, int kEarly = 0>
+// kBound (the bound max, expand_step): a token is written only if its best end also beats the step's exact cutoff
+// (the Expand admitted against a lower one), the written tokens are counted (lane_live) and the best-scoring one with
+// emitting arcs is named for the next step's bound (lane_best). Needs kEarly 2 (its range tells the emitting arcs).
+template <typename scalar_t, int kFused = 0, int kEarly = 0, bool kBound = false>
 __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchOptions& opt, Workspace& ws,
                                              const scalar_t* lp, int32_t T, int32_t V, int32_t tn, int32_t buf,
                                              int32_t eps_mode, int32_t F, int32_t C, int32_t H, int64_t arena_cap,
                                              int32_t batch, const int32_t* boost_keys, const float* boost_values,
                                              int32_t boost_cap, const Prepare& next, bool claims = false) {
+  static_assert(!kBound || kEarly >= 2, "the bound max needs the carried ranges");
   for_each_item(ws, batch, [&](bool valid, int32_t b, int32_t local) {
     LaneState& L = ws.lanes[b];
     const int64_t hrow = (int64_t)b * H, frow = (int64_t)b * F, crow = (int64_t)b * C;
@@ -1190,7 +1307,8 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
     if (valid && claims) {
       // Emit slots: item = a token this step claimed; its slot's packed value names the winner (source token of
       // the other frontier buffer, arc offset in that token's range of the step's phase). Every claimed slot got
-      // at least one atomicMax (a claim happens only for an admitted arc), so the token is always written.
+      // at least one atomicMax (a claim happens only for an admitted arc), so the token is always written (kBound:
+      // only if its end also beats the exact cutoff; the bound admitted against a lower one).
       // This walk's own epsilon expansions (kEpsExpand, below) may beat a slot before its token is read here: its
       // low word is then a closure candidate's index (bit 31 clear), and that candidate writes the token in the
       // next pass, as a losing emitting candidate leaves it in the candidate form (session 22: without this test,
@@ -1220,7 +1338,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         else
           begin_src = phase_arcs_begin(g, from.state[frow + src], L.phase);
         cand = make_int2(from.winner[frow + src], begin_src + off);
-        win = end > frontier(ws, buf).score[frow + tok];
+        win = end > frontier(ws, buf).score[frow + tok] && (!kBound || end > L.cutoff);
       }
     } else if (valid) {
       // (Emit slots: a slot claimed by the emitting step holds an emit payload until a closure candidate beats it;
@@ -1232,7 +1350,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
       if (static_cast<uint32_t>(v) == static_cast<uint32_t>(c)) {  // the slot's winner
         tok = slot.tok;                                              // < 0: frontier overflow (flagged)
         end = ordered_to_float(static_cast<uint32_t>(v >> 32));
-        win = tok >= 0 && end > frontier(ws, buf).score[frow + tok];
+        win = tok >= 0 && end > frontier(ws, buf).score[frow + tok] && (!kBound || end > L.cutoff);
         if (win) {
           cand = ws.cands[crow + c];
           if constexpr (kEarly) {  // the same loads as the claims path's, here after the slot (they need its token)
@@ -1242,6 +1360,21 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
             if constexpr (kRange) range_early = make_int2(g.row_splits[s_early], g.eps_begin[s_early]);
           }
         }
+      }
+    }
+    if constexpr (kBound) {  // warp-synchronous: the written tokens counted, the best with emitting arcs named
+      constexpr unsigned kFull = 0xffffffffu;
+      const int me = threadIdx.x & 31;
+      const unsigned wrote = __match_any_sync(kFull, win ? b : -1);
+      if (win && me == __ffs(wrote) - 1) atomicAdd(&ws.lane_live[b], __popc(wrote));
+      const bool named = win && range_early.y > range_early.x;
+      const unsigned peers = __match_any_sync(kFull, named ? b : -1);
+      const uint32_t o = named ? float_to_ordered(end) : 0u;
+      const uint32_t top = __reduce_max_sync(peers, o);
+      const uint32_t tok1 = __reduce_max_sync(peers, named && o == top ? static_cast<uint32_t>(tok) + 1u : 0u);
+      if (named && me == __ffs(peers) - 1) {
+        const unsigned long long best = static_cast<unsigned long long>(top) << 32 | (tok1 - 1u);
+        if (best > ld_volatile(ws.lane_best[b])) atomicMax(&ws.lane_best[b], best);
       }
     }
     const bool word = win && arc_has_words(g, cand.y);  // a word arc: new link
@@ -1290,7 +1423,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
       fused_max_arcs<scalar_t, kFused>(g, opt, ws, lp, T, V, tn, win && tn >= 1 && tn < L.len, b, tok, end, s,
                                            boost_keys, boost_values, boost_cap);
   });
-  arrive_and_prepare(g, opt, ws, batch, F, C, next);
+  arrive_and_prepare<kBound>(g, opt, ws, batch, F, C, next);
 }
 
 __global__ void __launch_bounds__(kWalkBlock)
@@ -1327,7 +1460,7 @@ __global__ void __launch_bounds__(kWalkBlock)
 // HLG's batch-1 Expand alone takes ~17 us for ~1,000 items, ncu in session 21), so this stays opt-in and the cluster
 // design with DSMEM hash tables it was the first step of was not built.
 template <typename scalar_t, int kFused, bool kCluster = false, int kAhead = kArcRoundsAhead, bool kQueue = false,
-          bool kSpread = false, int kEarly = 0>
+          bool kSpread = false, int kEarly = 0, bool kBound = false>
 __global__ void __launch_bounds__(kWalkBlock)
     PersistentKernel(DeviceGraph g, SearchOptions opt, Workspace ws, const scalar_t* lp, int32_t T, int32_t V,
                      int32_t F, int32_t C, int32_t H, int64_t arena_cap, int32_t batch, const int32_t* boost_keys,
@@ -1363,19 +1496,19 @@ __global__ void __launch_bounds__(kWalkBlock)
   for (int32_t t = 0; t < steps; ++t) {
     const int32_t buf = t & 1, out = buf ^ 1;
     // step_flags: written by the `prepare` before the last barrier, so every block reads the same value
-    if (kFused == 0 || ld_volatile(ws.step_flags[0]) != 0) {
-      max_step<scalar_t, kAhead, kSpread, (kEarly >= 2)>(g, opt, ws, lp, T, V, t, buf, F, H, batch, boost_keys,
-                                                         boost_values, boost_cap);
+    if ((kFused == 0 && !kBound) || ld_volatile(ws.step_flags[0]) != 0) {
+      max_step<scalar_t, kAhead, kSpread, (kEarly >= 2), kBound>(g, opt, ws, lp, T, V, t, buf, F, H, batch,
+                                                                 boost_keys, boost_values, boost_cap);
       grid.sync();
     }
-    expand_step<scalar_t, false, kAhead, kQueue, kSpread, (kEarly >= 2)>(g, opt, ws, lp, T, V, t, buf, out, F, C, H,
-                                                                         batch, boost_keys, boost_values, boost_cap);
+    expand_step<scalar_t, false, kAhead, kQueue, kSpread, (kEarly >= 2), kBound>(
+        g, opt, ws, lp, T, V, t, buf, out, F, C, H, batch, boost_keys, boost_values, boost_cap);
     grid.sync();
     const Prepare next = passes > 0 ? Prepare{kWalkCands, t, false, true, false}
                                     : Prepare{kWalkStep, t + 1, false, true, false, true};
-    resolve_step<scalar_t, kFused, kEarly>(g, opt, ws, lp, T, V, t + 1, out, passes > 0 ? kEpsExpand : kEpsNone, F, C,
-                                           H, arena_cap, batch, boost_keys, boost_values, boost_cap, next,
-                                           ws.emit_slots != 0);
+    resolve_step<scalar_t, kFused, kEarly, kBound>(g, opt, ws, lp, T, V, t + 1, out,
+                                                   passes > 0 ? kEpsExpand : kEpsNone, F, C, H, arena_cap, batch,
+                                                   boost_keys, boost_values, boost_cap, next, ws.emit_slots != 0);
     grid.sync();
     closure(t, out);
   }

@@ -83,13 +83,17 @@ struct Capacities {
   int32_t token_ranges = 0;
 };
 
-// Hash tables an offline decode uses (Capacities::hash_tables): 2 with the persistent kernel and the fused max
-// (opt-in: BEAMDEC_WFST_FUSED_MAX=1; wfst_launch.cu says why), else 1. Read per call.
-int32_t decode_hash_tables();
+// Hash tables an offline decode of `batch` lanes uses (Capacities::hash_tables): 2 with the persistent kernel and the
+// fused max (opt-in: BEAMDEC_WFST_FUSED_MAX=1; wfst_launch.cu says why) or the bound max (opt-in:
+// BEAMDEC_WFST_BOUND_MAX=1, small batches), else 1. Read per call.
+int32_t decode_hash_tables(int32_t batch);
 
-// Capacities::token_ranges of an offline decode: 1 when BEAMDEC_WFST_EARLY_LOADS=2 (the carried ranges), else 0.
-// Read per call.
-int32_t decode_token_ranges();
+// Whether the fused max is asked for (BEAMDEC_WFST_FUSED_MAX; its token skipping needs each frame's largest log-prob).
+bool decode_fused_max();
+
+// Capacities::token_ranges of an offline decode of `batch` lanes: 1 when BEAMDEC_WFST_EARLY_LOADS=2 (the carried
+// ranges) or the bound max runs, else 0. Read per call.
+int32_t decode_token_ranges(int32_t batch);
 
 // Bytes of device workspace needed for `batch` lanes (one allocation, carved by the launcher).
 size_t workspace_bytes(int32_t batch, const Capacities& caps);

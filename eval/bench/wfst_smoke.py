@@ -71,6 +71,9 @@ def main() -> None:
         with environment({"BEAMDEC_WFST_EARLY_LOADS": "2"}):  # and the carried arc ranges (opt-in, HLG form)
             rwr = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         print("carried ranges", "eps" if eps else "noeps", rwr.scores.tolist() == rw1.scores.tolist(), rwr.overflow)
+        with environment({"BEAMDEC_WFST_BOUND_MAX": "1"}):  # no Max walk at this batch of 6 (opt-in, HLG form)
+            rwb = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
+        print("bound max", "eps" if eps else "noeps", rwb.scores.tolist() == rw1.scores.tolist(), rwb.overflow)
         print("walk forms", "eps" if eps else "noeps", r1.scores.tolist() == rp.scores.tolist(),
               rw.scores.tolist() == rw1.scores.tolist(), rws.scores.tolist() == rw1.scores.tolist(), rw.overflow)
     # WFST_SMOKE_LATTICE=0 leaves the lattice decodes out (a sanitizer run after a change to the 1-best kernels only)

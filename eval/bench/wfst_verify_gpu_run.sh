@@ -28,7 +28,7 @@ tail -1 "$OUT/gpu_tests.txt"; grep -E "^(FAILED|ERROR)" "$OUT/gpu_tests.txt" | h
 for tool in ${SANITIZERS:-memcheck racecheck}; do
   stage "$tool wfst_smoke" timeout ${SANITIZER_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 3 \
     python3 -m eval.bench.wfst_smoke > "$OUT/sanitizer_wfst_smoke_$tool.txt" 2>&1
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|smoke ok|walk forms|fenced arrive|early loads|carried ranges" "$OUT/sanitizer_wfst_smoke_$tool.txt" | head -10
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|smoke ok|walk forms|fenced arrive|early loads|carried ranges|bound max" "$OUT/sanitizer_wfst_smoke_$tool.txt" | head -14
 done
 [ -z "$PREP" ] || stage prepare wait $PREP || { tail -20 "$OUT/prepare.log"; exit 1; }
 if [ "${BENCH:-1}" = 0 ]; then
