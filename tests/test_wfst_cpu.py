@@ -17,6 +17,7 @@ from decoders.wfst import OVERFLOW_EPSILON, WfstDecoder, WfstDecoderConfig, grap
 from wfst_testlib import (
     compose_with_boosts,
     constrained_best,
+    dip_case,
     k2_model_decode,
     k2py_decode,
     random_graph,
@@ -721,3 +722,15 @@ def test_epsilon_cycle_check_stays_bounded_on_a_large_component(monkeypatch):
     assert W._positive_cycle_state(src, dst, gain) is not None
     monkeypatch.setattr(W, "_MAX_CYCLE_CHECK_WORK", 10 * n)  # 10 rounds: cannot decide
     assert W._positive_cycle_state(src, dst, gain) is None
+
+
+def test_dip_case_is_pruned_only_by_the_exact_cutoff():
+    """The premise of the GPU bound max's test (tests/test_wfst_gpu.py, wfst_testlib.dip_case): at beam 4 the exact
+    search ends at -21 (state 4, -9 on frame 1, is below the cutoff) and at beam 30 the same search keeps state 4 and
+    ends at -9, so a decoder that let state 4 live would score it. Also the exhaustive Viterbi's -9."""
+    g, lp = dip_case()
+    cfg = WfstDecoderConfig(search_beam=4.0, min_active=1)
+    assert WfstDecoder(g, cfg, "cpu").decode(lp, [3]).scores.tolist() == [-21.0]
+    wide = WfstDecoderConfig(search_beam=30.0, min_active=1)
+    assert WfstDecoder(g, wide, "cpu").decode(lp, [3]).scores.tolist() == [-9.0]
+    assert viterbi_best(g, lp[0].numpy(), 3) == pytest.approx(-9.0)

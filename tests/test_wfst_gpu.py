@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from decoders.wfst import WfstDecoder, WfstDecoderConfig
-from wfst_testlib import compose_with_boosts, random_batch, random_graph, random_log_probs
+from wfst_testlib import compose_with_boosts, dip_case, random_batch, random_graph, random_log_probs
 
 pytestmark = pytest.mark.gpu
 
@@ -140,6 +140,24 @@ def test_walk_switch_equals_default_and_cpu(monkeypatch, batch, epsilon, persist
             assert sum(default.words[b] != switched.words[b] for b in exact) <= max(1, batch // 8), key
             cpu = WfstDecoder(g, cfg, "cpu").decode(x, lengths, boosts=boosts)
             _assert_scores_near_cpu(cpu, switched, exact, key)
+
+
+@pytest.mark.parametrize("emit_slots", ["1", "0"])
+def test_bound_max_leaves_dead_what_the_exact_cutoff_prunes(monkeypatch, emit_slots):
+    """The bound max (BEAMDEC_WFST_BOUND_MAX=1) admits frame 1's arcs against the best token's only arc (-10 - beam,
+    wfst_testlib.dip_case), so it claims state 4 (-9), which the exact cutoff (-1 - beam) prunes; its Resolve must
+    leave state 4 dead, or state 4 wins the utterance (-9 instead of -21; tests/test_wfst_cpu.py checks that premise on
+    the CPU reference). Batch 2 (both lanes the same utterance), fp32 and fp16, the default against the bound, with
+    emit slots on (the Resolve's claims path) and off (its candidate path)."""
+    g, lp = dip_case()
+    cfg = WfstDecoderConfig(search_beam=4.0, min_active=1)
+    x = lp.expand(2, -1, -1).contiguous()
+    monkeypatch.setenv("BEAMDEC_WFST_EMIT_SLOTS", emit_slots)
+    for dtype in (torch.float32, torch.float16):
+        for bound in ("0", "1"):
+            monkeypatch.setenv("BEAMDEC_WFST_BOUND_MAX", bound)
+            res = WfstDecoder(g, cfg, "cuda").decode(x.to(dtype).cuda(), [3, 3])
+            assert res.scores.tolist() == [-21.0, -21.0] and res.overflow == [0, 0], (bound, str(dtype))
 
 
 @pytest.mark.parametrize("batch", [1, 3, 33])

@@ -361,3 +361,22 @@ def k2py_final_column_emulation(graph: WfstGraph) -> WfstGraph:
                      olabel=np.asarray(graph.olabel)[old].astype(np.int32),
                      weight=np.asarray(graph.weight)[old].astype(np.float32), words=graph.words,
                      info=dict(graph.info), aux_splits=new_splits, aux_words=np.asarray(words)[gather].astype(np.int32))
+
+
+def dip_case(dip_weight: float = -8.0):
+    """A graph and log-probs (1, 3 frames, 4 tokens) where the best token of a step has only a poor arc: after frame 0
+    the best token (state 1, score 0) has one arc on frame 1 (end -10), the second token (state 2, score -1) has the
+    step's maximum (-1, to state 6) and an arc ending at -1 + `dip_weight` (-9, to state 4). The exact cutoff prunes
+    state 4 at beam 4 (and state 3); kept alive, state 4 would win the utterance (-9 against -21 through state 6).
+    The bound max (BEAMDEC_WFST_BOUND_MAX) admits state 4 against the best token's arc (-10 - beam) and must leave
+    it dead."""
+    arcs = [(0, 1, 0, 0.0), (0, 2, 1, 0.0), (1, 3, 2, 0.0), (2, 6, 3, 0.0), (2, 4, 1, dip_weight),
+            (3, 8, 0, 0.0), (6, 7, 0, -20.0), (4, 8, 0, 0.0), (7, 5, FINAL, 0.0), (8, 5, FINAL, 0.0)]
+    src, dest, ilabel, weight = map(list, zip(*arcs))
+    g = WfstGraph.from_arcs(src, dest, ilabel, [0] * len(arcs), weight, num_states=9, start_state=0, final_state=5,
+                            num_tokens=4)
+    lp = torch.full((1, 3, 4), -30.0)
+    lp[0, 0, 0], lp[0, 0, 1] = 0.0, -1.0
+    lp[0, 1, 2], lp[0, 1, 3], lp[0, 1, 1] = -10.0, 0.0, 0.0
+    lp[0, 2, 0] = 0.0
+    return g, lp
