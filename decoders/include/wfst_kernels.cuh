@@ -735,6 +735,37 @@ __device__ __forceinline__ void clear_claimed(const Workspace& ws, int32_t buf, 
   }
 }
 
+// A thread's running maximum of ordered arc ends, lane by lane (a walk visits one lane's items before the next's):
+// a guarded atomicMax into the lane's max_ord (kNext: max_next) whenever the lane changes (add), and at the end one per
+// (warp, lane) after combining the warp's threads that hold the same lane (warp_flush; all 32 threads call it).
+template <bool kNext = false>
+struct LaneMax {
+  int32_t lane = -1;
+  uint32_t max = 0u;
+  __device__ __forceinline__ void flush(Workspace& ws) {
+    if (lane >= 0 && max > 0u) {
+      uint32_t* p = kNext ? &ws.lanes[lane].max_next : &ws.lanes[lane].max_ord;
+      if (max > ld_volatile(*p)) atomicMax(p, max);
+    }
+  }
+  __device__ __forceinline__ void add(Workspace& ws, int32_t l, uint32_t o) {
+    if (l != lane) {
+      flush(ws);
+      lane = l;
+      max = 0u;
+    }
+    if (o > max) max = o;
+  }
+  __device__ __forceinline__ void warp_flush(Workspace& ws) {
+    const unsigned peers = __match_any_sync(0xffffffffu, lane);
+    const uint32_t m = __reduce_max_sync(peers, max);
+    if ((threadIdx.x & 31) == __ffs(peers) - 1) {
+      max = m;
+      flush(ws);
+    }
+  }
+};
+
 // Max: exact per-lane maximum of this step's candidate ends. Also clears the previous step's hash slots
 // (token i owns claims[i]), or a whole lane's table when its claims list overflowed.
 template <typename scalar_t, int K = kArcRoundsAhead, bool kSpread = false, bool kRange = false, bool kBound = false>
@@ -745,7 +776,7 @@ __device__ __forceinline__ void max_step(const DeviceGraph& g, const SearchOptio
   // fused max or bound max: the tables are cleared by the Expand walk instead (expand_step), ready lanes skipped
   const bool fused = kBound || ws.fused;
   if (!fused) clear_claimed(ws, buf, F, H, batch);
-  int32_t cur_lane = -1;
+  int32_t cur_lane = -1;  // (LaneMax's steps, written out: this kernel's instruction schedule is the measured one)
   uint32_t cur_max = 0;
   auto flush = [&]() {
     if (cur_lane >= 0 && cur_max > 0) {
@@ -1074,15 +1105,7 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
     }
     __syncthreads();
   }
-  // kB: the exact maximum of the lanes the bound admits for, accumulated as max_step does
-  int32_t cur_lane = -1;
-  uint32_t cur_max = 0u;
-  auto flush_max = [&]() {
-    if (cur_lane >= 0 && cur_max > 0u) {
-      uint32_t* m = &ws.lanes[cur_lane].max_ord;
-      if (cur_max > ld_volatile(*m)) atomicMax(m, cur_max);
-    }
-  };
+  LaneMax<> acc;  // kB: the exact maximum of the lanes the bound admits for, accumulated as max_step does
   constexpr bool kDestAhead = !kQ && K > 1;  // the queue loads the destinations of admitted arcs only
   const int me = threadIdx.x & 31;
   int32_t pending = 0;  // kQ: entries in the warp's queue (warp-uniform)
@@ -1127,15 +1150,7 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
           float end;
           const bool admit = admit_arc(g, boost_keys, boost_values, boost_cap, valid, a, sc, end);
           if constexpr (kB) {
-            if (valid) {
-              const uint32_t o = float_to_ordered(end);
-              if (a.lane != cur_lane) {
-                flush_max();
-                cur_lane = a.lane;
-                cur_max = 0u;
-              }
-              if (o > cur_max) cur_max = o;
-            }
+            if (valid) acc.add(ws, a.lane, float_to_ordered(end));
           }
           const unsigned m = __ballot_sync(0xffffffffu, admit);
           if (m == 0u) return;
@@ -1160,14 +1175,7 @@ __device__ __forceinline__ void expand_step(const DeviceGraph& g, const SearchOp
   if constexpr (kQ) {
     if (pending > 0) flush(pending);
   }
-  if constexpr (kB) {  // one guarded atomic per (warp, lane), as max_step
-    const unsigned peers = __match_any_sync(0xffffffffu, cur_lane);
-    const uint32_t m = __reduce_max_sync(peers, cur_max);
-    if ((threadIdx.x & 31) == __ffs(peers) - 1) {
-      cur_max = m;
-      flush_max();
-    }
-  }
+  if constexpr (kB) acc.warp_flush(ws);
   const int32_t next = !kStart && ws.emit_slots ? kWalkClaims : kWalkCands;
   arrive_and_prepare<kB>(g, opt, ws, batch, F, C, Prepare{next, t, false, false, !kStart});
 }
@@ -1239,33 +1247,15 @@ __device__ __forceinline__ void fused_max_arcs(const DeviceGraph& g, const Searc
     const float ub = __fadd_rn(score, __fadd_rn(top, ws.max_emit_weight));
     rest = float_to_ordered(ub) >= ld_volatile(ws.lanes[b].max_next);
   }
-  int32_t cur_lane = -1;
-  uint32_t cur_max = 0u;
-  auto flush = [&]() {
-    if (cur_lane >= 0 && cur_max > 0u) {
-      uint32_t* p = &ws.lanes[cur_lane].max_next;
-      if (cur_max > ld_volatile(*p)) atomicMax(p, cur_max);
-    }
-  };
+  LaneMax<true> acc;
   warp_arc_rounds(b, tok, score, 0, kEmit, begin + skip_first, rest ? deg - skip_first : 0,
                   [&](bool v, const ArcItem& a, int32_t) {
     if (!v) return;
     const scalar_t* row = lp + ((int64_t)a.lane * T + tn) * V;
-    const uint32_t o = float_to_ordered(__fadd_rn(
-        a.score, emit_arc_loglik(g, opt, a.arc, row, boost_keys, boost_values, boost_cap, a.lane)));
-    if (a.lane != cur_lane) {
-      flush();
-      cur_lane = a.lane;
-      cur_max = 0u;
-    }
-    if (o > cur_max) cur_max = o;
+    acc.add(ws, a.lane, float_to_ordered(__fadd_rn(
+        a.score, emit_arc_loglik(g, opt, a.arc, row, boost_keys, boost_values, boost_cap, a.lane))));
   });
-  const unsigned peers = __match_any_sync(kFull, cur_lane);
-  const uint32_t m = __reduce_max_sync(peers, cur_max);
-  if (me == __ffs(peers) - 1) {
-    cur_max = m;
-    flush();
-  }
+  acc.warp_flush(ws);
 }
 
 // kFused: the fused max's variant compiled in (1 / 2; the persistent kernel's fused instantiations); 0 is the
