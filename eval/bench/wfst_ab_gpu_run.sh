@@ -16,7 +16,8 @@
 # TESTS_DEADLINE_S skips the gpu tests when the call is already that many seconds in (so the packing still happens).
 # SKIP_A=1: no A stage; A is the run directory RUN already made in this call (e.g. by eval/bench/wfst_verify_gpu_run.sh
 # with RUN=bench_verify; its graphs and log-probs are reused). BATCHES: the B arms' batch sizes (default the bench's).
-# B_DEADLINE_S: B arms not started once the call is that many seconds in.
+# B_DEADLINE_S: B arms not started once the call is that many seconds in. B_DECODERS: the B arms' decoders (default
+# wfst; "wfst oasr" gives every arm's process an OASR reading too, for OASR's own spread between processes).
 # With BATCHES the B arms are also rendered against the first B arm ($OUT/ab_b/: the batches A did not run).
 set -o pipefail
 SCALE=${SCALE:-small}; export SCALE; export RUN=${RUN:-${SCALE}_a}; export DECODERS=${DECODERS:-wfst oasr}
@@ -34,7 +35,7 @@ for ab in $AB_ENVS; do
   n=$((n + 1)); s=$SECONDS
   if [ $SECONDS -ge ${B_DEADLINE_S:-100000} ]; then echo "B$n ($ab) skipped: $SECONDS s past B_DEADLINE_S"; continue; fi
   env ${ab//,/ } timeout ${B_TIMEOUT:-150} python3 -m eval.bench.wfst_bench --lp-file data/lp/${SCALE}_other_char_${UTTS:-200}.pt \
-    --scale $SCALE --max-utts ${UTTS:-200} --b1-utts ${B1:-30} $GDIRS --graphs ${GRAPHS:-TLG HLG} --decoders wfst ${BATCHES:+--batches $BATCHES} \
+    --scale $SCALE --max-utts ${UTTS:-200} --b1-utts ${B1:-30} $GDIRS --graphs ${GRAPHS:-TLG HLG} --decoders ${B_DECODERS:-wfst} ${BATCHES:+--batches $BATCHES} \
     --run ${SCALE}_b$n --isolate > "$OUT/ab_b$n.log" 2>&1; echo "B$n ($ab) rc=$? wall_s=$(( SECONDS - s ))"
 done
 # The A/B rendered by reports.ab (per graph and batch: each process's RTFx, the change vs A's processes, A's spread,
