@@ -112,6 +112,12 @@ bool admit_queue(bool has_eps) {
 // / 23,717 against 1,563 / 11,219 / 22,961 without (+6.2 / -0.2 / +3.3 %), WER equal.
 bool spread_walks() { return !env_off("BEAMDEC_WFST_SPREAD"); }
 
+// The HLG form of the persistent kernel (2 rounds ahead, the queue, the spread walks; not with the fused max): what
+// launch_persistent runs it for, and what the bound max needs (enqueue).
+bool hlg_form_selected(bool has_eps, int32_t fused) {
+  return fused == 0 && arc_rounds_ahead(has_eps) == 2 && admit_queue(has_eps) && spread_walks();
+}
+
 // The walks' arrive counter as one acq_rel atomic (wfst_kernels.cuh arrive_and_prepare), the default of the offline
 // launcher; BEAMDEC_WFST_ACQ_REL_ARRIVE=0 selects the fence.sc form (read per call; the streaming launchers keep that
 // form: their workspace is zero-initialised). Measured on an H100 (2026-12-07 session 34 call 1, bench compact HLG,
@@ -152,7 +158,7 @@ constexpr int kSmallGridBlocksPerSm = 2;
 // kSmallGridMaxBatch (every block computes the bound of every lane: one warp a lane) of the HLG form on epsilon-free
 // graphs, with the carried ranges and two recombination tables (the Expand clears the step before's, as the fused
 // max does): decode_hash_tables / decode_token_ranges size the workspace for it.
-bool bound_max_asked() { return env_flag("BEAMDEC_WFST_BOUND_MAX"); }
+bool bound_max_asked(int32_t batch) { return env_flag("BEAMDEC_WFST_BOUND_MAX") && batch <= kSmallGridMaxBatch; }
 static_assert(kSmallGridMaxBatch <= kernels::kBoundMaxBatch, "one warp of a block per lane");
 
 // Emit slots (the default; BEAMDEC_WFST_EMIT_SLOTS=0 selects the candidate form, read per call; wfst_kernels.cuh
@@ -204,7 +210,7 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   // The HLG form (2 rounds ahead, the queue, the spread walks) takes half the grid at small batches
   const bool queue = admit_queue(g.has_eps);
   const int ahead = arc_rounds_ahead(g.has_eps);
-  const bool hlg_form = ws.fused == 0 && ahead == 2 && queue && spread_walks();
+  const bool hlg_form = hlg_form_selected(g.has_eps, ws.fused);
   const int small_grid = hlg_form && B <= kSmallGridMaxBatch ? kSmallGridBlocksPerSm : 0;
   const auto grid = [&](int blocks_per_sm, int) {
     return static_cast<int64_t>(num_sms > 0 ? num_sms : 80) * walk_blocks_per_sm(blocks_per_sm, small_grid);
@@ -212,7 +218,7 @@ bool launch_persistent(DeviceGraph g, SearchOptions opt, kernels::Workspace ws, 
   // ws.fused (the fused max's variant, 0 = off) picks the instantiation: the Max-walk one has no fused code at all
   if (ws.fused == 1) return cooperative_launch<PersistentKernel<scalar_t, 1>>(kWalkBlock, grid, args, stream);
   if (ws.fused == 2) return cooperative_launch<PersistentKernel<scalar_t, 2>>(kWalkBlock, grid, args, stream);
-  if (bound)  // (enqueue checked the HLG form's conditions)
+  if (bound)  // (enqueue checked that the HLG form runs)
     return cooperative_launch<PersistentKernel<scalar_t, 0, false, 2, true, true, 2, true>>(kWalkBlock, grid, args,
                                                                                              stream);
   const int early = hlg_form ? early_loads() : 0;
@@ -251,9 +257,8 @@ cudaError_t enqueue(const DeviceGraph& g, const SearchOptions& opt, const Capaci
   if (!ws.emit_slots) ws.emit_shift = 0;
   ws.arrive_acq_rel = acq_rel_arrive();
   // the bound max: the persistent kernel's HLG form (below) with what the workspace was sized for
-  const bool bound = persistent && ws.fused == 0 && bound_max_asked() && B <= kSmallGridMaxBatch && !g.has_eps &&
-             caps.hash_tables == 2 && ws.front_range[0] != nullptr && admit_queue(g.has_eps) &&
-             arc_rounds_ahead(g.has_eps) == 2 && spread_walks();
+  const bool bound = persistent && bound_max_asked(B) && !g.has_eps && caps.hash_tables == 2 &&
+                     ws.front_range[0] != nullptr && hlg_form_selected(g.has_eps, ws.fused);
   const int32_t F = caps.frontier, C = caps.candidates, H = caps.hash;
   cudaError_t err;
   // Hash tables start empty (all-zero slots); later steps clear only the slots they claimed.
@@ -423,11 +428,11 @@ size_t workspace_bytes(int32_t batch, const Capacities& caps) { return carve(nul
 bool decode_fused_max() { return fused_max_mode() > 0; }
 
 int32_t decode_hash_tables(int32_t batch) {
-  return fused_max_mode() > 0 || (bound_max_asked() && batch <= kSmallGridMaxBatch) ? 2 : 1;
+  return fused_max_mode() > 0 || bound_max_asked(batch) ? 2 : 1;
 }
 
 int32_t decode_token_ranges(int32_t batch) {
-  return early_loads() == 2 || (bound_max_asked() && batch <= kSmallGridMaxBatch) ? 1 : 0;
+  return early_loads() == 2 || bound_max_asked(batch) ? 1 : 0;
 }
 
 cudaError_t decode_batch(const DeviceGraph& graph, const SearchOptions& opt, const Capacities& caps,

@@ -300,6 +300,8 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
       const int32_t n_front = p.after_resolve && live ? min(n_claims, F) : n_front_old;
       if (p.after_resolve && live) L.n_front = n_front;
       if (p.eps_check && pending && phase_before == kEmit) atomicOr(&L.overflow, kOverflowEpsilon);
+      // (after the step's expansion, the only prepare with step_cutoff: the Expand has read them, the Resolve refills)
+      if (kBound && p.step_cutoff) ws.lane_best[b] = 0ull, ws.lane_live[b] = 0;
       if (p.next == kWalkStep) {
         int32_t phase = p.t < len ? kEmit : (p.t == len ? kFinal : kDone);
         if (phase == kFinal && opt.stream_chunk) phase = kDone;  // the stream goes on after this chunk
@@ -332,14 +334,12 @@ __device__ __forceinline__ void prepare(const DeviceGraph& g, const SearchOption
         count = start_eps && live ? 1 : 0;
       } else if (p.next == kWalkClaims) {  // emit slots: the step's claimed tokens; no candidate consumed
         if (p.step_cutoff && live) L.cutoff = ordered_to_float(max_ord) - beam;
-        if (kBound && p.step_cutoff) ws.lane_best[b] = 0ull, ws.lane_live[b] = 0;  // the step's Expand read them
         L.pass_begin = 0;
         L.pass_end = 0;
         L.eps_pending = 0;
         count = live ? min(n_claims, F) : 0;
       } else {  // kWalkCands: the candidates appended since the last pass
         if (p.step_cutoff && live) L.cutoff = ordered_to_float(max_ord) - beam;
-        if (kBound && p.step_cutoff) ws.lane_best[b] = 0ull, ws.lane_live[b] = 0;
         const int32_t end = min(n_cands, C);
         L.pass_begin = pass_end;
         L.pass_end = end;
@@ -1294,6 +1294,11 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
     constexpr bool kRange = kEarly >= 2;
     int32_t s_early = 0, final_early = 0, arcs_end_early = 0;  // (kEarly, a written token) its state and bounds
     int2 range_early = make_int2(0, 0);                          // (kRange, a written token) its emitting arc range
+    auto load_bounds = [&]() {  // of s_early: in flight beside the claims path's slot, after the candidate path's
+      final_early = g.final_begin[s_early];
+      arcs_end_early = g.row_splits[s_early + 1];
+      if constexpr (kRange) range_early = make_int2(g.row_splits[s_early], g.eps_begin[s_early]);
+    };
     if (valid && claims) {
       // Emit slots: item = a token this step claimed; its slot's packed value names the winner (source token of
       // the other frontier buffer, arc offset in that token's range of the step's phase). Every claimed slot got
@@ -1309,9 +1314,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
         const int32_t claim = claims_of(ws, buf)[frow + tok];
         s_early = frontier(ws, buf).state[frow + tok];  // in flight beside `claim`
         slot = hash_of(ws, buf)[hrow + claim];
-        final_early = g.final_begin[s_early];  // in flight beside `slot`
-        arcs_end_early = g.row_splits[s_early + 1];
-        if constexpr (kRange) range_early = make_int2(g.row_splits[s_early], g.eps_begin[s_early]);
+        load_bounds();  // in flight beside `slot`
       } else {
         slot = hash_of(ws, buf)[hrow + claims_of(ws, buf)[frow + tok]];
       }
@@ -1345,9 +1348,7 @@ __device__ __forceinline__ void resolve_step(const DeviceGraph& g, const SearchO
           cand = ws.cands[crow + c];
           if constexpr (kEarly) {  // the same loads as the claims path's, here after the slot (they need its token)
             s_early = frontier(ws, buf).state[frow + tok];
-            final_early = g.final_begin[s_early];
-            arcs_end_early = g.row_splits[s_early + 1];
-            if constexpr (kRange) range_early = make_int2(g.row_splits[s_early], g.eps_begin[s_early]);
+            load_bounds();
           }
         }
       }

@@ -62,18 +62,16 @@ def main() -> None:
             rw1 = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
         with environment({**two, "BEAMDEC_WFST_SPREAD": "0"}):  # `two` has the spread walks (on by default in
             rws = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)  # this form): here without
-        with environment({"BEAMDEC_WFST_ACQ_REL_ARRIVE": "0"}):  # the fence.sc arrive counter (acq_rel: the default)
-            rwa = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
-        print("fenced arrive", "eps" if eps else "noeps", rwa.scores.tolist() == rw1.scores.tolist(), rwa.overflow)
-        with environment({"BEAMDEC_WFST_EARLY_LOADS": "1"}):  # the Resolve walk's early loads (opt-in, HLG form)
-            rwe = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
-        print("early loads", "eps" if eps else "noeps", rwe.scores.tolist() == rw1.scores.tolist(), rwe.overflow)
-        with environment({"BEAMDEC_WFST_EARLY_LOADS": "2"}):  # and the carried arc ranges (opt-in, HLG form)
-            rwr = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
-        print("carried ranges", "eps" if eps else "noeps", rwr.scores.tolist() == rw1.scores.tolist(), rwr.overflow)
-        with environment({"BEAMDEC_WFST_BOUND_MAX": "1"}):  # no Max walk at this batch of 6 (opt-in, HLG form)
-            rwb = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
-        print("bound max", "eps" if eps else "noeps", rwb.scores.tolist() == rw1.scores.tolist(), rwb.overflow)
+        # launcher switches of the 1-best walks against the default: the fence.sc arrive counter (acq_rel is the
+        # default), and the opt-in HLG-form kernels: the Resolve walk's early loads, with the carried arc ranges, and
+        # the bound max (no Max walk at this batch of 6)
+        for label, switch in (("fenced arrive", {"BEAMDEC_WFST_ACQ_REL_ARRIVE": "0"}),
+                              ("early loads", {"BEAMDEC_WFST_EARLY_LOADS": "1"}),
+                              ("carried ranges", {"BEAMDEC_WFST_EARLY_LOADS": "2"}),
+                              ("bound max", {"BEAMDEC_WFST_BOUND_MAX": "1"})):
+            with environment(switch):
+                rsw = wide.decode(lpw, [14, 0, 1, 14, 7, 14], boosts=[{3: 1.0}] + [{}] * 5)
+            print(label, "eps" if eps else "noeps", rsw.scores.tolist() == rw1.scores.tolist(), rsw.overflow)
         print("walk forms", "eps" if eps else "noeps", r1.scores.tolist() == rp.scores.tolist(),
               rw.scores.tolist() == rw1.scores.tolist(), rws.scores.tolist() == rw1.scores.tolist(), rw.overflow)
     # WFST_SMOKE_LATTICE=0 leaves the lattice decodes out (a sanitizer run after a change to the 1-best kernels only)

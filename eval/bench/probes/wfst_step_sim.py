@@ -57,8 +57,9 @@ def main() -> None:
             adm = ends > ends.max() - args.beam
             if args.max_bounds:  # lower bounds P of the step's maximum: real arcs' ends
                 lowers = [ends[(np.cumsum(d) - d)[d > 0]].max()]  # every token's first emitting arc
+                by_score = np.argsort(-sc, kind="stable")
                 for k in (1, 4):  # every arc of the k best-scoring tokens (ties: any of them)
-                    top = np.argsort(-sc, kind="stable")[:k]
+                    top = by_score[:k]
                     lowers.append(ends[np.isin(own, top)].max() if d[top].sum() else lowers[0])
                 row = [int(adm.sum()), len(np.unique(dest[idx[adm]]))]
                 for lower in lowers:
